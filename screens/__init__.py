@@ -1,0 +1,1 @@
+"""Textual screens, widgets and stylesheets: presentation only, over the engine."""

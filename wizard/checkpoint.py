@@ -1,0 +1,273 @@
+"""The per-site checkpoint: step states, findings, measurements, and the command journal.
+
+Layout under ``<state dir>/<site name>/``:
+
+- ``state.json``: the whole state, rewritten atomically (temp file, fsync, rename, fsync of
+  the directory) on every step transition, so that a kill -9 at any instant leaves either
+  the old or the new file, never a torn one.
+- ``journal.jsonl``: append-only, one JSON object per command run (output redacted).
+  Kept apart from ``state.json`` so that a state write does not grow with the journal.
+- ``lock``: an exclusive ``flock`` held while a wizard works on the site; the file holds
+  who took it (pid, host, since) so that the refusal names the holder. The kernel drops
+  the lock when its holder dies, however it dies.
+
+Every file is created 0600 and the folder 0700: the journal holds host output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+import tempfile
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from wizard.errors import CheckpointError, LockHeldError
+from wizard.model import Finding, StepState
+from wizard.redact import Redactor
+from wizard.site import Site
+
+FORMAT = 1
+APP_NAME = "gpu-node-wizard"
+
+
+def default_state_dir() -> Path:
+    """The per-user state directory (e.g. ``~/.local/state/gpu-node-wizard``)."""
+    return Path(platformdirs.user_state_dir(APP_NAME))
+
+
+def site_state_dir(state_dir: Path, site: Site) -> Path:
+    return state_dir / site.name
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see the old or the new file, never half."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _empty_state(site: Site) -> dict[str, Any]:
+    stamp = now()
+    return {
+        "format": FORMAT,
+        "site": {
+            "name": site.name,
+            "path": str(site.source) if site.source else None,
+            "fingerprint": site.fingerprint(),
+            "sections": site.sections(),
+        },
+        "created": stamp,
+        "updated": stamp,
+        "steps": {},
+        "artifacts": {},
+        "waivers": [],
+    }
+
+
+def read_state(directory: Path) -> dict[str, Any] | None:
+    """Read ``state.json`` without taking the lock (for ``status``); None if absent."""
+    path = directory / "state.json"
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise CheckpointError(f"cannot read checkpoint {path}: {exc}") from None
+    try:
+        state = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise CheckpointError(f"checkpoint {path} is not valid JSON: {exc}") from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise CheckpointError(f"checkpoint {path} has an unknown format")
+    return state
+
+
+class Checkpoint:
+    """The open, locked checkpoint of one site. Use ``Checkpoint.open`` as a context."""
+
+    def __init__(self, directory: Path, state: dict[str, Any], lock_fd: int, redactor: Redactor):
+        self.directory = directory
+        self.state = state
+        self._lock_fd = lock_fd
+        self.redactor = redactor
+        self._journal = open(  # noqa: SIM115 - kept open for the life of the checkpoint
+            os.open(directory / "journal.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600),
+            "a",
+            encoding="utf-8",
+        )
+
+    # -- opening and closing ---------------------------------------------------------
+
+    @classmethod
+    @contextlib.contextmanager
+    def open(
+        cls, state_dir: Path, site: Site, redactor: Redactor | None = None
+    ) -> Iterator[Checkpoint]:
+        directory = site_state_dir(state_dir, site)
+        try:
+            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CheckpointError(f"cannot create state directory {directory}: {exc}") from None
+        lock_fd = _take_lock(directory)
+        try:
+            state = read_state(directory) or _empty_state(site)
+            checkpoint = cls(directory, state, lock_fd, redactor or Redactor(site.secret_values()))
+            try:
+                if not (directory / "state.json").exists():
+                    checkpoint.save()
+                yield checkpoint
+            finally:
+                checkpoint._journal.close()
+        finally:
+            os.close(lock_fd)  # releases the flock
+
+    # -- state -------------------------------------------------------------------------
+
+    def save(self) -> None:
+        self.state["updated"] = now()
+        blob = json.dumps(self.redactor.data(self.state), indent=1, sort_keys=True)
+        atomic_write(self.directory / "state.json", blob.encode())
+
+    def record(self, step: str, target: str) -> dict[str, Any]:
+        """The stored record of ``step`` on ``target`` (empty dict if never run)."""
+        return self.state["steps"].get(step, {}).get(target, {})
+
+    def step_state(self, step: str, target: str) -> StepState:
+        return StepState(self.record(step, target).get("state", StepState.PENDING))
+
+    def set_step(
+        self,
+        step: str,
+        target: str,
+        state: StepState,
+        *,
+        message: str = "",
+        findings: list[Finding] | None = None,
+        measurements: dict[str, Any] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        """Record a transition and write it before anything else happens."""
+        record = self.state["steps"].setdefault(step, {}).setdefault(target, {})
+        stamp = now()
+        if state == StepState.RUNNING:
+            record["started"] = stamp
+            record["attempts"] = record.get("attempts", 0) + 1
+        else:
+            record["finished"] = stamp
+        record["state"] = state.value
+        record["message"] = message
+        if findings is not None:
+            record["findings"] = [f.to_json() for f in findings]
+        if measurements is not None:
+            record["measurements"] = measurements
+        if extra is not None:
+            record.setdefault("extra", {}).update(extra)
+        self.save()
+
+    def findings(self, step: str, target: str) -> list[Finding]:
+        return [Finding.from_json(f) for f in self.record(step, target).get("findings", [])]
+
+    def reset(self, step: str, target: str | None = None) -> None:
+        """Forget a step's result (for every target when ``target`` is None)."""
+        if target is None:
+            self.state["steps"].pop(step, None)
+        else:
+            self.state["steps"].get(step, {}).pop(target, None)
+        self.save()
+
+    def add_waiver(self, check: str, reason: str) -> None:
+        self.state["waivers"] = [w for w in self.state["waivers"] if w["check"] != check]
+        self.state["waivers"].append(
+            {"check": check, "reason": reason, "at": now(), "by": _who_am_i()}
+        )
+        self.save()
+
+    def record_artifacts(self, checksums: dict[str, str]) -> None:
+        self.state["artifacts"].update(checksums)
+        self.save()
+
+    def adopt_site(self, site: Site) -> None:
+        """Store the current site's fingerprint and section digests."""
+        self.state["site"].update(
+            fingerprint=site.fingerprint(),
+            sections=site.sections(),
+            path=str(site.source) if site.source else None,
+        )
+        self.save()
+
+    # -- journal -----------------------------------------------------------------------
+
+    def journal(self, entry: dict[str, Any]) -> None:
+        """Append one entry (redacted) to the journal and flush it to disk."""
+        line = json.dumps({"at": now(), **self.redactor.data(entry)}, sort_keys=True)
+        self._journal.write(line + "\n")
+        self._journal.flush()
+        os.fsync(self._journal.fileno())
+
+
+def changed_sections(state: dict[str, Any], site: Site) -> list[str]:
+    """Site sections whose content differs from what the checkpoint was made with."""
+    old = state.get("site", {}).get("sections", {})
+    new = site.sections()
+    return sorted(key for key in old.keys() | new.keys() if old.get(key) != new.get(key))
+
+
+def _who_am_i() -> str:
+    try:
+        user = os.getlogin()
+    except OSError:
+        user = os.environ.get("USER", str(os.getuid()))
+    return f"{user}@{socket.gethostname()}"
+
+
+def _take_lock(directory: Path) -> int:
+    path = directory / "lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _describe_holder(path)
+        os.close(fd)
+        raise LockHeldError(
+            f"another gpu-node-wizard is working on this site ({holder}); "
+            f"wait for it to finish or stop it. Lock file: {path}"
+        ) from None
+    info = {"pid": os.getpid(), "host": socket.gethostname(), "since": now(), "t": time.time()}
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps(info).encode(), 0)
+    return fd
+
+
+def _describe_holder(path: Path) -> str:
+    try:
+        info = json.loads(path.read_text())
+        return f"pid {info['pid']} on {info['host']} since {info['since']}"
+    except (OSError, ValueError, KeyError):
+        return "holder unknown"

@@ -1,0 +1,203 @@
+"""The command line: `gpu-node-wizard COMMAND ...` (a contract; see the README).
+
+Exit codes: 0 ok, 1 failed checks, 2 usage / site / connection error, 130 interrupted.
+An expected failure prints one clear message on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from wizard import __version__
+from wizard.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UsageError, WizardError
+
+log = logging.getLogger("gpu_node_wizard")
+
+DESCRIPTION = """\
+Guided installer for NVIDIA B300 GPU nodes with Intel E810 RoCEv2 NICs joining an
+existing Kubespray cluster: preflight, host RDMA, bond1, Kubespray join, GPU Operator,
+RDMA device plugin, RoCE QoS, GPUDirect proof, AIStor, soak and reboot.
+"""
+
+EPILOG = """\
+start here:
+  gpu-node-wizard init site.yaml            write an example site file, then edit it
+  gpu-node-wizard export site.yaml --out x  every artifact and RUNBOOK.md, offline
+  gpu-node-wizard status site.yaml          what the checkpoint holds
+exit codes: 0 ok, 1 a check failed, 2 usage/site/connection error, 130 interrupted
+"""
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        help="where checkpoints live (default: the per-user state directory)",
+    )
+    parser.add_argument(
+        "--log-level",
+        default="warning",
+        choices=["debug", "info", "warning", "error"],
+        help="diagnostic logging on stderr (default: warning)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpu-node-wizard",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("init", help="write a commented example site file")
+    p.add_argument("path", nargs="?", default="site.yaml", type=Path, help="default: site.yaml")
+    p.add_argument("--name", default="b300-rollout", help="the site name to put in the file")
+    p.add_argument("--force", action="store_true", help="overwrite an existing file")
+    _common(p)
+
+    p = sub.add_parser(
+        "export",
+        help="dry run: render every artifact, RUNBOOK.md and MANIFEST.json (connects to nothing)",
+    )
+    p.add_argument("site", type=Path, help="the site file")
+    p.add_argument("--out", type=Path, required=True, help="an empty (or earlier export) folder")
+    p.add_argument("--force", action="store_true", help="replace an earlier export in --out")
+    _common(p)
+
+    p = sub.add_parser("status", help="what the checkpoint of a site holds")
+    p.add_argument("site", type=Path, help="the site file")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    _common(p)
+
+    p = sub.add_parser(
+        "parse",
+        help="run one parser on one file and print the fact as JSON",
+        description="Parse a command's output (FILE, or - for stdin) into the JSON of FACTS.md.",
+    )
+    p.add_argument("kind", nargs="?", help="the output kind (see --list)")
+    p.add_argument("file", nargs="?", help="the file to parse, or - for standard input")
+    p.add_argument("--list", action="store_true", help="list the kinds and their commands")
+    _common(p)
+    return parser
+
+
+# -- commands
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from wizard.artifacts import render
+    from wizard.site import parse_site
+
+    text = render("site/example-site.yaml.j2", name=args.name)
+    parse_site(text, "the built-in example")  # the example must always be valid
+    path: Path = args.path
+    if path.exists() and not args.force:
+        raise UsageError(f"{path} already exists; pass --force to overwrite it")
+    try:
+        path.write_text(text)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc}") from None
+    print(f"wrote {path}: edit the nodes, then `gpu-node-wizard export {path} --out export/`")
+    return EXIT_OK
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from steps import build_plan
+    from wizard.export import MANIFEST, RUNBOOK, export
+    from wizard.site import load_site
+
+    site = load_site(args.site)
+    checksums = export(site, build_plan(), args.out, force=args.force)
+    print(f"exported {len(checksums)} files to {args.out}")
+    print(f"  {args.out / RUNBOOK}: the phases with the exact commands per node")
+    print(f"  {args.out / MANIFEST}: sha256 of every file")
+    return EXIT_OK
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from steps import build_plan
+    from wizard.checkpoint import default_state_dir
+    from wizard.site import load_site
+    from wizard.status import format_status, load_status
+
+    site = load_site(args.site)
+    status = load_status(args.state_dir or default_state_dir(), site, build_plan())
+    if args.json:
+        print(json.dumps(status.to_json(), indent=2))
+    else:
+        print(format_status(status))
+    return EXIT_OK
+
+
+def cmd_parse(args: argparse.Namespace) -> int:
+    from wizard.facts import KINDS, ParseError, parse
+
+    if args.list:
+        width = max(len(k) for k in KINDS)
+        for kind in sorted(KINDS):
+            print(f"{kind:<{width}}  {KINDS[kind].command}")
+        return EXIT_OK
+    if not args.kind or not args.file:
+        raise UsageError("usage: gpu-node-wizard parse KIND FILE (FILE may be -); parse --list")
+    if args.kind not in KINDS:
+        raise UsageError(f"unknown kind {args.kind!r}; `gpu-node-wizard parse --list` lists them")
+    try:
+        if args.file == "-":
+            text = sys.stdin.buffer.read().decode("utf-8", errors="replace")
+        else:
+            text = Path(args.file).read_bytes().decode("utf-8", errors="replace")
+    except OSError as exc:
+        raise UsageError(f"cannot read {args.file}: {exc.strerror or exc}") from None
+    try:
+        fact = parse(args.kind, text)
+    except ParseError as exc:
+        print(f"gpu-node-wizard parse: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(fact.to_json(), indent=2))
+    return EXIT_OK
+
+
+COMMANDS = {
+    "init": cmd_init,
+    "export": cmd_export,
+    "status": cmd_status,
+    "parse": cmd_parse,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help()
+        return EXIT_USAGE
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()),
+        format="%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        return COMMANDS[args.command](args)
+    except WizardError as exc:
+        print(f"gpu-node-wizard: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("gpu-node-wizard: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def entry() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry()

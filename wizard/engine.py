@@ -1,0 +1,406 @@
+"""The engine: walks the plan's phases in order, across the site's nodes, checkpointing.
+
+Rules it keeps (DESIGN.md, "State survives anything"):
+
+- every transition is written to the checkpoint *before* the next action starts;
+- a step recorded as done or skipped is not run again (checks run again only when the
+  operator asks for that step or phase explicitly);
+- a step found ``running`` or ``waiting`` (the process died in it) first re-verifies: if
+  the change is already in place it is done, otherwise it is offered again;
+- a failed step is offered again;
+- a step whose prerequisites are not done is blocked, with the reason;
+- a phase with a failure stops the flow on that target: later steps on it are blocked;
+- nothing is applied before the front end answered ``proceed`` to a decision showing the
+  diffs; maintenance steps also need the window confirmed with the node name typed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from wizard.artifacts import unified_diff
+from wizard.checkpoint import Checkpoint, changed_sections
+from wizard.errors import WizardError
+from wizard.events import (
+    Answer,
+    ArtifactDiff,
+    Decision,
+    DecisionKind,
+    Event,
+    FrontEnd,
+    Notice,
+    PhaseStarted,
+    StepFinished,
+    StepStarted,
+)
+from wizard.model import Finding, Severity, StepKind, StepState, worst
+from wizard.plan import CLUSTER, Change, NotAutomated, Plan, Scope, Services, Step, StepContext
+from wizard.site import Site
+from wizard.transports.base import TransportError
+
+
+class Aborted(WizardError):
+    """The operator aborted the run at a decision."""
+
+    exit_code = 1
+
+
+class DecisionRequired(WizardError):
+    """A non-interactive front end met a decision it has no standing answer for."""
+
+    exit_code = 1
+
+    def __init__(self, decision: Decision, how: str) -> None:
+        self.decision = decision
+        super().__init__(
+            f"stopped at step {decision.step} on {decision.target}: "
+            f"{decision.kind.value} needs an answer ({how})"
+        )
+
+
+@dataclass
+class RunSummary:
+    """What one engine run did: the state of every (step, target) it touched."""
+
+    results: dict[tuple[str, str], StepState] = field(default_factory=dict)
+    findings: dict[tuple[str, str], list[Finding]] = field(default_factory=dict)
+    stopped: str | None = None  # why the run ended early, if it did
+    reset: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[tuple[str, str]]:
+        return [k for k, s in self.results.items() if s in (StepState.FAILED, StepState.BLOCKED)]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and self.stopped is None
+
+
+class Engine:
+    def __init__(
+        self,
+        site: Site,
+        plan: Plan,
+        checkpoint: Checkpoint,
+        frontend: FrontEnd,
+        services: Services | None = None,
+        *,
+        waivers: dict[str, str] | None = None,
+    ) -> None:
+        self.site = site
+        self.plan = plan
+        self.checkpoint = checkpoint
+        self.frontend = frontend
+        self.services = services or Services()
+        self._waivers = {w["check"]: w["reason"] for w in checkpoint.state.get("waivers", [])}
+        for check, reason in (waivers or {}).items():
+            if not reason.strip():
+                raise WizardError(f"waiver for {check} needs a reason")
+            checkpoint.add_waiver(check, reason)
+            self._waivers[check] = reason
+        self._decision_lock = asyncio.Lock()
+        self._node_slots = asyncio.Semaphore(site.max_parallel_nodes)
+
+    # -- front-end plumbing --------------------------------------------------------------
+
+    def emit(self, event: Event) -> None:
+        self.frontend.emit(event)
+
+    def journal(self, entry: dict[str, Any]) -> None:
+        self.checkpoint.journal(entry)
+
+    # -- resume ----------------------------------------------------------------------------
+
+    def reconcile_site(self) -> list[tuple[str, str]]:
+        """Reset the steps that a changed site file invalidates; return them."""
+        changed = changed_sections(self.checkpoint.state, self.site)
+        if not changed:
+            return []
+        recorded = self.checkpoint.state["steps"]
+        reset = [
+            (step, target)
+            for step, target in self.plan.invalidated(changed, self.site)
+            if target in recorded.get(step, {})
+        ]
+        for step, target in reset:
+            self.checkpoint.reset(step, target)
+        self.checkpoint.adopt_site(self.site)
+        if reset:
+            listing = ", ".join(f"{s} on {t}" for s, t in reset)
+            self.emit(Notice(f"site file changed ({', '.join(changed)}); reset: {listing}"))
+        return reset
+
+    # -- running ---------------------------------------------------------------------------
+
+    async def run(self, *, phase: str | None = None, step: str | None = None) -> RunSummary:
+        """Run the whole plan, one phase, or one step."""
+        summary = RunSummary(reset=self.reconcile_site())
+        explicit = phase is not None or step is not None
+        try:
+            for current in self.plan.phases:
+                if phase is not None and phase not in (current.id, str(current.number)):
+                    continue
+                steps = [s for s in current.steps if step is None or s.id == step]
+                if not steps:
+                    continue
+                self.emit(PhaseStarted(current.id, f"{current.number}. {current.title}"))
+                for each in steps:
+                    await self._run_step(each, summary, explicit=explicit)
+                if not explicit and any(
+                    summary.results.get((s.id, t)) in (StepState.FAILED, StepState.BLOCKED)
+                    for s in steps
+                    for t in self.plan.targets(s, self.site)
+                ):
+                    summary.stopped = f"phase {current.number} ({current.title}) did not pass"
+                    break
+        except Aborted as exc:
+            summary.stopped = str(exc)
+        return summary
+
+    async def _run_step(self, step: Step, summary: RunSummary, *, explicit: bool) -> None:
+        targets = self.plan.targets(step, self.site)
+
+        async def one(target: str) -> None:
+            if step.scope == Scope.NODE:
+                async with self._node_slots:
+                    state, findings = await self._run_target(step, target, explicit)
+            else:
+                state, findings = await self._run_target(step, target, explicit)
+            summary.results[(step.id, target)] = state
+            summary.findings[(step.id, target)] = findings
+
+        results = await asyncio.gather(*(one(t) for t in targets), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+
+    async def _run_target(
+        self, step: Step, target: str, explicit: bool
+    ) -> tuple[StepState, list[Finding]]:
+        cp = self.checkpoint
+        previous = cp.step_state(step.id, target)
+        node = None if target == CLUSTER else self.site.node(target)
+        ctx = StepContext(self.site, step, target, node, self.services, self)
+
+        rerun_check = explicit and step.kind in (StepKind.CHECK, StepKind.MEASURE)
+        if previous.settled and not rerun_check:
+            findings = cp.findings(step.id, target)
+            self.emit(StepFinished(step.id, target, previous, "already done (checkpoint)"))
+            return previous, findings
+
+        blocker = self._blocker(step, target, explicit)
+        if blocker:
+            cp.set_step(step.id, target, StepState.BLOCKED, message=blocker)
+            self.emit(StepFinished(step.id, target, StepState.BLOCKED, blocker))
+            return StepState.BLOCKED, []
+
+        self.emit(StepStarted(step.id, target, step.title))
+        try:
+            if previous in (StepState.RUNNING, StepState.WAITING):
+                done = await self._reverify(step, ctx)
+                if done is not None:
+                    return done
+            return await self._dispatch(step, ctx)
+        except TransportError as exc:
+            finding = Finding(
+                check=f"{step.id}.reach",
+                gate=step.gates[0] if step.gates else "",
+                severity=Severity.FAIL,
+                message=str(exc),
+                remediation="check the address, credentials and host key in the site file",
+            )
+            return self._finish(ctx, StepState.FAILED, [finding], str(exc))
+
+    async def _reverify(self, step: Step, ctx: StepContext) -> tuple[StepState, list] | None:
+        """After an interruption: if the step's result is already in place, it is done."""
+        self.emit(Notice(f"{step.id} was interrupted on {ctx.target}; verifying first"))
+        try:
+            findings = self._waive(await step.verify(ctx))
+        except NotAutomated:
+            return None
+        if findings and worst(findings) != Severity.FAIL:
+            return self._finish(ctx, StepState.DONE, findings, "verified after interruption")
+        return None
+
+    async def _dispatch(self, step: Step, ctx: StepContext) -> tuple[StepState, list[Finding]]:
+        kind = step.kind
+        if kind == StepKind.CHECK:
+            return await self._check(step, ctx)
+        if kind == StepKind.MEASURE:
+            self.checkpoint.set_step(step.id, ctx.target, StepState.RUNNING)
+            try:
+                findings = self._waive(await step.measure(ctx))
+            except NotAutomated:
+                return self._not_automated(step, ctx)
+            return self._finish(ctx, _state_for(findings), findings)
+        if kind == StepKind.MANUAL:
+            text = step.instructions(self.site, ctx.node)
+            reply = await self._ask(
+                Decision(DecisionKind.MANUAL_DONE, step.id, step.title, ctx.target, text)
+            )
+            if reply is Answer.SKIP:
+                return self._finish(ctx, StepState.SKIPPED, [], "skipped by the operator")
+            return await self._check(step, ctx)
+        return await self._apply(step, ctx)
+
+    async def _check(self, step: Step, ctx: StepContext) -> tuple[StepState, list[Finding]]:
+        self.checkpoint.set_step(step.id, ctx.target, StepState.RUNNING)
+        try:
+            findings = self._waive(await step.verify(ctx))
+        except NotAutomated:
+            return self._not_automated(step, ctx)
+        return self._finish(ctx, _state_for(findings), findings)
+
+    async def _apply(self, step: Step, ctx: StepContext) -> tuple[StepState, list[Finding]]:
+        try:
+            changes = await step.changes(ctx)
+        except NotAutomated:
+            return self._not_automated(step, ctx)
+        pending = [c for c in changes if c.changed]
+        if changes and not pending:
+            self.emit(Notice(f"{step.id} on {ctx.target}: already in place, nothing to change"))
+            return await self._check(step, ctx)
+        decision = Decision(
+            DecisionKind.CONFIRM_APPLY,
+            step.id,
+            step.title,
+            ctx.target,
+            f"{len(pending)} change(s) on {ctx.target}",
+            diffs=tuple(_diff(c) for c in changes),
+            rollback=step.rollback(self.site, ctx.node),
+        )
+        if step.kind == StepKind.MAINTENANCE:
+            window = Decision(
+                DecisionKind.MAINTENANCE_WINDOW,
+                step.id,
+                step.title,
+                ctx.target,
+                f"{step.title} disrupts traffic on {ctx.target}. Confirm the maintenance "
+                f"window is open by typing the node name.",
+                diffs=decision.diffs,
+                rollback=decision.rollback,
+                confirm_text=ctx.target,
+            )
+            if await self._ask(window) is Answer.SKIP:
+                return self._finish(ctx, StepState.SKIPPED, [], "maintenance window not confirmed")
+        if await self._ask(decision) is Answer.SKIP:
+            return self._finish(ctx, StepState.SKIPPED, [], "skipped by the operator")
+        self.checkpoint.set_step(step.id, ctx.target, StepState.RUNNING)
+        await step.apply(ctx, pending)
+        return await self._check(step, ctx)
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    async def _ask(self, decision: Decision) -> Answer:
+        async with self._decision_lock:
+            reply = await self.frontend.decide(decision)
+        if reply.answer is Answer.ABORT:
+            raise Aborted(f"aborted by the operator at {decision.step} on {decision.target}")
+        if (
+            decision.confirm_text is not None
+            and reply.answer is Answer.PROCEED
+            and reply.typed.strip() != decision.confirm_text
+        ):
+            self.emit(
+                Notice(
+                    f"typed {reply.typed!r}, expected {decision.confirm_text!r}: not confirmed",
+                    decision.target,
+                )
+            )
+            return Answer.SKIP
+        self.journal(
+            {
+                "target": decision.target,
+                "step": decision.step,
+                "decision": decision.kind.value,
+                "answer": reply.answer.value,
+            }
+        )
+        return reply.answer
+
+    def _blocker(self, step: Step, target: str, explicit: bool) -> str | None:
+        required = list(step.requires)
+        if not explicit:
+            required += self._earlier_steps(step)
+        for req_id in required:
+            req = self.plan.step(req_id)
+            req_targets = (
+                [CLUSTER]
+                if req.scope == Scope.CLUSTER
+                else ([target] if target != CLUSTER else self.plan.targets(req, self.site))
+            )
+            for req_target in req_targets:
+                state = self.checkpoint.step_state(req_id, req_target)
+                if not state.settled:
+                    where = "" if req_target == target else f" on {req_target}"
+                    return f"requires {req_id} ({req.title}){where}, which is {state.value}"
+        return None
+
+    def _earlier_steps(self, step: Step) -> list[str]:
+        """Steps of earlier phases on the same target scope (phase order is the spine)."""
+        current = self.plan.phase_of(step.id)
+        earlier = []
+        for phase in self.plan.phases:
+            if phase.number >= current.number:
+                break
+            earlier += [
+                s.id for s in phase.steps if step.scope == Scope.NODE or s.scope == Scope.CLUSTER
+            ]
+        return earlier
+
+    def _waive(self, findings: list[Finding]) -> list[Finding]:
+        result = []
+        for finding in findings:
+            reason = self._waivers.get(finding.check)
+            if reason and finding.severity is Severity.FAIL and not finding.waived:
+                self.emit(Notice(f"{finding.check} failed but is waived: {reason}"))
+                finding = Finding(**{**finding.__dict__, "waived": reason})
+            result.append(finding)
+        return result
+
+    def _not_automated(self, step: Step, ctx: StepContext) -> tuple[StepState, list[Finding]]:
+        finding = Finding(
+            check=f"{step.id}.manual",
+            gate=step.gates[0] if step.gates else "",
+            severity=Severity.SKIP,
+            message="this step is not automated yet: run its runbook commands by hand",
+            remediation="see RUNBOOK.md from `gpu-node-wizard export`",
+        )
+        return self._finish(ctx, StepState.DONE, [finding], "not automated")
+
+    def _finish(
+        self, ctx: StepContext, state: StepState, findings: list[Finding], message: str = ""
+    ) -> tuple[StepState, list[Finding]]:
+        measurements = None
+        if ctx.measurements:
+            measurements = {
+                m.name: {"value": m.value, "unit": m.unit, "labels": m.labels}
+                for m in ctx.measurements
+            }
+        self.checkpoint.set_step(
+            ctx.step.id,
+            ctx.target,
+            state,
+            message=message,
+            findings=findings,
+            measurements=measurements,
+            extra=ctx.data or None,
+        )
+        self.emit(StepFinished(ctx.step.id, ctx.target, state, message, tuple(findings)))
+        return state, findings
+
+
+def _state_for(findings: list[Finding]) -> StepState:
+    return StepState.FAILED if worst(findings) is Severity.FAIL else StepState.DONE
+
+
+def _diff(change: Change) -> ArtifactDiff:
+    artifact = change.artifact
+    return ArtifactDiff(
+        artifact.path,
+        artifact.destination,
+        unified_diff(change.live, artifact.content, artifact.destination),
+        change.changed,
+    )

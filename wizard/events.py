@@ -1,0 +1,120 @@
+"""The one small protocol between the engine and its front ends (TUI, headless, tests).
+
+The engine *emits* events (fire and forget) and *asks* for decisions (awaited). A front
+end implements ``FrontEnd``; the engine never imports anything from a front end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol
+
+from wizard.model import Finding, StepState
+
+
+@dataclass(frozen=True)
+class Event:
+    """Base of everything the engine reports."""
+
+
+@dataclass(frozen=True)
+class PhaseStarted(Event):
+    phase: str
+    title: str
+
+
+@dataclass(frozen=True)
+class StepStarted(Event):
+    step: str
+    target: str
+    title: str
+
+
+@dataclass(frozen=True)
+class StepFinished(Event):
+    step: str
+    target: str
+    state: StepState
+    message: str = ""
+    findings: tuple[Finding, ...] = ()
+
+
+@dataclass(frozen=True)
+class CommandStarted(Event):
+    target: str
+    command: str
+
+
+@dataclass(frozen=True)
+class OutputLine(Event):
+    target: str
+    line: str
+    stream: str = "stdout"
+
+
+@dataclass(frozen=True)
+class CommandFinished(Event):
+    target: str
+    command: str
+    exit_status: int | None
+    duration_s: float
+
+
+@dataclass(frozen=True)
+class Notice(Event):
+    """Something the operator should read that is not a finding (resume, waiver...)."""
+
+    message: str
+    target: str = ""
+
+
+class DecisionKind(StrEnum):
+    CONFIRM_APPLY = "confirm-apply"
+    MAINTENANCE_WINDOW = "maintenance-window"
+    MANUAL_DONE = "manual-done"
+    RETRY_FAILED = "retry-failed"
+
+
+class Answer(StrEnum):
+    PROCEED = "proceed"
+    SKIP = "skip"
+    ABORT = "abort"
+
+
+@dataclass(frozen=True)
+class ArtifactDiff:
+    """One artifact as it would change: unified diff of live vs desired."""
+
+    path: str
+    destination: str
+    diff: str
+    changed: bool
+
+
+@dataclass(frozen=True)
+class Decision:
+    kind: DecisionKind
+    step: str
+    title: str
+    target: str
+    summary: str
+    diffs: tuple[ArtifactDiff, ...] = ()
+    rollback: str | None = None
+    # For a maintenance window: the text the operator must type (the node name).
+    confirm_text: str | None = None
+
+
+@dataclass(frozen=True)
+class Reply:
+    answer: Answer
+    typed: str = ""
+    reason: str = field(default="", compare=False)
+
+
+class FrontEnd(Protocol):
+    def emit(self, event: Event) -> None:
+        """Show or record an event. Must not block."""
+
+    async def decide(self, decision: Decision) -> Reply:
+        """Ask the operator (or a policy) and return the answer."""

@@ -1,0 +1,75 @@
+"""Shared plumbing for the parsers: the error, input cleaning, the Fact base class.
+
+Every parser is a pure function ``str -> Fact``: no network, no file system. Input that is
+not the expected command's output at all raises ``ParseError`` with a one-line reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+_HEADER = re.compile(r"^# (source|note):")
+_BINARY = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")
+
+
+class ParseError(ValueError):
+    """The text is not the output this parser reads. The message is one line."""
+
+    def __init__(self, kind: str, reason: str) -> None:
+        self.kind = kind
+        self.reason = reason
+        super().__init__(f"{kind}: {reason}")
+
+
+@dataclasses.dataclass
+class Fact:
+    """Base of every parsed fact: a dataclass that serialises to the FACTS.md JSON."""
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def clean(text: str, kind: str) -> str:
+    """Normalise line ends, drop fixture header lines, refuse empty or binary input."""
+    if not isinstance(text, str):
+        raise ParseError(kind, "input is not text")
+    if _BINARY.search(text.replace("\t", "").replace("\x1b", "")):
+        raise ParseError(kind, "input contains binary data")
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    lines = text.split("\n")
+    while lines and _HEADER.match(lines[0]):
+        lines.pop(0)
+    text = "\n".join(lines)
+    if not text.strip():
+        raise ParseError(kind, "input is empty")
+    return text
+
+
+def to_int(value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        return int(value.strip())
+    except ValueError:
+        return None
+
+
+def to_float(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        return float(value.strip())
+    except ValueError:
+        return None
+
+
+def key_values(text: str, sep: str = ":") -> dict[str, str]:
+    """``key: value`` lines into a dict (first occurrence wins, both sides stripped)."""
+    result: dict[str, str] = {}
+    for line in text.splitlines():
+        key, found, value = line.partition(sep)
+        if found and key.strip() and key.strip() not in result:
+            result[key.strip()] = value.strip()
+    return result

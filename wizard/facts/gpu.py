@@ -1,0 +1,177 @@
+"""GPU facts: nvidia-smi -L, the nvidia-smi table, nvidia-smi topo -m (and distances)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from wizard.facts import parser
+from wizard.facts.base import Fact, ParseError, clean
+
+# -- nvidia-smi -L ----------
+
+_GPU_LINE = re.compile(r"^GPU\s+(?P<index>\d+):\s+(?P<name>.+?)\s+\(UUID:\s*(?P<uuid>[^)]+)\)\s*$")
+
+
+@dataclass
+class GpuId(Fact):
+    index: int
+    name: str
+    uuid: str
+
+
+@dataclass
+class NvidiaSmiList(Fact):
+    gpus: list[GpuId]
+
+
+@parser("nvidia-smi-l", "nvidia-smi -L")
+def parse_nvidia_smi_l(text: str) -> NvidiaSmiList:
+    text = clean(text, "nvidia-smi-l")
+    gpus = [
+        GpuId(int(m["index"]), m["name"], m["uuid"].strip())
+        for line in text.splitlines()
+        if (m := _GPU_LINE.match(line.strip()))
+    ]
+    if not gpus:
+        raise ParseError("nvidia-smi-l", "no 'GPU N: NAME (UUID: ...)' lines")
+    return NvidiaSmiList(gpus)
+
+
+# -- nvidia-smi (table) ----------
+
+_VERSIONS = re.compile(r"Driver Version:\s*(?P<driver>[\d.]+).*?CUDA Version:\s*(?P<cuda>[\d.]+)")
+_GPU_ROW = re.compile(
+    r"^\|\s+(?P<index>\d+)\s+(?P<name>.+?)\s+(?P<persistence>On|Off)\s+\|\s*(?P<bus>[0-9A-Fa-f:.]+)"
+)
+_MEMORY_ROW = re.compile(r"(?P<used>\d+)MiB\s*/\s*(?P<total>\d+)MiB\s*\|\s*(?P<util>\d+|N/A)%?\s")
+
+
+@dataclass
+class GpuStatus(Fact):
+    index: int
+    name: str
+    memory_used_mib: int | None
+    memory_total_mib: int | None
+    util_percent: int | None
+    bus_id: str | None = None
+
+
+@dataclass
+class NvidiaSmi(Fact):
+    driver_version: str | None
+    cuda_version: str | None
+    gpus: list[GpuStatus]
+
+
+@parser("nvidia-smi", "nvidia-smi")
+def parse_nvidia_smi(text: str) -> NvidiaSmi:
+    text = clean(text, "nvidia-smi")
+    versions = _VERSIONS.search(text)
+    gpus: list[GpuStatus] = []
+    current: GpuStatus | None = None
+    for line in text.splitlines():
+        row = _GPU_ROW.match(line)
+        if row:
+            current = GpuStatus(int(row["index"]), row["name"], None, None, None, row["bus"])
+            gpus.append(current)
+            continue
+        memory = _MEMORY_ROW.search(line)
+        if memory and current is not None and current.memory_total_mib is None:
+            current.memory_used_mib = int(memory["used"])
+            current.memory_total_mib = int(memory["total"])
+            current.util_percent = None if memory["util"] == "N/A" else int(memory["util"])
+    if versions is None and not gpus:
+        raise ParseError("nvidia-smi", "no 'Driver Version' header and no GPU rows")
+    return NvidiaSmi(
+        driver_version=versions["driver"] if versions else None,
+        cuda_version=versions["cuda"] if versions else None,
+        gpus=gpus,
+    )
+
+
+# -- nvidia-smi topo -m ----------
+
+# Closest first. NCCL uses GPUDirect RDMA by default only up to PXB (NCCL_NET_GDR_LEVEL).
+LINK_ORDER = ("X", "PIX", "PXB", "PHB", "NODE", "SYS")
+_LABEL = re.compile(r"^(GPU\d+|NIC\d+|mlx\d+_\d+|[a-z][a-z0-9_]*\d)$")
+
+
+def link_rank(link: str) -> int:
+    """0 for X (self), then PIX=1 ... SYS=5; NVLink counts as closest after self."""
+    if link.startswith("NV"):
+        return 1
+    try:
+        return LINK_ORDER.index(link)
+    except ValueError:
+        return len(LINK_ORDER)
+
+
+@dataclass
+class NvidiaSmiTopo(Fact):
+    devices: list[str]
+    matrix: dict[str, dict[str, str]]
+    nic_legend: dict[str, str] = field(default_factory=dict)
+    cpu_affinity: dict[str, str] = field(default_factory=dict)
+    numa_affinity: dict[str, str] = field(default_factory=dict)
+
+    def gpus(self) -> list[str]:
+        return [d for d in self.devices if d.startswith("GPU")]
+
+    def nic_label(self, rdma_device: str) -> str | None:
+        """The matrix label of an RDMA device (``NIC0`` for ``irdma0`` via the legend)."""
+        for label, name in self.nic_legend.items():
+            if name == rdma_device:
+                return label
+        return rdma_device if rdma_device in self.devices else None
+
+    def distance(self, gpu: str, rdma_device: str) -> str | None:
+        """The link between ``gpu`` and the NIC named ``rdma_device`` (e.g. ``PXB``)."""
+        label = self.nic_label(rdma_device)
+        if label is None:
+            return None
+        return self.matrix.get(gpu, {}).get(label)
+
+
+@parser("nvidia-smi-topo", "nvidia-smi topo -m")
+def parse_nvidia_smi_topo(text: str) -> NvidiaSmiTopo:
+    text = clean(text, "nvidia-smi-topo")
+    lines = text.splitlines()
+    header_index = None
+    devices: list[str] = []
+    for i, line in enumerate(lines):
+        words = line.split()
+        labels = []
+        for word in words:
+            if word == "CPU":
+                break
+            labels.append(word)
+        if labels and line[:1].isspace() and all(_LABEL.match(w) for w in labels):
+            header_index, devices = i, labels
+            break
+    if header_index is None:
+        raise ParseError("nvidia-smi-topo", "no header row of GPU/NIC labels")
+    matrix: dict[str, dict[str, str]] = {}
+    cpu: dict[str, str] = {}
+    numa: dict[str, str] = {}
+    for line in lines[header_index + 1 :]:
+        words = line.split()
+        if not words or words[0] not in devices:
+            if matrix and not line.strip():
+                break
+            continue
+        label, links = words[0], words[1 : 1 + len(devices)]
+        if len(links) < len(devices):
+            raise ParseError(
+                "nvidia-smi-topo", f"row {label} has {len(links)} of {len(devices)} links"
+            )
+        matrix[label] = dict(zip(devices, links, strict=True))
+        extra = words[1 + len(devices) :]
+        if extra and label.startswith("GPU"):
+            cpu[label] = extra[0]
+            if len(extra) > 1:
+                numa[label] = extra[1]
+    legend = dict(re.findall(r"^\s*(NIC\d+):\s*(\S+)\s*$", text, re.MULTILINE))
+    if not matrix:
+        raise ParseError("nvidia-smi-topo", "no matrix rows under the header")
+    return NvidiaSmiTopo(devices, matrix, legend, cpu, numa)

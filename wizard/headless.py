@@ -1,0 +1,83 @@
+"""The headless front end: events as plain lines, decisions from standing answers.
+
+Used by ``run --headless``, ``demo --headless`` and ``check``. Apply steps proceed only
+with ``--yes``; maintenance gates only with ``--maintenance-window-open`` (and ``--yes``).
+Without them the run stops at the first decision and says which flag it needed.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TextIO
+
+from wizard.engine import DecisionRequired
+from wizard.events import (
+    Answer,
+    CommandFinished,
+    CommandStarted,
+    Decision,
+    DecisionKind,
+    Event,
+    Notice,
+    OutputLine,
+    PhaseStarted,
+    Reply,
+    StepFinished,
+    StepStarted,
+)
+from wizard.model import Severity
+
+
+class HeadlessFrontEnd:
+    def __init__(
+        self,
+        *,
+        yes: bool = False,
+        window_open: bool = False,
+        verbose: bool = False,
+        out: TextIO | None = None,
+    ) -> None:
+        self.yes = yes
+        self.window_open = window_open
+        self.verbose = verbose
+        self.out = out or sys.stdout
+        self.events: list[Event] = []
+
+    def _print(self, text: str) -> None:
+        print(text, file=self.out, flush=True)
+
+    def emit(self, event: Event) -> None:
+        self.events.append(event)
+        match event:
+            case PhaseStarted(title=title):
+                self._print(f"== {title}")
+            case StepStarted(step=step, target=target, title=title) if self.verbose:
+                self._print(f"   {target}: {title} ({step}) ...")
+            case StepFinished(step=step, target=target, state=state, message=msg, findings=fs):
+                self._print(f"   {target}: {step}: {state.value}{f' - {msg}' if msg else ''}")
+                for f in fs:
+                    if f.severity in (Severity.WARN, Severity.FAIL) or self.verbose:
+                        tag = "waived" if f.waived else f.severity.value
+                        self._print(f"      [{tag}] {f.gate} {f.check}: {f.message}")
+                        if f.remediation and f.severity is not Severity.PASS:
+                            self._print(f"             fix: {f.remediation}")
+            case Notice(message=message, target=target):
+                self._print(f"   note{f' ({target})' if target else ''}: {message}")
+            case CommandStarted(target=target, command=command) if self.verbose:
+                self._print(f"   {target}$ {command}")
+            case OutputLine(target=target, line=line) if self.verbose:
+                self._print(f"   {target}| {line}")
+            case CommandFinished() | OutputLine() | CommandStarted() | StepStarted():
+                pass
+
+    async def decide(self, decision: Decision) -> Reply:
+        if decision.kind is DecisionKind.MANUAL_DONE:
+            # Headless: the operator has done the manual part already; verify it now.
+            return Reply(Answer.PROCEED)
+        if decision.kind is DecisionKind.MAINTENANCE_WINDOW:
+            if not self.window_open:
+                raise DecisionRequired(decision, "pass --maintenance-window-open")
+            return Reply(Answer.PROCEED, typed=decision.confirm_text or "")
+        if not self.yes:
+            raise DecisionRequired(decision, "review the diff, then pass --yes")
+        return Reply(Answer.PROCEED)

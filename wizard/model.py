@@ -1,0 +1,125 @@
+"""The engine's vocabulary: gates, findings, step kinds and states.
+
+Plain dataclasses and enums, serialisable to the checkpoint as JSON. Nothing here knows
+how a finding was produced or how it will be shown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+GATES: dict[str, str] = {
+    "T00": "OS / Kubernetes / containerd",
+    "T01": "GPU Operator 26.7",
+    "T02": "E810 ice / irdma",
+    "T03": "RDMA device plugin",
+    "T04": "RDMA functional",
+    "T05": "TCP baseline",
+    "T06": "RDMA bandwidth",
+    "T07": "QP scaling",
+    "T08": "PFC / ECN",
+    "T09": "Cilium coexistence",
+    "T10": "LACP",
+    "T11": "GPU-memory RDMA",
+    "T12": "DMA-BUF GPUDirect",
+    "T13": "AIStor TCP",
+    "T14": "AIStor RDMA / direct path",
+    "T15": "vLLM",
+    "T16": "soak",
+    "T17": "reboot / upgrade",
+}
+
+
+class Severity(StrEnum):
+    PASS = "pass"
+    WARN = "warn"
+    FAIL = "fail"
+    SKIP = "skip"
+
+    @property
+    def rank(self) -> int:
+        return {"skip": 0, "pass": 1, "warn": 2, "fail": 3}[self.value]
+
+
+class StepKind(StrEnum):
+    CHECK = "check"
+    APPLY = "apply"
+    MAINTENANCE = "maintenance"
+    MEASURE = "measure"
+    MANUAL = "manual"
+
+
+class StepState(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    WAITING = "waiting"  # e.g. for a rebooting node; resumable from another process
+    DONE = "done"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    BLOCKED = "blocked"
+
+    @property
+    def settled(self) -> bool:
+        """A state a resumed run does not repeat on its own."""
+        return self in (StepState.DONE, StepState.SKIPPED)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What a finding was drawn from: the command and the output lines it read."""
+
+    command: str
+    excerpt: str = ""
+
+
+@dataclass(frozen=True)
+class Finding:
+    """The result of one check on one target."""
+
+    check: str  # stable name, e.g. "T00.containerd-version": waivers refer to it
+    gate: str
+    severity: Severity
+    message: str
+    remediation: str = ""
+    evidence: tuple[Evidence, ...] = ()
+    waived: str | None = None  # the waiver's reason, when an operator waived a failure
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["severity"] = self.severity.value
+        data["evidence"] = [asdict(e) for e in self.evidence]
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Finding:
+        return cls(
+            check=data["check"],
+            gate=data["gate"],
+            severity=Severity(data["severity"]),
+            message=data["message"],
+            remediation=data.get("remediation", ""),
+            evidence=tuple(Evidence(**e) for e in data.get("evidence", [])),
+            waived=data.get("waived"),
+        )
+
+
+def worst(findings: list[Finding]) -> Severity:
+    """The most severe unwaived finding (a waived failure counts as a warning)."""
+    result = Severity.SKIP if findings else Severity.PASS
+    for finding in findings:
+        severity = Severity.WARN if finding.waived else finding.severity
+        if severity.rank > result.rank:
+            result = severity
+    return result
+
+
+@dataclass
+class Measurement:
+    """A number a measure step recorded, with the unit and what it was measured as."""
+
+    name: str
+    value: float
+    unit: str
+    labels: dict[str, str] = field(default_factory=dict)

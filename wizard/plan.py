@@ -1,0 +1,248 @@
+"""Steps and phases: what the engine runs, and what the runbook and export describe.
+
+A step is declared once and serves three front ends: the engine runs it (``verify``,
+``changes`` + ``apply``, ``measure``), the export writes its ``artifacts``, and the
+runbook prints its ``commands`` and ``explain`` text. Steps live in ``steps/``, one module
+per phase; they never import Textual.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from wizard.artifacts import Artifact
+from wizard.events import CommandFinished, CommandStarted, OutputLine
+from wizard.model import Finding, Measurement, StepKind
+from wizard.site import Node, Site
+from wizard.transports.base import CommandResult, HostTransport, render_command
+
+if TYPE_CHECKING:
+    from wizard.engine import Engine
+
+CLUSTER = "cluster"  # the target name of cluster-scope steps
+
+
+class Scope(StrEnum):
+    NODE = "node"  # once per GPU node, concurrently across nodes
+    CLUSTER = "cluster"  # once for the site
+
+
+class NotAutomated(Exception):
+    """The step has no automated check yet: the operator follows the runbook by hand."""
+
+
+@dataclass(frozen=True)
+class Change:
+    """One artifact the step wants in place, with what is there now (None: absent)."""
+
+    artifact: Artifact
+    live: str | None
+
+    @property
+    def changed(self) -> bool:
+        return self.live != self.artifact.content
+
+
+class Step:
+    """Base of every step. Subclasses set the class attributes and override what they do.
+
+    - check: ``verify`` returns findings.
+    - apply / maintenance: ``changes`` (desired vs live), then ``apply``, then ``verify``.
+    - measure: ``measure`` runs benchmarks, records numbers, returns findings.
+    - manual: ``instructions`` for the operator, then ``verify``.
+    """
+
+    id: ClassVar[str]
+    title: ClassVar[str]
+    kind: ClassVar[StepKind]
+    gates: ClassVar[tuple[str, ...]] = ()
+    scope: ClassVar[Scope] = Scope.NODE
+    requires: ClassVar[tuple[str, ...]] = ()  # step ids that must be done first
+    # Site sections this step depends on: top-level keys ("qos") or node fields
+    # ("node.bond"); a change there resets the step on resume.
+    reads: ClassVar[tuple[str, ...]] = ()
+    explain: ClassVar[str] = ""
+
+    # -- descriptions (runbook, export): pure, no I/O ----------------------------------
+
+    def commands(self, site: Site, node: Node | None) -> list[str]:
+        """The exact commands this step runs (or asks the operator to run) on ``node``."""
+        return []
+
+    def artifacts(self, site: Site, node: Node | None) -> list[Artifact]:
+        """The files this step renders for ``node`` (or for the cluster)."""
+        return []
+
+    def instructions(self, site: Site, node: Node | None) -> str:
+        """For manual steps: what the operator does outside the wizard."""
+        return ""
+
+    def rollback(self, site: Site, node: Node | None) -> str | None:
+        """For maintenance steps: how to undo the change."""
+        return None
+
+    # -- actions (engine) ---------------------------------------------------------------
+
+    async def verify(self, ctx: StepContext) -> list[Finding]:
+        raise NotAutomated
+
+    async def changes(self, ctx: StepContext) -> list[Change]:
+        return []
+
+    async def apply(self, ctx: StepContext, changes: list[Change]) -> None:
+        raise NotAutomated
+
+    async def measure(self, ctx: StepContext) -> list[Finding]:
+        raise NotAutomated
+
+
+@dataclass(frozen=True)
+class Phase:
+    id: str
+    number: int
+    title: str
+    summary: str
+    steps: tuple[Step, ...]
+
+
+@dataclass(frozen=True)
+class Plan:
+    phases: tuple[Phase, ...]
+
+    def steps(self) -> list[Step]:
+        return [step for phase in self.phases for step in phase.steps]
+
+    def step(self, step_id: str) -> Step:
+        for step in self.steps():
+            if step.id == step_id:
+                return step
+        raise KeyError(step_id)
+
+    def phase(self, phase_id: str) -> Phase:
+        for phase in self.phases:
+            if phase.id == phase_id or str(phase.number) == phase_id:
+                return phase
+        raise KeyError(phase_id)
+
+    def phase_of(self, step_id: str) -> Phase:
+        for phase in self.phases:
+            if any(step.id == step_id for step in phase.steps):
+                return phase
+        raise KeyError(step_id)
+
+    def targets(self, step: Step, site: Site) -> list[str]:
+        return [CLUSTER] if step.scope == Scope.CLUSTER else [n.name for n in site.nodes]
+
+    def invalidated(self, changed: Sequence[str], site: Site) -> list[tuple[str, str]]:
+        """(step, target) pairs that a change of the given site sections invalidates."""
+        changed_set = set(changed)
+        result = []
+        for step in self.steps():
+            for target in self.targets(step, site):
+                keys = set()
+                for read in step.reads:
+                    if read.startswith("node.") and target != CLUSTER:
+                        keys.add(f"nodes.{target}.{read.removeprefix('node.')}")
+                    elif read == "node" and target != CLUSTER:
+                        keys.update(k for k in changed_set if k.startswith(f"nodes.{target}."))
+                    else:
+                        keys.add(read)
+                if keys & changed_set:
+                    result.append((step.id, target))
+        return result
+
+
+@dataclass
+class Services:
+    """What steps may reach: host transports by node/peer name, the cluster, Helm."""
+
+    hosts: dict[str, HostTransport] = field(default_factory=dict)
+    kube: Any = None
+    helm: Any = None
+
+
+@dataclass
+class StepContext:
+    """Everything a step needs while it runs on one target."""
+
+    site: Site
+    step: Step
+    target: str
+    node: Node | None
+    services: Services
+    engine: Engine
+    measurements: list[Measurement] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)  # stored with the step record
+
+    @property
+    def host(self) -> HostTransport:
+        return self.host_for(self.target)
+
+    def host_for(self, name: str) -> HostTransport:
+        try:
+            return self.services.hosts[name]
+        except KeyError:
+            raise KeyError(f"no transport for host {name!r}") from None
+
+    async def run(
+        self,
+        command: str | Sequence[str],
+        *,
+        on: str | None = None,
+        sudo: bool | None = None,
+        timeout: float | None = None,
+        check: bool = False,
+    ) -> CommandResult:
+        """Run a command on this target (or host ``on``): journaled, streamed as events."""
+        name = on or self.target
+        host = self.host_for(name)
+        text = render_command(command)
+        if sudo is None:
+            sudo = self._sudo_default(name)
+        emit = self.engine.emit
+        emit(CommandStarted(name, text))
+        started = time.monotonic()
+        try:
+            result = await host.run(
+                command,
+                sudo=sudo,
+                timeout=timeout,
+                check=check,
+                on_line=lambda stream, line: emit(OutputLine(name, line, stream)),
+            )
+        except Exception as exc:
+            self.engine.journal(
+                {"target": name, "step": self.step.id, "command": text, "error": str(exc)}
+            )
+            raise
+        emit(CommandFinished(name, text, result.exit_status, time.monotonic() - started))
+        self.engine.journal(
+            {
+                "target": name,
+                "step": self.step.id,
+                "command": result.command,
+                "exit": result.exit_status,
+                "stdout": result.stdout,
+                "stderr": result.stderr,
+                "duration_s": round(result.duration_s, 3),
+                "dry_run": result.dry_run,
+            }
+        )
+        return result
+
+    def record(self, name: str, value: float, unit: str, **labels: str) -> None:
+        """Record a measurement for this step and target."""
+        self.measurements.append(Measurement(name, value, unit, dict(labels)))
+
+    def _sudo_default(self, name: str) -> bool:
+        for node in self.site.nodes:
+            if node.name == name:
+                return node.ssh.use_sudo
+        for peer in self.site.aistor.peers:
+            if peer.name == name:
+                return peer.ssh.use_sudo
+        return False

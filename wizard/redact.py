@@ -1,0 +1,81 @@
+"""One redaction utility for everything the wizard writes: journal, checkpoint, export.
+
+Secrets reach the wizard two ways: as values it knows (a registry password read from the
+environment variable the site names) and as text inside command output (a kubeconfig
+token, a ``--password`` argument, a private key block). Both are replaced by
+``REDACTED`` before anything is written to disk or shown in a log.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+REDACTED = "***REDACTED***"
+
+# Values shorter than this are not treated as secrets: redacting "1" or "ok" everywhere
+# would destroy the evidence the checks rely on.
+MIN_SECRET_LENGTH = 4
+
+_PRIVATE_KEY_BLOCK = re.compile(
+    r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?-----END [A-Z0-9 ]*PRIVATE KEY-----",
+    re.DOTALL,
+)
+# key: value / key=value where the key names a secret (kubeconfig, env dumps, helm output).
+_SECRET_ASSIGNMENT = re.compile(
+    r"(?P<key>\b[\w.-]*(?:password|passwd|secret|token|api[_-]?key|client-key-data"
+    r"|private[_-]?key)[\w.-]*\b[\"']?\s*[:=]\s*)(?P<value>[\"']?[^\s\"',}]+[\"']?)",
+    re.IGNORECASE,
+)
+# Command-line flags that carry credentials (helm, skopeo, docker login, curl).
+_SECRET_FLAG = re.compile(
+    r"(?P<key>--(?:password|passwd|token|creds|src-creds|dest-creds|client-secret)(?:=|\s+))"
+    r"(?P<value>\S+)",
+    re.IGNORECASE,
+)
+_BEARER = re.compile(r"(?P<key>\bBearer\s+)(?P<value>[A-Za-z0-9._~+/=-]+)", re.IGNORECASE)
+_URL_CREDENTIALS = re.compile(r"(?P<key>[a-z][a-z0-9+.-]*://[^/\s:@]+:)(?P<value>[^@\s/]+)(?=@)")
+
+
+class Redactor:
+    """Replaces known secret values and secret-looking patterns in text and data."""
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        self._secrets: set[str] = set()
+        for value in secrets:
+            self.add(value)
+
+    def add(self, value: str | None) -> None:
+        """Remember a secret value so that it never appears in anything written."""
+        if value and len(value) >= MIN_SECRET_LENGTH:
+            self._secrets.add(value)
+
+    def text(self, text: str) -> str:
+        """Return ``text`` with every known secret and secret-looking value replaced."""
+        if not text:
+            return text
+        # Longest first, so that a secret containing another is replaced whole.
+        for secret in sorted(self._secrets, key=len, reverse=True):
+            text = text.replace(secret, REDACTED)
+        text = _PRIVATE_KEY_BLOCK.sub(REDACTED, text)
+        for pattern in (_SECRET_FLAG, _SECRET_ASSIGNMENT, _BEARER, _URL_CREDENTIALS):
+            text = pattern.sub(_keep_key, text)
+        return text
+
+    def data(self, value: Any) -> Any:
+        """Redact every string inside nested dicts, lists and tuples (keys included)."""
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, dict):
+            return {self.data(k): self.data(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [self.data(v) for v in value]
+        return value
+
+
+def _keep_key(match: re.Match[str]) -> str:
+    value = match.group("value")
+    if value == REDACTED or value.strip("\"'") in ("", REDACTED):
+        return match.group(0)
+    return f"{match.group('key')}{REDACTED}"

@@ -1,0 +1,478 @@
+"""The site file (``site.yaml``): what the operator tells the wizard about the site.
+
+Validated on load with pydantic. Unknown keys are errors (a typo such as ``pfc_prioritys``
+must not silently fall back to a default on a production bond), and every error names the
+field path, the bad value and what is allowed. Secrets never live here: SSH keys are
+referenced by path, registry credentials by the name of an environment variable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from wizard import names
+from wizard.errors import SiteError
+
+SUPPORTED_OS = ("rhel-10.2", "ubuntu-24.04")
+NIC_PROFILES = ("intel-e810", "connectx")
+KERNEL_MODULE_TYPES = ("auto", "open", "proprietary")
+# k8s-rdma-shared-dev-plugin before 1.5.2 required 'issm' devices and so rejected Intel NICs.
+MIN_RDMA_PLUGIN_VERSION = (1, 5, 2)
+
+
+def _check(predicate: Any, what: str) -> Any:
+    def validate(value: Any) -> Any:
+        if not predicate(value):
+            raise ValueError(f"{value!r} is not a valid {what}")
+        return value
+
+    return AfterValidator(validate)
+
+
+InterfaceName = Annotated[str, _check(names.is_interface_name, "interface name")]
+HostName = Annotated[str, _check(names.is_hostname, "host name or IP address")]
+IpAddress = Annotated[str, _check(names.is_ip_address, "IP address")]
+K8sName = Annotated[str, _check(names.is_dns1123_subdomain, "Kubernetes name (DNS-1123)")]
+EnvVarName = Annotated[str, _check(names.is_env_var_name, "environment variable name")]
+UnixUser = Annotated[str, _check(names.is_unix_user, "user name")]
+Version3 = Annotated[str, Field(pattern=r"^v?\d+\.\d+\.\d+$")]
+MinorVersion = Annotated[str, Field(pattern=r"^\d+\.\d+$")]
+
+
+class Strict(BaseModel):
+    """Base of every site section: unknown keys are refused, values are not coerced."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SshSettings(Strict):
+    """How to reach a host. Every field may be set once under the top-level ``ssh``."""
+
+    user: UnixUser = "root"
+    port: int = Field(22, ge=1, le=65535)
+    key: str | None = Field(None, description="path to the private key; the agent if unset")
+    known_hosts: str = "~/.ssh/known_hosts"
+    trust_on_first_use: bool = Field(
+        False, description="accept and record an unknown host key (a changed key is refused)"
+    )
+    proxy_jump: str | None = Field(None, pattern=r"^([a-z_][a-z0-9_.-]*@)?[A-Za-z0-9.:\[\]-]+$")
+    sudo: bool | None = Field(
+        None, description="run as root through 'sudo -n'; default: user!=root"
+    )
+    connect_timeout: float = Field(15.0, gt=0, le=600)
+    command_timeout: float = Field(600.0, gt=0, le=86400)
+
+    @property
+    def use_sudo(self) -> bool:
+        return self.user != "root" if self.sudo is None else self.sudo
+
+
+class Bond(Strict):
+    """The cluster-internal bond. Both ports must be the two ports of the same E810."""
+
+    name: InterfaceName = "bond1"
+    ports: Annotated[list[InterfaceName], Field(min_length=2, max_length=2)]
+    mode: Literal["802.3ad"] = "802.3ad"
+    xmit_hash_policy: Literal["layer3+4", "layer2+3", "layer2"] = "layer3+4"
+
+    @field_validator("ports")
+    @classmethod
+    def _distinct_ports(cls, ports: list[str]) -> list[str]:
+        if len(set(ports)) != len(ports):
+            raise ValueError(f"{ports!r}: the two bond ports must be different interfaces")
+        return ports
+
+
+class Node(Strict):
+    """A GPU node to add to the cluster."""
+
+    name: K8sName = Field(description="the Kubernetes node name")
+    host: HostName = Field(description="address the wizard reaches over SSH")
+    oob_host: HostName | None = Field(
+        None, description="out-of-band address, used when the SSH path runs over the bond"
+    )
+    ssh: SshSettings = SshSettings()
+    os: Literal["rhel-10.2", "ubuntu-24.04"] = "rhel-10.2"
+    gpu_count: int = Field(8, ge=1, le=16)
+    gpu_model: str = Field("B300", pattern=r"^[A-Za-z0-9 .-]{1,40}$")
+    bond: Bond
+    rdma_ip: IpAddress = Field(description="this node's address on the bond (RoCEv2 GID)")
+
+
+class AIStorPeer(Strict):
+    """A node of the AIStor cluster: the far end of host-to-host RDMA tests."""
+
+    name: Annotated[str, _check(names.is_hostname, "peer name")]
+    host: HostName
+    ssh: SshSettings = SshSettings()
+    rdma_ip: IpAddress
+    rdma_device: Annotated[str, _check(names.is_rdma_device_name, "RDMA device name")] | None = None
+
+
+class AIStor(Strict):
+    peers: list[AIStorPeer] = Field(default_factory=list)
+
+
+class Cluster(Strict):
+    kubeconfig: str = "~/.kube/config"
+    context: str | None = Field(None, pattern=r"^[^\s]{1,253}$")
+    kubernetes_version: MinorVersion = "1.33"
+    existing_workers: list[K8sName] = Field(
+        default_factory=list,
+        description="CPU workers to compare kernel/OS with; empty: every other Ready worker",
+    )
+
+
+class Versions(Strict):
+    gpu_operator: Version3 = "v26.7.0"
+    driver: Annotated[str, Field(pattern=r"^\d+\.\d+(\.\d+)?$")] = "595.91.07"
+    kernel_module_type: Literal["auto", "open", "proprietary"] = Field(
+        "open", description="open is needed for DMA-BUF GPUDirect"
+    )
+    nvidia_driver_crd: bool = Field(False, description="manage the driver with NVIDIADriver CRs")
+    cdi: bool = True
+
+
+class Registry(Strict):
+    """The internal mirror every image is pulled from (air-gapped sites)."""
+
+    mirror: str | None = Field(None, pattern=r"^[A-Za-z0-9.-]+(:\d+)?(/[A-Za-z0-9._/-]+)?$")
+    pull_secret: K8sName | None = Field(None, description="Kubernetes Secret for imagePullSecrets")
+    username_env: EnvVarName | None = None
+    password_env: EnvVarName | None = None
+
+
+class Nic(Strict):
+    profile: Literal["intel-e810", "connectx"] = "intel-e810"
+    min_firmware: Annotated[str, Field(pattern=r"^\d+\.\d+$")] | None = Field(
+        None, description="lowest acceptable NVM version (e.g. 4.40): below it warns"
+    )
+
+
+class DevicePlugin(Strict):
+    resource_name: Annotated[str, Field(pattern=r"^[a-z0-9.-]+/[A-Za-z0-9_.-]+$")] = "rdma/e810"
+    rdma_hca_max: int = Field(64, ge=1, le=10000)
+    image: str = "ghcr.io/mellanox/k8s-rdma-shared-dev-plugin"
+    version: Version3 = "v1.5.3"
+    namespace: K8sName = "kube-system"
+
+    @field_validator("version")
+    @classmethod
+    def _recent_enough(cls, version: str) -> str:
+        parts = tuple(int(p) for p in version.lstrip("v").split("."))
+        if parts < MIN_RDMA_PLUGIN_VERSION:
+            raise ValueError(
+                f"{version!r} is too old: versions before 1.5.2 require 'issm' devices and "
+                "reject Intel NICs; use v1.5.2 or later"
+            )
+        return version
+
+
+class QoS(Strict):
+    """RoCEv2 traffic: DSCP 24 (ToS 96) -> priority 3 -> TC3 with PFC on priority 3 only."""
+
+    dscp: int = Field(24, ge=0, le=63)
+    tos: int | None = Field(None, ge=0, le=255, description="default: dscp x 4")
+    priority: int = Field(3, ge=0, le=7)
+    traffic_class: int = Field(3, ge=0, le=7)
+    pfc_priorities: list[Annotated[int, Field(ge=0, le=7)]] = Field(default_factory=lambda: [3])
+    ecn: bool = Field(False, description="ECN is turned on in its own phase, after PFC works")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> QoS:
+        if self.tos is not None and self.tos != self.dscp * 4:
+            raise ValueError(
+                f"tos {self.tos} does not match dscp {self.dscp}: ToS = DSCP x 4 = {self.dscp * 4}"
+            )
+        if self.priority not in self.pfc_priorities:
+            raise ValueError(
+                f"pfc_priorities {self.pfc_priorities} must include the RoCE priority "
+                f"{self.priority}, or RoCE traffic is not lossless"
+            )
+        if len(set(self.pfc_priorities)) != len(self.pfc_priorities):
+            raise ValueError(f"pfc_priorities {self.pfc_priorities} lists a priority twice")
+        return self
+
+    @property
+    def roce_tos(self) -> int:
+        return self.dscp * 4 if self.tos is None else self.tos
+
+
+class Taint(Strict):
+    enabled: bool = False
+    key: Annotated[str, _check(names.is_label_key, "taint key")] = "accelerator"
+    value: Annotated[str, _check(names.is_label_value, "taint value")] = "nvidia-b300"
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
+
+
+def _check_labels(labels: dict[str, str]) -> dict[str, str]:
+    for key, value in labels.items():
+        if not names.is_label_key(key):
+            raise ValueError(f"{key!r} is not a valid label key")
+        if not names.is_label_value(value):
+            raise ValueError(f"label {key}: {value!r} is not a valid label value")
+    return labels
+
+
+class Site(Strict):
+    """The whole site file."""
+
+    name: Annotated[str, Field(pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")]
+    ssh: SshSettings = Field(SshSettings(), description="defaults for every node and peer")
+    cluster: Cluster = Cluster()
+    nodes: Annotated[list[Node], Field(min_length=1)]
+    aistor: AIStor = AIStor()
+    versions: Versions = Versions()
+    registry: Registry = Registry()
+    nic: Nic = Nic()
+    device_plugin: DevicePlugin = DevicePlugin()
+    qos: QoS = QoS()
+    labels: Annotated[dict[str, str], AfterValidator(_check_labels)] = Field(
+        default_factory=lambda: {"accelerator": "nvidia-b300"}
+    )
+    taint: Taint = Taint()
+    max_parallel_nodes: int = Field(16, ge=1, le=256, description="nodes probed at once")
+
+    _source: Path | None = PrivateAttr(default=None)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_ssh_defaults(cls, data: Any) -> Any:
+        """Fill each node's and peer's ``ssh`` from the top-level ``ssh`` defaults."""
+        if not isinstance(data, dict):
+            return data
+        # A section left empty (`registry:` with every line commented) means "defaults".
+        data = {k: v for k, v in data.items() if not (v is None and k in _SECTIONS)}
+        if not isinstance(data.get("ssh", {}), dict):
+            return data
+        defaults = data.get("ssh") or {}
+        data["nodes"] = _merge_ssh(data.get("nodes"), defaults)
+        aistor = data.get("aistor")
+        if isinstance(aistor, dict) and isinstance(aistor.get("peers"), list):
+            data["aistor"] = {**aistor, "peers": _merge_ssh(aistor["peers"], defaults)}
+        return data
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> Site:
+        for what, values in (
+            ("nodes[].name", [n.name for n in self.nodes]),
+            ("nodes[].host", [n.host for n in self.nodes]),
+            ("nodes[].rdma_ip", [n.rdma_ip for n in self.nodes]),
+            ("aistor.peers[].name", [p.name for p in self.aistor.peers]),
+        ):
+            duplicates = sorted({v for v in values if values.count(v) > 1})
+            if duplicates:
+                raise ValueError(f"{what} must be unique; repeated: {', '.join(duplicates)}")
+        if self.nic.profile == "intel-e810":
+            if len(self.qos.pfc_priorities) > 1:
+                raise ValueError(
+                    f"qos.pfc_priorities {self.qos.pfc_priorities}: an E810 port supports one "
+                    "lossless (PFC) traffic class"
+                )
+            if self.qos.traffic_class != self.qos.priority:
+                raise ValueError(
+                    f"qos.traffic_class {self.qos.traffic_class} must equal qos.priority "
+                    f"{self.qos.priority}: in the E810's DSCP mode priority maps 1:1 to TC"
+                )
+        if (self.registry.username_env is None) != (self.registry.password_env is None):
+            raise ValueError("registry.username_env and registry.password_env go together")
+        return self
+
+    # -- derived values ---------------------------------------------------------------
+
+    @property
+    def source(self) -> Path | None:
+        """The file this site was loaded from, if any."""
+        return self._source
+
+    def resolve_path(self, value: str) -> Path:
+        """A path from the site file: ``~`` expanded, relative to the site file's folder."""
+        path = Path(os.path.expanduser(value))
+        if not path.is_absolute() and self._source is not None:
+            path = self._source.parent / path
+        return path
+
+    def node(self, name: str) -> Node:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise KeyError(name)
+
+    def secret_values(self) -> list[str]:
+        """Secret values the site refers to (read from the environment), for redaction."""
+        values = []
+        for var in (self.registry.username_env, self.registry.password_env):
+            if var and os.environ.get(var):
+                values.append(os.environ[var])
+        return values
+
+    def canonical(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def fingerprint(self) -> str:
+        return _digest(self.canonical())
+
+    def sections(self) -> dict[str, str]:
+        """A digest per section, so that a changed site invalidates only what it must.
+
+        Top-level keys are sections (``qos``, ``versions``...); each node contributes one
+        section per field (``nodes.gpu-1.bond``), each peer one (``aistor.peer-1``).
+        """
+        data = self.canonical()
+        result: dict[str, str] = {}
+        for key, value in data.items():
+            if key == "nodes":
+                for node in value:
+                    for field, field_value in node.items():
+                        result[f"nodes.{node['name']}.{field}"] = _digest(field_value)
+            elif key == "aistor":
+                for peer in value["peers"]:
+                    result[f"aistor.{peer['name']}"] = _digest(peer)
+                result["aistor"] = _digest(sorted(p["name"] for p in value["peers"]))
+            else:
+                result[key] = _digest(value)
+        return result
+
+
+_SECTIONS = (
+    "ssh",
+    "cluster",
+    "aistor",
+    "versions",
+    "registry",
+    "nic",
+    "device_plugin",
+    "qos",
+    "taint",
+)
+
+
+def _merge_ssh(entries: Any, defaults: dict[str, Any]) -> Any:
+    if not isinstance(entries, list):
+        return entries
+    merged = []
+    for entry in entries:
+        if isinstance(entry, dict) and isinstance(entry.get("ssh", {}), dict):
+            entry = {**entry, "ssh": {**defaults, **(entry.get("ssh") or {})}}
+        merged.append(entry)
+    return merged
+
+
+def _digest(value: Any) -> str:
+    blob = json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(blob).hexdigest()
+
+
+# -- loading
+
+_SECRET_KEY_HINT = re.compile(r"pass|secret|token|credential|private", re.IGNORECASE)
+
+
+def load_site(path: str | Path) -> Site:
+    """Read and validate a site file; raise ``SiteError`` naming every bad field."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SiteError(str(path), ["the file does not exist"]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SiteError(str(path), [f"cannot be read: {exc}"]) from None
+    site = parse_site(text, str(path))
+    site._source = path.resolve()
+    return site
+
+
+def parse_site(text: str, label: str = "site.yaml") -> Site:
+    """Validate site-file text; ``label`` names it in error messages."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise SiteError(label, [f"not valid YAML{where}: {problem}"]) from None
+    if data is None:
+        raise SiteError(label, ["the file is empty; `gpu-node-wizard init` writes an example"])
+    if not isinstance(data, dict):
+        raise SiteError(label, [f"the top level must be a mapping, not {type(data).__name__}"])
+    try:
+        return Site.model_validate(data)
+    except ValidationError as exc:
+        raise SiteError(label, [_describe(err) for err in exc.errors()]) from None
+
+
+def _describe(error: Any) -> str:
+    loc = error.get("loc", ())
+    where = _path(loc) or "(top level)"
+    value = error.get("input")
+    kind = error.get("type", "")
+    if kind == "extra_forbidden":
+        key = loc[-1] if loc else "?"
+        allowed = ", ".join(_allowed_keys(loc[:-1])) or "none"
+        hint = ""
+        if _SECRET_KEY_HINT.search(str(key)):
+            hint = (
+                "; secrets never live in the site file: name an environment variable "
+                "(registry.password_env) or a key path (ssh.key)"
+            )
+        return f"{where}: unknown key {key!r} (allowed here: {allowed}){hint}"
+    if kind == "missing":
+        return f"{where}: required, but missing"
+    message = error.get("msg", "invalid").removeprefix("Value error, ")
+    if kind.startswith(("literal_error", "string_pattern", "greater", "less", "too_")):
+        return f"{where}: {value!r} is not allowed: {message}"
+    if kind in ("value_error", "assertion_error"):
+        return f"{where}: {message}"
+    return f"{where}: {value!r}: {message}"
+
+
+def _path(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif isinstance(part, str) and not part.startswith(("function-", "list[", "str")):
+            out += f".{part}" if out else part
+    return out
+
+
+def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
+    """The keys the model accepts at ``loc`` (for the unknown-key message)."""
+    model: Any = Site
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        model = _model_in(field.annotation)
+        if model is None:
+            return []
+    return sorted(getattr(model, "model_fields", {}))
+
+
+def _model_in(annotation: Any) -> Any:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None

@@ -1,0 +1,137 @@
+"""What a checkpoint holds, for `status` and the TUI's start screen (no lock needed)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from wizard.checkpoint import changed_sections, read_state, site_state_dir
+from wizard.model import Finding, StepState, worst
+from wizard.plan import Plan
+from wizard.site import Site
+
+
+@dataclass
+class StepStatus:
+    step: str
+    title: str
+    phase: str
+    target: str
+    state: StepState
+    message: str = ""
+    severity: str = ""
+    finished: str | None = None
+    findings: list[Finding] = field(default_factory=list)
+
+
+@dataclass
+class Status:
+    directory: Path
+    exists: bool
+    created: str | None = None
+    updated: str | None = None
+    steps: list[StepStatus] = field(default_factory=list)
+    changed_sections: list[str] = field(default_factory=list)
+    would_reset: list[tuple[str, str]] = field(default_factory=list)
+    waivers: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def interrupted(self) -> list[StepStatus]:
+        return [s for s in self.steps if s.state in (StepState.RUNNING, StepState.WAITING)]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "checkpoint": str(self.directory),
+            "exists": self.exists,
+            "created": self.created,
+            "updated": self.updated,
+            "site_changed": self.changed_sections,
+            "would_reset": [{"step": s, "target": t} for s, t in self.would_reset],
+            "waivers": self.waivers,
+            "steps": [
+                {
+                    "step": s.step,
+                    "phase": s.phase,
+                    "target": s.target,
+                    "state": s.state.value,
+                    "severity": s.severity,
+                    "message": s.message,
+                    "finished": s.finished,
+                    "findings": [f.to_json() for f in s.findings],
+                }
+                for s in self.steps
+            ],
+        }
+
+
+def load_status(state_dir: Path, site: Site, plan: Plan) -> Status:
+    directory = site_state_dir(state_dir, site)
+    state = read_state(directory)
+    if state is None:
+        return Status(directory, exists=False)
+    changed = changed_sections(state, site)
+    recorded = state.get("steps", {})
+    status = Status(
+        directory,
+        exists=True,
+        created=state.get("created"),
+        updated=state.get("updated"),
+        changed_sections=changed,
+        would_reset=[
+            (s, t) for s, t in plan.invalidated(changed, site) if t in recorded.get(s, {})
+        ],
+        waivers=state.get("waivers", []),
+    )
+    for phase in plan.phases:
+        for step in phase.steps:
+            for target in plan.targets(step, site):
+                record = recorded.get(step.id, {}).get(target, {})
+                findings = [Finding.from_json(f) for f in record.get("findings", [])]
+                status.steps.append(
+                    StepStatus(
+                        step=step.id,
+                        title=step.title,
+                        phase=f"{phase.number}. {phase.title}",
+                        target=target,
+                        state=StepState(record.get("state", StepState.PENDING)),
+                        message=record.get("message", ""),
+                        severity=worst(findings).value if findings else "",
+                        finished=record.get("finished"),
+                        findings=findings,
+                    )
+                )
+    return status
+
+
+def format_status(status: Status) -> str:
+    if not status.exists:
+        return f"no checkpoint yet for this site (would be {status.directory})"
+    lines = [
+        f"checkpoint: {status.directory}",
+        f"created {status.created}, updated {status.updated}",
+    ]
+    if status.changed_sections:
+        lines.append(
+            "site file changed since the checkpoint: " + ", ".join(status.changed_sections)
+        )
+        if status.would_reset:
+            lines.append(
+                "  the next run resets: " + ", ".join(f"{s} on {t}" for s, t in status.would_reset)
+            )
+    if status.interrupted:
+        lines.append(
+            "interrupted (re-verified first on resume): "
+            + ", ".join(f"{s.step} on {s.target}" for s in status.interrupted)
+        )
+    for waiver in status.waivers:
+        lines.append(f"waived: {waiver['check']} ({waiver['reason']}; {waiver.get('by', '?')})")
+    phase = None
+    for s in status.steps:
+        if s.phase != phase:
+            phase = s.phase
+            lines.append(f"{phase}")
+        detail = f" [{s.severity}]" if s.severity else ""
+        message = f" - {s.message}" if s.message else ""
+        lines.append(f"  {s.state.value:<8} {s.step} on {s.target}{detail}{message}")
+    return "\n".join(lines)

@@ -1,0 +1,99 @@
+"""The host transport protocol, command results and the transport errors.
+
+Errors are typed and worded for an operator: which host, which address, what happened.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from wizard.errors import WizardError
+
+LineCallback = Callable[[str, str], None]  # (stream, line)
+
+
+def render_command(command: str | Sequence[str]) -> str:
+    """An argv list becomes a shell-quoted string; a string is used as written.
+
+    Steps build commands as argv lists wherever they can, so every value is quoted. A
+    string is for pipelines the step composed itself from already-quoted parts.
+    """
+    if isinstance(command, str):
+        return command
+    return shlex.join(str(part) for part in command)
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    target: str
+    command: str
+    exit_status: int | None
+    stdout: str
+    stderr: str
+    duration_s: float = 0.0
+    dry_run: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_status == 0
+
+    def excerpt(self, limit: int = 2000) -> str:
+        text = self.stdout if self.stdout.strip() else self.stderr
+        return text if len(text) <= limit else text[:limit] + "\n[... truncated]"
+
+
+class TransportError(WizardError):
+    """A host or the cluster could not be used; the message says which and why."""
+
+    def __init__(self, target: str, message: str) -> None:
+        self.target = target
+        super().__init__(f"{target}: {message}")
+
+
+class UnreachableError(TransportError):
+    pass
+
+
+class AuthenticationError(TransportError):
+    pass
+
+
+class HostKeyError(TransportError):
+    pass
+
+
+class CommandTimeoutError(TransportError):
+    pass
+
+
+class CommandFailedError(TransportError):
+    """A command exited non-zero where the caller required success."""
+
+    def __init__(self, result: CommandResult) -> None:
+        self.result = result
+        stderr = result.stderr.strip() or "(no stderr)"
+        super().__init__(
+            result.target,
+            f"`{result.command}` exited with status {result.exit_status}: {stderr}",
+        )
+
+
+class HostTransport(Protocol):
+    """Runs commands on one host."""
+
+    name: str
+
+    async def run(
+        self,
+        command: str | Sequence[str],
+        *,
+        sudo: bool = False,
+        timeout: float | None = None,
+        on_line: LineCallback | None = None,
+        check: bool = False,
+    ) -> CommandResult: ...
+
+    async def close(self) -> None: ...
