@@ -1,0 +1,53 @@
+"""Shared test fixtures: where ../shared is, small site files, isolated state dirs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("GNW_SHARED", REPO.parent / "shared"))
+FIXTURES = SHARED / "fixtures"
+REFS = SHARED / "refs"
+
+MINIMAL_SITE = """\
+name: lab
+nodes:
+  - name: gpu-1
+    host: 10.0.0.1
+    bond: {ports: [ens5f0np0, ens5f1np1]}
+    rdma_ip: 192.168.50.1
+aistor:
+  peers:
+    - {name: aistor-1, host: 10.0.1.1, rdma_ip: 192.168.50.100}
+"""
+
+
+def fixture_text(kind: str, name: str) -> str:
+    """The text of ../shared/fixtures/KIND/NAME (fails clearly if shared/ is missing)."""
+    path = FIXTURES / kind / name
+    if not path.exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"fixture {path} is missing: CI needs ../shared beside the repo")
+        pytest.skip(f"{path} not found: set GNW_SHARED to the shared/ folder")
+    return path.read_text()
+
+
+def fixture_files() -> list[tuple[str, Path]]:
+    if not FIXTURES.is_dir():
+        return []
+    return [(p.parent.name, p) for p in sorted(FIXTURES.glob("*/*")) if p.is_file()]
+
+
+@pytest.fixture
+def site_file(tmp_path: Path) -> Path:
+    path = tmp_path / "site.yaml"
+    path.write_text(MINIMAL_SITE)
+    return path
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path) -> Path:
+    return tmp_path / "state"
