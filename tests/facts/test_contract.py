@@ -112,7 +112,7 @@ def _mangle(text: str, data: st.DataObject) -> str:
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_mangled_fixtures_only_raise_parse_error(data):
-    kind, path = data.draw(st.sampled_from(FIXTURES))
+    _kind, path = data.draw(st.sampled_from(FIXTURES))
     target = data.draw(st.sampled_from(sorted(KINDS)))
     text = _mangle(path.read_text(), data)
     try:

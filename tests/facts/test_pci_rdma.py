@@ -90,7 +90,7 @@ def test_iommu_translated_set_on_cmdline():
 
 def test_rdma_link_e810_ports():
     fact = parse("rdma-link", fixture_text("rdma-link", "01.txt"))
-    assert [(l.device, l.port, l.state, l.netdev) for l in fact.links] == [
+    assert [(ln.device, ln.port, ln.state, ln.netdev) for ln in fact.links] == [
         ("irdma0", 1, "ACTIVE", "ens6f0"),
         ("irdma1", 1, "ACTIVE", "ens6f1"),
     ]
@@ -100,8 +100,8 @@ def test_rdma_link_e810_ports():
 def test_rdma_link_mixed_ib_and_ethernet():
     fact = parse("rdma-link", fixture_text("rdma-link", "05.txt"))
     assert len(fact.links) == 9
-    ethernet = [l for l in fact.links if l.netdev]
-    assert [(l.device, l.netdev) for l in ethernet] == [("mlx5_4", "enp97s0f0")]
+    ethernet = [ln for ln in fact.links if ln.netdev]
+    assert [(ln.device, ln.netdev) for ln in ethernet] == [("mlx5_4", "enp97s0f0")]
     assert fact.links[1].state == "DOWN" and fact.links[1].physical_state == "DISABLED"
 
 
@@ -120,7 +120,7 @@ def test_rdma_link_json_form():
          "physical_state": "DISABLED", "netdev": "ens5f1np1", "netdev_index": 5},
     ]  # fmt: skip
     fact = parse("rdma-link", json.dumps(data))
-    assert [(l.device, l.state, l.netdev) for l in fact.links] == [
+    assert [(ln.device, ln.state, ln.netdev) for ln in fact.links] == [
         ("irdma0", "ACTIVE", "ens5f0np0"),
         ("irdma1", "DOWN", "ens5f1np1"),
     ]
