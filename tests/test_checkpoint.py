@@ -1,0 +1,169 @@
+"""The checkpoint: atomic 0600 state, an exclusive lock naming its holder, a redacted
+journal, and survival of kill -9 at any instant (a real subprocess, a real SIGKILL)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+from tests.engine_world import ScriptedFrontEnd, World, world_plan
+from wizard.checkpoint import Checkpoint, read_state
+from wizard.engine import Engine
+from wizard.errors import LockHeldError
+from wizard.model import StepState
+from wizard.redact import REDACTED
+from wizard.site import load_site
+
+
+def test_state_and_journal_are_private_files(site_file, state_dir):
+    site = load_site(site_file)
+    with Checkpoint.open(state_dir, site) as checkpoint:
+        checkpoint.set_step("preflight.host", "gpu-1", StepState.DONE, message="ok")
+        checkpoint.journal({"command": "uname -r", "stdout": "6.12.0\n"})
+        directory = checkpoint.directory
+    assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+    for name in ("state.json", "journal.jsonl", "lock"):
+        assert stat.S_IMODE((directory / name).stat().st_mode) == 0o600, name
+    state = read_state(directory)
+    assert state["steps"]["preflight.host"]["gpu-1"]["state"] == "done"
+    assert state["site"]["fingerprint"] == site.fingerprint()
+    assert not list(directory.glob(".*.tmp"))
+
+
+def test_second_wizard_is_refused_with_the_holder_named(site_file, state_dir):
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path\n"
+            "from wizard.checkpoint import Checkpoint\nfrom wizard.site import load_site\n"
+            "with Checkpoint.open(Path(sys.argv[2]), load_site(sys.argv[1])):\n"
+            "    print('locked', flush=True); time.sleep(30)\n",
+            str(site_file),
+            str(state_dir),
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(LockHeldError) as info, Checkpoint.open(state_dir, load_site(site_file)):
+            pass
+        assert f"pid {holder.pid}" in str(info.value)
+        assert "since" in str(info.value)
+    finally:
+        holder.kill()
+        holder.wait()
+    # The kernel released the lock with the dead holder.
+    with Checkpoint.open(state_dir, load_site(site_file)):
+        pass
+
+
+def test_journal_and_state_are_redacted(site_file, state_dir, monkeypatch):
+    monkeypatch.setenv("NEXUS_PASSWORD", "s3cr3t-Nexus-pw")
+    site_file.write_text(
+        site_file.read_text()
+        + "registry: {username_env: NEXUS_USER, password_env: NEXUS_PASSWORD}\n"
+    )
+    site = load_site(site_file)
+    with Checkpoint.open(state_dir, site) as checkpoint:
+        checkpoint.journal(
+            {
+                "command": "skopeo copy --dest-creds admin:s3cr3t-Nexus-pw a b",
+                "stdout": "token: abc123456",
+            }
+        )
+        checkpoint.set_step(
+            "x", "gpu-1", StepState.FAILED, message="login with s3cr3t-Nexus-pw failed"
+        )
+        directory = checkpoint.directory
+    for path in directory.iterdir():
+        assert "s3cr3t-Nexus-pw" not in path.read_text(), path
+    journal = (directory / "journal.jsonl").read_text()
+    assert REDACTED in journal and "abc123456" not in journal
+
+
+def _journal_entries(directory: Path) -> list[dict]:
+    lines = (directory / "journal.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def test_survives_kill_minus_nine_at_any_point(site_file, state_dir, tmp_path):
+    """Kill the engine with SIGKILL at random instants; every resume must see a readable
+    checkpoint and must never re-apply a change that is already in place."""
+    site_file.write_text(
+        site_file.read_text().replace(
+            "aistor:",
+            "  - name: gpu-2\n    host: 10.0.0.2\n    bond: {ports: [p0, p1]}\n"
+            "    rdma_ip: 192.168.50.2\naistor:",
+        )
+    )
+    world = World(tmp_path / "world.json")
+    rng = random.Random(20261130)
+    command = [
+        sys.executable,
+        "-m",
+        "tests.run_world_engine",
+        str(site_file),
+        str(state_dir),
+        str(world.path),
+    ]
+    wanted = {
+        "two.apply@gpu-1", "two.apply@gpu-2", "two.cluster@cluster", "three.qos@gpu-1", "three.qos@gpu-2",
+    }  # fmt: skip
+
+    def fresh_scenario() -> None:
+        shutil.rmtree(state_dir, ignore_errors=True)
+        world.save({"live": {}, "applies": {}, "redundant": 0, "fail": [], "delay": 0.4})
+
+    fresh_scenario()
+    kills = attempts = 0
+    while kills < 5 and attempts < 60:
+        attempts += 1
+        state = read_state(state_dir / "lab")
+        done_before = {
+            f"{step}@{target}": world.load()["applies"].get(f"{step}@{target}")
+            for step, targets in (state or {"steps": {}})["steps"].items()
+            for target, record in targets.items()
+            if record["state"] == "done"
+        }
+        process = subprocess.Popen(command, cwd=REPO)
+        time.sleep(rng.uniform(0.2, 1.4))
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGKILL)
+            kills += 1
+        returncode = process.wait()
+        state = read_state(state_dir / "lab")  # raises if the file were torn
+        assert state is None or state["format"] == 1
+        # What was done before this attempt was not applied again by it.
+        for key, count in done_before.items():
+            assert world.load()["applies"].get(key) == count, key
+        assert world.load()["redundant"] == 0
+        if returncode == 0:
+            assert set(world.load()["live"]) == wanted
+            fresh_scenario()
+    assert kills == 5
+    # Resume the last, interrupted scenario to the end in this process.
+    site = load_site(site_file)
+    with Checkpoint.open(state_dir, site) as checkpoint:
+        summary = asyncio.run(Engine(site, world_plan(world), checkpoint, ScriptedFrontEnd()).run())
+    assert summary.ok, summary
+    data = world.load()
+    assert data["redundant"] == 0
+    assert set(data["live"]) == wanted
+    # Every journal line that was fully written parses.
+    for entry in _journal_entries(state_dir / "lab")[:-1]:
+        assert "at" in entry
