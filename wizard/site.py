@@ -76,6 +76,9 @@ class SshSettings(Strict):
     sudo: bool | None = Field(
         None, description="run as root through 'sudo -n'; default: user!=root"
     )
+    config: str | None = Field(
+        None, description="OpenSSH client config to read; default ~/.ssh/config; 'none': none"
+    )
     connect_timeout: float = Field(15.0, gt=0, le=600)
     command_timeout: float = Field(600.0, gt=0, le=86400)
 
@@ -134,6 +137,7 @@ class Cluster(Strict):
     kubeconfig: str = "~/.kube/config"
     context: str | None = Field(None, pattern=r"^[^\s]{1,253}$")
     kubernetes_version: MinorVersion = "1.33"
+    helm: str = Field("helm", description="the helm binary (a name on PATH or a path)")
     existing_workers: list[K8sName] = Field(
         default_factory=list,
         description="CPU workers to compare kernel/OS with; empty: every other Ready worker",

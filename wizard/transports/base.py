@@ -14,6 +14,17 @@ from wizard.errors import WizardError
 
 LineCallback = Callable[[str, str], None]  # (stream, line)
 
+# Writes standard input to "$2" atomically with mode "$1": a temp file beside it, then a
+# rename, so that a dropped connection never leaves a half-written file on the host.
+WRITE_FILE_SCRIPT = (
+    'umask 077; tmp="$2.gnw-tmp"; cat > "$tmp" && chmod "$1" "$tmp" && mv -f "$tmp" "$2"'
+)
+
+
+def write_file_command(path: str, mode: int) -> list[str]:
+    """The argv that writes stdin to ``path`` with ``mode`` (see WRITE_FILE_SCRIPT)."""
+    return ["sh", "-c", WRITE_FILE_SCRIPT, "sh", f"{mode:04o}", path]
+
 
 def render_command(command: str | Sequence[str]) -> str:
     """An argv list becomes a shell-quoted string; a string is used as written.
@@ -94,6 +105,7 @@ class HostTransport(Protocol):
         timeout: float | None = None,
         on_line: LineCallback | None = None,
         check: bool = False,
+        stdin: str | None = None,
     ) -> CommandResult: ...
 
     async def close(self) -> None: ...

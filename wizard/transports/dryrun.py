@@ -23,6 +23,7 @@ class DryRunHost:
         timeout: float | None = None,
         on_line: LineCallback | None = None,
         check: bool = False,
+        stdin: str | None = None,
     ) -> CommandResult:
         text = render_command(command)
         if sudo:

@@ -1,0 +1,31 @@
+"""Named faults the lab can inject, so tests and the demo can show every failure path."""
+
+from __future__ import annotations
+
+FAULTS: dict[str, str] = {
+    "containerd-1.7": "the GPU node runs containerd 1.7.27 (GPU Operator 26.7 needs >= 2.0)",
+    "in-tree-ice": "the kernel's own ice/irdma: RDMA is dropped when the ports join bond1",
+    "irdma-not-loaded": "the irdma module is not loaded (and not persisted)",
+    "iwarp": "irdma runs in iWARP mode instead of RoCEv2 (no roce_ena=1)",
+    "bond-slave-down": "the second bond1 slave is down (MII down, own aggregator)",
+    "bond-split-nics": "bond1's slaves are ports of two different E810 NICs",
+    "iommu-translated": "the IOMMU default domain is Translated (not off or passthrough)",
+    "acs-enabled": "ACS is on (SrcValid+) on the PCIe root port above the GPU and NIC",
+    "gpu-missing": "one of the eight B300 GPUs is missing from the PCI bus",
+    "nccl-socket": "NCCL falls back to sockets (no RDMA): channels via NET/Socket",
+    "ssh-over-bond1": "the wizard's SSH session reaches the node over bond1",
+    "slow-ssh": "every command on the GPU node takes a second longer",
+    "ssh-drop": "the SSH connection to the GPU node drops in the middle of a command",
+    "operator-crashloop": "the gpu-operator controller pod is in CrashLoopBackOff",
+    "plugin-missing-resource": "the RDMA device plugin runs but advertises no resource",
+}
+
+
+def check_faults(names: list[str] | tuple[str, ...]) -> list[str]:
+    """Validate fault names; raise ValueError naming the unknown ones."""
+    unknown = [n for n in names if n not in FAULTS]
+    if unknown:
+        raise ValueError(
+            f"unknown fault(s): {', '.join(unknown)}; `gpu-node-wizard lab --list-faults` lists them"
+        )
+    return list(names)

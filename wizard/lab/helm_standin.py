@@ -1,0 +1,103 @@
+"""A ``helm`` stand-in for the lab: records releases and values in the lab's API server.
+
+The lab writes a small ``helm`` executable that calls ``main``; it finds the lab through
+the ``--kubeconfig`` it is given, as the real helm finds a cluster. Installing the GPU
+Operator makes the simulated operator appear (pods, allocatable GPUs).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import urllib.error
+import urllib.request
+from typing import Any
+
+import yaml
+
+VERSION = "v3.16.2+g13654a5"
+
+
+def _option(args: list[str], *names: str) -> str | None:
+    for i, arg in enumerate(args):
+        for name in names:
+            if arg == name and i + 1 < len(args):
+                return args[i + 1]
+            if arg.startswith(name + "="):
+                return arg.split("=", 1)[1]
+    return None
+
+
+def _server(args: list[str]) -> str:
+    path = _option(args, "--kubeconfig")
+    if not path:
+        raise SystemExit("Error: the lab's helm needs --kubeconfig")
+    with open(path) as handle:
+        kubeconfig = yaml.safe_load(handle)
+    return kubeconfig["clusters"][0]["cluster"]["server"]
+
+
+def _request(server: str, path: str, body: Any = None) -> Any:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(server + path, data=data, method="POST" if data else "GET")
+    request.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read() or b"null")
+
+
+def main(args: list[str]) -> int:
+    if not args:
+        print("The Kubernetes package manager (lab stand-in)")
+        return 0
+    if args[0] == "version":
+        print(VERSION if "--short" in args else f'version.BuildInfo{{Version:"{VERSION}"}}')
+        return 0
+    try:
+        server = _server(args)
+        releases = _request(server, "/lab/v1/helm/releases")
+    except (OSError, urllib.error.URLError, KeyError) as exc:
+        print(f"Error: Kubernetes cluster unreachable: {exc}", file=sys.stderr)
+        return 1
+    namespace = _option(args, "--namespace", "-n") or "default"
+    if args[:2] == ["get", "values"] and len(args) > 2:
+        release = releases.get(f"{namespace}/{args[2]}")
+        if release is None:
+            print("Error: release: not found", file=sys.stderr)
+            return 1
+        print(json.dumps(release["values"]) if _option(args, "-o", "--output") == "json"
+              else "USER-SUPPLIED VALUES:\n" + yaml.safe_dump(release["values"]))  # fmt: skip
+        return 0
+    if args[0] == "list":
+        print(json.dumps([{"name": r["name"], "namespace": r["namespace"], "chart": r["chart"],
+                           "app_version": r["version"], "status": "deployed"} for r in releases.values()]))  # fmt: skip
+        return 0
+    if args[0] == "upgrade" and "--install" in args:
+        positional = [a for a in args[1:] if not a.startswith("-")]
+        skip = {_option(args, n) for n in ("--namespace", "-n", "--version", "--values", "-f",
+                                            "--timeout", "--kubeconfig", "--kube-context")}  # fmt: skip
+        positional = [a for a in positional if a not in skip]
+        name, chart = positional[0], positional[1]
+        values: dict[str, Any] = {}
+        values_file = _option(args, "--values", "-f")
+        if values_file:
+            with open(values_file) as handle:
+                values = yaml.safe_load(handle) or {}
+        existed = f"{namespace}/{name}" in releases
+        if not existed:
+            print(f'Release "{name}" does not exist. Installing it now.')
+        result = _request(server, "/lab/v1/helm/upgrade", {
+            "name": name, "namespace": namespace, "chart": chart,
+            "version": _option(args, "--version") or "", "values": values,
+        })  # fmt: skip
+        print(f"NAME: {name}\nLAST DEPLOYED: lab\nNAMESPACE: {namespace}\n"
+              f"STATUS: {result['status']}\nREVISION: {result['revision']}")  # fmt: skip
+        if result["status"] != "deployed":
+            print(f"Error: {result.get('message', 'release failed')}", file=sys.stderr)
+            return 1
+        return 0
+    print(f"Error: the lab's helm does not simulate `{' '.join(args[:2])}`", file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

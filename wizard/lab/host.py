@@ -1,0 +1,686 @@
+"""A stateful simulated host: a RHEL 10.2 B300x8 node (or an AIStor peer) with two E810
+ports in bond1, answering the commands the wizard's probes send, in the real formats.
+
+State changes the way the real host's would: ``modprobe irdma`` changes ``lsmod``, ``dcb
+... set`` changes ``dcb ... show``, writing a file changes ``cat``, ``systemctl reboot``
+gives a new boot id. The output formats follow the samples in ``../shared/fixtures``.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from wizard.transports.base import WRITE_FILE_SCRIPT
+
+RHEL_KERNEL = "6.12.0-124.8.1.el10_2.x86_64"
+UBUNTU_KERNEL = "6.8.0-86-generic"
+OOT_ICE_VERSION = "2.3.10"
+OOT_IRDMA_VERSION = "2.0.11"
+E810_FIRMWARE = "4.80 0x80020543 1.3805.0"
+B300_DEVICE_ID = "3182"
+
+OS_RELEASE = {
+    "rhel-10.2": (
+        'NAME="Red Hat Enterprise Linux"\nVERSION="10.2 (Coughlan)"\nID="rhel"\n'
+        'ID_LIKE="centos fedora"\nVERSION_ID="10.2"\nPLATFORM_ID="platform:el10"\n'
+        'PRETTY_NAME="Red Hat Enterprise Linux 10.2 (Coughlan)"\nANSI_COLOR="0;31"\n'
+        'CPE_NAME="cpe:/o:redhat:enterprise_linux:10.2"\nHOME_URL="https://www.redhat.com/"\n'
+    ),
+    "ubuntu-24.04": (
+        'PRETTY_NAME="Ubuntu 24.04.2 LTS"\nNAME="Ubuntu"\nVERSION_ID="24.04"\n'
+        'VERSION="24.04.2 LTS (Noble Numbat)"\nVERSION_CODENAME=noble\nID=ubuntu\n'
+        "ID_LIKE=debian\nUBUNTU_CODENAME=noble\n"
+    ),
+}
+
+RHEL_PACKAGES = {
+    "rdma-core": "rdma-core-57.0-1.el10.x86_64",
+    "libibverbs-utils": "libibverbs-utils-57.0-1.el10.x86_64",
+    "infiniband-diags": "infiniband-diags-57.0-1.el10.x86_64",
+    "perftest": "perftest-25.04.0.0.84-1.el10.x86_64",
+    "pciutils": "pciutils-3.13.0-2.el10.x86_64",
+    "ethtool": "ethtool-6.11-1.el10.x86_64",
+    "iproute": "iproute-6.11.0-1.el10.x86_64",
+}
+
+
+@dataclass
+class Result:
+    stdout: str = ""
+    stderr: str = ""
+    exit_status: int = 0
+
+
+@dataclass
+class Port:
+    name: str
+    slot: str  # PCI address
+    mac: str
+    up: bool = True
+    lldp_agent: bool = True
+    pfc: set[int] = field(default_factory=set)
+    app: list[tuple[int, int]] = field(default_factory=list)
+    prio_tc: dict[int, int] = field(default_factory=lambda: dict.fromkeys(range(8), 0))
+    pause_rx: dict[int, int] = field(default_factory=lambda: dict.fromkeys(range(8), 0))
+    pause_tx: dict[int, int] = field(default_factory=lambda: dict.fromkeys(range(8), 0))
+
+
+@dataclass
+class LabHost:
+    """One simulated machine. ``role`` is ``gpu`` (a B300 node) or ``peer`` (AIStor)."""
+
+    name: str
+    role: str
+    mgmt_ip: str
+    rdma_ip: str
+    os: str = "rhel-10.2"
+    gpu_count: int = 8
+    faults: set[str] = field(default_factory=set)
+    bond_name: str = "bond1"
+    ports: list[Port] = field(default_factory=list)
+    modules: set[str] = field(default_factory=set)
+    files: dict[str, str] = field(default_factory=dict)
+    packages: set[str] = field(default_factory=lambda: set(RHEL_PACKAGES))
+    boot_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    configfs: dict[str, str] = field(default_factory=dict)
+    gpu_driver: bool = False  # set once the (simulated) GPU Operator driver is running
+    commands: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.ports:
+            second_slot = "0000:5e:00.0" if "bond-split-nics" in self.faults else "0000:3b:00.1"
+            self.ports = [
+                Port("ens5f0np0", "0000:3b:00.0", "b4:83:51:02:7a:30"),
+                Port("ens5f1np1", second_slot, "b4:83:51:02:7a:31"),
+            ]
+            if "bond-slave-down" in self.faults:
+                self.ports[1].up = False
+        base = {"ice", "bonding", "ib_core", "ib_uverbs", "rdma_cm", "iw_cm", "ib_cm", "nvme"}
+        if "irdma-not-loaded" not in self.faults:
+            base.add("irdma")
+            self.files["/etc/modules-load.d/irdma.conf"] = (
+                "# Managed by gpu-node-wizard: load the Intel RDMA driver at boot (E810 RoCEv2).\n"
+                "irdma\n"
+            )
+            if "iwarp" not in self.faults and "in-tree-ice" not in self.faults:
+                self.files["/etc/modprobe.d/irdma.conf"] = (
+                    "# Managed by gpu-node-wizard.\n"
+                    "# Intel's out-of-tree irdma loads in iWARP mode unless RoCE is enabled; "
+                    "RoCEv2 is required.\noptions irdma roce_ena=1\n"
+                )
+        self.modules = base
+        if self.os.startswith("ubuntu"):
+            self.packages = set()
+
+    # -- derived state ---------------------------------------------------------------------
+
+    @property
+    def kernel(self) -> str:
+        return UBUNTU_KERNEL if self.os.startswith("ubuntu") else RHEL_KERNEL
+
+    @property
+    def in_tree(self) -> bool:
+        return "in-tree-ice" in self.faults
+
+    @property
+    def roce(self) -> bool:
+        if self.in_tree:
+            return False
+        return "roce_ena=1" in self.files.get("/etc/modprobe.d/irdma.conf", "")
+
+    @property
+    def rdma_devices(self) -> list[tuple[str, Port]]:
+        """(ibdev, port) pairs that exist: Intel's LAG registers one device on the primary."""
+        if "irdma" not in self.modules or self.in_tree:
+            return []  # the in-tree ice drops RDMA from bonded ports
+        return [("irdma0", self.ports[0])]
+
+    @property
+    def gpus_present(self) -> int:
+        if self.role != "gpu":
+            return 0
+        return self.gpu_count - (1 if "gpu-missing" in self.faults else 0)
+
+    # -- execution ----------------------------------------------------------------------------
+
+    def execute(self, command: str, stdin: str = "") -> Result:
+        """Run one command line (no pipes: the wizard filters output itself)."""
+        self.commands.append(command)
+        try:
+            argv = shlex.split(command)
+        except ValueError as exc:
+            return Result(stderr=f"sh: syntax error: {exc}\n", exit_status=2)
+        while argv and argv[0] in ("sudo", "-n", "--"):
+            argv = argv[1:]
+        if argv[:3] == ["sh", "-c", WRITE_FILE_SCRIPT] and len(argv) == 6:
+            # What a shell does with the transport's file-writing script.
+            self.write_file(argv[5], stdin)
+            return Result()
+        if argv[:2] == ["sh", "-c"] and len(argv) >= 3:
+            return self.execute(argv[2], stdin)
+        if not argv:
+            return Result()
+        handler = getattr(self, "cmd_" + argv[0].replace("-", "_").replace(".", "_"), None)
+        if handler is None:
+            return Result(stderr=f"bash: line 1: {argv[0]}: command not found\n", exit_status=127)
+        return handler(argv[1:])
+
+    # -- simple facts -----------------------------------------------------------------------------
+
+    def cmd_cat(self, args: list[str]) -> Result:
+        out = []
+        for path in args:
+            content = self._read(path)
+            if content is None:
+                return Result("".join(out), f"cat: {path}: No such file or directory\n", 1)
+            out.append(content)
+        return Result("".join(out))
+
+    def _read(self, path: str) -> str | None:
+        if path == "/etc/os-release":
+            return OS_RELEASE[self.os]
+        if path == "/proc/sys/kernel/random/boot_id":
+            return self.boot_id + "\n"
+        if path == "/proc/cmdline":
+            iommu = "" if "iommu-translated" in self.faults else " intel_iommu=on iommu=pt"
+            return f"BOOT_IMAGE=(hd0,gpt2)/vmlinuz-{self.kernel} root=/dev/mapper/rhel-root ro{iommu}\n"
+        if path == f"/proc/net/bonding/{self.bond_name}":
+            return self._bonding()
+        if path.startswith("/sys/kernel/config/"):
+            return self.configfs.get(path)
+        return self.files.get(path)
+
+    def cmd_uname(self, args: list[str]) -> Result:
+        if args == ["-r"]:
+            return Result(self.kernel + "\n")
+        if args == ["-m"]:
+            return Result("x86_64\n")
+        return Result("Linux\n")
+
+    def cmd_hostname(self, args: list[str]) -> Result:
+        return Result(self.name + "\n")
+
+    def cmd_containerd(self, args: list[str]) -> Result:
+        if "containerd-1.7" in self.faults:
+            return Result(
+                "containerd github.com/containerd/containerd v1.7.27 "
+                "05044ec0a9a75232cad458027ca83437aae3f4da\n"
+            )
+        return Result(
+            "containerd github.com/containerd/containerd/v2 v2.1.4 "
+            "75cb2b7193e4e490e9fbdc236c0e811ccaba3376\n"
+        )
+
+    def cmd_echo(self, args: list[str]) -> Result:
+        text = " ".join(args)
+        if "$SSH_CONNECTION" in text:
+            server = self.rdma_ip if "ssh-over-bond1" in self.faults else self.mgmt_ip
+            text = text.replace("$SSH_CONNECTION", f"10.10.255.1 51514 {server} 22")
+        return Result(text + "\n")
+
+    def cmd_ulimit(self, args: list[str]) -> Result:
+        return Result("unlimited\n")
+
+    def cmd_rpm(self, args: list[str]) -> Result:
+        names = [a for a in args if not a.startswith("-")]
+        out, status = [], 0
+        for name in names:
+            if name in self.packages:
+                out.append(RHEL_PACKAGES.get(name, f"{name}-1.0-1.el10.x86_64"))
+            else:
+                out.append(f"package {name} is not installed")
+                status = 1
+        return Result("\n".join(out) + "\n", "", status)
+
+    def cmd_dnf(self, args: list[str]) -> Result:
+        names = [a for a in args if not a.startswith("-") and a != "install"]
+        self.packages.update(names)
+        return Result("Complete!\n")
+
+    # -- PCI -------------------------------------------------------------------------------------
+
+    def _pci_lines(self) -> list[str]:
+        lines = ["00:00.0 Host bridge [0600]: Intel Corporation Device [8086:09a2] (rev 20)"]
+        lines.append(
+            "17:01.0 PCI bridge [0604]: Broadcom / LSI PEX890xx PCIe Gen 5 Switch [1000:c030] (rev b0)"
+        )
+        for i in range(self.gpus_present):
+            bus = ["18", "2a", "3a", "5d", "9a", "ab", "ba", "db"][i % 8]
+            lines.append(
+                f"{bus}:00.0 3D controller [0302]: NVIDIA Corporation Device [10de:{B300_DEVICE_ID}]"
+                " (rev a1)"
+            )
+        for port in self.ports:
+            slot = port.slot.removeprefix("0000:")
+            lines.append(
+                f"{slot} Ethernet controller [0200]: Intel Corporation Ethernet Controller "
+                "E810-C for QSFP [8086:1592] (rev 02)"
+            )
+        lines.append(
+            "c3:00.0 Ethernet controller [0200]: Intel Corporation Ethernet Controller X710 "
+            "for 10GbE SFP+ [8086:1572] (rev 02)"
+        )
+        return sorted(lines)
+
+    def cmd_lspci(self, args: list[str]) -> Result:
+        if "-vvv" in args:
+            return Result(self._lspci_verbose())
+        return Result("\n".join(self._pci_lines()) + "\n")
+
+    def _lspci_verbose(self) -> str:
+        acs = "SrcValid+ TransBlk- ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl- DirectTrans-"
+        off = "SrcValid- TransBlk- ReqRedir- CmpltRedir- UpstreamFwd- EgressCtrl- DirectTrans-"
+        blocks = []
+        for line in self._pci_lines():
+            slot, _, rest = line.partition(" ")
+            name = rest.split(" [", 1)[0] + ":" + rest.split("]:", 1)[-1].split(" [")[0]
+            block = [f"{slot} {name}", "\tControl: I/O- Mem+ BusMaster+ SpecCycle- MemWINV-"]
+            if "PCI bridge" in line:
+                block += [
+                    "\tCapabilities: [220 v1] Access Control Services",
+                    f"\t\tACSCap:\t{off.replace('-', '+')}",
+                    f"\t\tACSCtl:\t{acs if 'acs-enabled' in self.faults else off}",
+                ]
+            blocks.append("\n".join(block))
+        return "\n\n".join(blocks) + "\n"
+
+    def cmd_dmesg(self, args: list[str]) -> Result:
+        domain = (
+            "Translated"
+            if "iommu-translated" in self.faults
+            else "Passthrough (set via kernel command line)"
+        )
+        return Result(
+            "[    0.000000] Linux version "
+            + self.kernel
+            + " (mockbuild@lab) #1 SMP PREEMPT_DYNAMIC\n"
+            "[    0.037393] DMAR: IOMMU enabled\n"
+            f"[    1.214580] iommu: Default domain type: {domain}\n"
+            "[    4.551230] ice 0000:3b:00.0: The DDP package was successfully loaded: ICE COMMS "
+            "Package version 1.3.51.0\n"
+            "[    9.118804] bond1: (slave ens5f0np0): Enslaving as a backup interface with an up link\n"
+        )
+
+    # -- NIC --------------------------------------------------------------------------------------
+
+    def _port(self, name: str) -> Port | None:
+        return next((p for p in self.ports if p.name == name), None)
+
+    def cmd_ethtool(self, args: list[str]) -> Result:
+        if len(args) < 2 or args[0] not in ("-i", "-S", "--show-priv-flags", "--set-priv-flags"):
+            return Result(stderr="ethtool: bad command line argument(s)\n", exit_status=1)
+        port = self._port(args[1])
+        if port is None:
+            return Result(stderr="Cannot get driver information: No such device\n", exit_status=71)
+        if args[0] == "-i":
+            version = self.kernel if self.in_tree else OOT_ICE_VERSION
+            return Result(
+                f"driver: ice\nversion: {version}\nfirmware-version: {E810_FIRMWARE}\n"
+                f"expansion-rom-version: \nbus-info: {port.slot}\nsupports-statistics: yes\n"
+                "supports-test: yes\nsupports-eeprom-access: yes\nsupports-register-dump: yes\n"
+                "supports-priv-flags: yes\n"
+            )
+        if args[0] == "-S":
+            lines = ["NIC statistics:", "     rx_unicast: 183274", "     tx_unicast: 99120"]
+            for direction, counts in (("tx", port.pause_tx), ("rx", port.pause_rx)):
+                for prio in range(8):
+                    lines.append(f"     {direction}_priority_{prio}_xon.nic: 0")
+                    lines.append(f"     {direction}_priority_{prio}_xoff.nic: {counts[prio]}")
+            return Result("\n".join(lines) + "\n")
+        if args[0] == "--show-priv-flags":
+            return Result(
+                f"Private flags for {port.name}:\n"
+                "link-down-on-close     : off\n"
+                f"fw-lldp-agent          : {'on' if port.lldp_agent else 'off'}\n"
+                "channel-inline-flow-director: off\n"
+                "channel-pkt-inspect-optimize: on\n"
+                "mdd-auto-reset-vf      : off\n"
+                "vf-vlan-pruning        : off\n"
+                "vf-true-promisc-support: off\n"
+            )
+        if args[2:] == ["fw-lldp-agent", "off"]:
+            port.lldp_agent = False
+        elif args[2:] == ["fw-lldp-agent", "on"]:
+            port.lldp_agent = True
+        return Result()
+
+    def _bonding(self) -> str:
+        header = (
+            f"Ethernet Channel Bonding Driver: v{self.kernel}\n\n"
+            "Bonding Mode: IEEE 802.3ad Dynamic link aggregation\n"
+            "Transmit Hash Policy: layer3+4 (1)\nMII Status: up\nMII Polling Interval (ms): 100\n"
+            "Up Delay (ms): 0\nDown Delay (ms): 0\nPeer Notification Delay (ms): 0\n\n"
+            "802.3ad info\nLACP active: on\nLACP rate: fast\nMin links: 0\n"
+            "Aggregator selection policy (ad_select): stable\nSystem priority: 65535\n"
+            f"System MAC address: {self.ports[0].mac}\nActive Aggregator Info:\n"
+            "\tAggregator ID: 1\n"
+            f"\tNumber of ports: {sum(p.up for p in self.ports)}\n"
+            "\tActor Key: 15\n\tPartner Key: 32783\n\tPartner Mac Address: 3c:fd:fe:9e:11:00\n"
+        )
+        slaves = []
+        for i, port in enumerate(self.ports):
+            aggregator = 1 if port.up else 2
+            slaves.append(
+                f"\nSlave Interface: {port.name}\n"
+                f"MII Status: {'up' if port.up else 'down'}\n"
+                f"Speed: {'100000 Mbps' if port.up else 'Unknown'}\n"
+                f"Duplex: {'full' if port.up else 'Unknown'}\n"
+                f"Link Failure Count: {0 if port.up else 3}\n"
+                f"Permanent HW addr: {port.mac}\nSlave queue ID: 0\n"
+                f"Aggregator ID: {aggregator}\n"
+                "Actor Churn State: none\nPartner Churn State: none\n"
+                "Actor Churned Count: 0\nPartner Churned Count: 0\n"
+                "details actor lacp pdu:\n    system priority: 65535\n"
+                f"    system mac address: {self.ports[0].mac}\n    port key: 15\n"
+                f"    port priority: 255\n    port number: {i + 1}\n    port state: 63\n"
+            )
+        return header + "".join(slaves)
+
+    def cmd_ip(self, args: list[str]) -> Result:
+        if "addr" in args or "address" in args or "a" in args:
+            entries = [
+                {"ifindex": 1, "ifname": "lo", "flags": ["LOOPBACK", "UP"], "operstate": "UNKNOWN",
+                 "addr_info": [{"family": "inet", "local": "127.0.0.1", "prefixlen": 8}]},
+                {"ifindex": 2, "ifname": "ens1f0", "master": "bond0", "operstate": "UP", "addr_info": []},
+                {"ifindex": 3, "ifname": "bond0", "operstate": "UP",
+                 "addr_info": [{"family": "inet", "local": self.mgmt_ip, "prefixlen": 24}]},
+            ]  # fmt: skip
+            for i, port in enumerate(self.ports):
+                entries.append(
+                    {
+                        "ifindex": 4 + i,
+                        "ifname": port.name,
+                        "master": self.bond_name,
+                        "operstate": "UP" if port.up else "DOWN",
+                        "address": port.mac,
+                        "addr_info": [],
+                    }
+                )
+            entries.append(
+                {
+                    "ifindex": 6,
+                    "ifname": self.bond_name,
+                    "operstate": "UP",
+                    "addr_info": [{"family": "inet", "local": self.rdma_ip, "prefixlen": 24}],
+                }
+            )
+            return Result(json.dumps(entries) + "\n")
+        if "link" in args and "set" in args:
+            return Result()
+        return Result(
+            stderr='Object "' + " ".join(args) + '" is unknown, try "ip help".\n', exit_status=1
+        )
+
+    # -- modules and RDMA ------------------------------------------------------------------------
+
+    def cmd_lsmod(self, args: list[str]) -> Result:
+        sizes = {"ice": 1421312, "irdma": 577536, "ib_uverbs": 221184, "ib_core": 569344,
+                 "rdma_cm": 155648, "iw_cm": 69632, "ib_cm": 159744, "bonding": 294912,
+                 "nvme": 65536}  # fmt: skip
+        users = {
+            "ib_core": ["irdma", "rdma_cm", "iw_cm", "ib_cm", "ib_uverbs"],
+            "ice": ["irdma"],
+            "ib_uverbs": ["irdma"],
+            "iw_cm": ["rdma_cm"],
+            "ib_cm": ["rdma_cm"],
+        }
+        lines = ["Module                  Size  Used by"]
+        for name in sorted(self.modules):
+            used = [u for u in users.get(name, []) if u in self.modules]
+            lines.append(
+                f"{name:<24}{sizes.get(name, 40960):>7}  {len(used)} {','.join(used)}".rstrip()
+            )
+        return Result("\n".join(lines) + "\n")
+
+    def cmd_modprobe(self, args: list[str]) -> Result:
+        names = [a for a in args if not a.startswith("-")]
+        for name in names:
+            if name not in ("irdma", "ice", "ib_uverbs", "rdma_cm", "bonding"):
+                return Result(stderr=f"modprobe: FATAL: Module {name} not found in directory "
+                              f"/lib/modules/{self.kernel}\n", exit_status=1)  # fmt: skip
+            self.modules.add(name)
+        return Result()
+
+    def cmd_modinfo(self, args: list[str]) -> Result:
+        if not args:
+            return Result(stderr="modinfo: ERROR: missing module or filename.\n", exit_status=1)
+        name = args[-1]
+        if name not in ("ice", "irdma"):
+            return Result(stderr=f"modinfo: ERROR: Module {name} not found.\n", exit_status=1)
+        if self.in_tree:
+            path = (
+                f"/lib/modules/{self.kernel}/kernel/drivers/net/ethernet/intel/{name}/{name}.ko.xz"
+            )
+            if name == "irdma":
+                path = f"/lib/modules/{self.kernel}/kernel/drivers/infiniband/hw/irdma/irdma.ko.xz"
+            version = ""
+        else:
+            path = f"/lib/modules/{self.kernel}/updates/drivers/net/ethernet/intel/{name}/{name}.ko"
+            version = OOT_ICE_VERSION if name == "ice" else OOT_IRDMA_VERSION
+        lines = [f"filename:       {path}"]
+        if version:
+            lines.append(f"version:        {version}")
+        lines += [
+            "license:        GPL v2" if name == "ice" else "license:        Dual BSD/GPL",
+            f"description:    Intel(R) Ethernet {'Connection E800 Series Linux Driver' if name == 'ice' else 'Protocol Driver for RDMA'}",
+            "srcversion:     1F3C0D1B2A0E6B4C5D6E7F8",
+            f"depends:        {'gnss' if name == 'ice' else 'ice,ib_uverbs,ib_core'}",
+            "retpoline:      Y",
+            f"name:           {name}",
+            f"vermagic:       {self.kernel} SMP preempt mod_unload modversions ",
+        ]
+        if name == "irdma":
+            lines.append(
+                "parm:           roce_ena:RoCE enable: 1=enable RoCEv2 on all ports (default=0 - iWARP) (int)"
+            )
+        return Result("\n".join(lines) + "\n")
+
+    def cmd_rdma(self, args: list[str]) -> Result:
+        json_out = "-j" in args
+        args = [a for a in args if a not in ("-j", "-d", "-p")]
+        if not args or args[0] not in ("link", "dev"):
+            return Result(stderr='Object "' + " ".join(args) + '" is unknown\n', exit_status=1)
+        devices = self.rdma_devices
+        if args[0] == "link":
+            entries = [
+                {"ifindex": i, "ifname": dev, "port": 1,
+                 "state": "ACTIVE" if port.up else "DOWN",
+                 "physical_state": "LINK_UP" if port.up else "DISABLED",
+                 "netdev": port.name, "netdev_index": 4 + i}
+                for i, (dev, port) in enumerate(devices)
+            ]  # fmt: skip
+            if json_out:
+                return Result(json.dumps(entries) + "\n")
+            return Result(
+                "".join(
+                    f"link {e['ifname']}/1 state {e['state']} physical_state "
+                    f"{e['physical_state']} netdev {e['netdev']}\n"
+                    for e in entries
+                )
+            )
+        entries = [
+            {"ifindex": i, "ifname": dev, "node_type": "ca", "fw": "1.72",
+             "node_guid": "b683:51ff:fe02:7a30", "sys_image_guid": "b683:51ff:fe02:7a30"}
+            for i, (dev, _) in enumerate(devices)
+        ]  # fmt: skip
+        if json_out:
+            return Result(json.dumps(entries) + "\n")
+        return Result(
+            "".join(
+                f"{e['ifindex']}: {e['ifname']}: node_type ca fw 1.72 node_guid "
+                f"{e['node_guid']} sys_image_guid {e['sys_image_guid']}\n"
+                for e in entries
+            )
+        )
+
+    def cmd_ibv_devices(self, args: list[str]) -> Result:
+        lines = ["    device                 node GUID", "    ------              ----------------"]
+        lines += [f"    {dev:<20}b68351fffe027a30" for dev, _ in self.rdma_devices]
+        return Result("\n".join(lines) + "\n")
+
+    def cmd_ibv_devinfo(self, args: list[str]) -> Result:
+        devices = self.rdma_devices
+        if not devices:
+            return Result("No IB devices found\n", "", 255)
+        blocks = []
+        for dev, port in devices:
+            transport = "InfiniBand (0)" if self.roce else "iWARP (1)"
+            block = [
+                f"hca_id:\t{dev}",
+                f"\ttransport:\t\t\t{transport}",
+                "\tfw_ver:\t\t\t\t1.72",
+                "\tnode_guid:\t\t\tb683:51ff:fe02:7a30",
+                "\tsys_image_guid:\t\t\tb683:51ff:fe02:7a30",
+                "\tvendor_id:\t\t\t0x8086",
+                "\tvendor_part_id:\t\t\t5522",
+                "\thw_ver:\t\t\t\t0x2",
+                "\tphys_port_cnt:\t\t\t1",
+                "\t\tport:\t1",
+                f"\t\t\tstate:\t\t\t{'PORT_ACTIVE (4)' if port.up else 'PORT_DOWN (1)'}",
+                "\t\t\tmax_mtu:\t\t4096 (5)",
+                "\t\t\tactive_mtu:\t\t4096 (5)",
+                "\t\t\tsm_lid:\t\t\t0",
+                "\t\t\tport_lid:\t\t1",
+                "\t\t\tport_lmc:\t\t0x00",
+                "\t\t\tlink_layer:\t\tEthernet",
+            ]
+            if "-v" in args:
+                rdma = ":".join(f"{int(x):02x}" for x in self.rdma_ip.split("."))
+                a, b = rdma.split(":")[0:2], rdma.split(":")[2:4]
+                ipv4_gid = f"0000:0000:0000:0000:0000:ffff:{a[0]}{a[1]}:{b[0]}{b[1]}"
+                kind = "RoCE v2" if self.roce else "IB"
+                block += [
+                    f"\t\t\tGID[  0]:\t\tfe80:0000:0000:0000:b683:51ff:fe02:7a30, {kind}",
+                    f"\t\t\tGID[  1]:\t\t{ipv4_gid}, {kind}",
+                ]
+            blocks.append("\n".join(block))
+        return Result("\n\n".join(blocks) + "\n")
+
+    # -- DCB -------------------------------------------------------------------------------------
+
+    def cmd_dcb(self, args: list[str]) -> Result:
+        json_out = "-j" in args
+        args = [a for a in args if a not in ("-j", "-N", "-p", "-s")]
+        if (
+            len(args) < 4
+            or args[1] not in ("show", "set", "add", "del", "replace")
+            or args[2] != "dev"
+        ):
+            return Result(
+                stderr="Usage: dcb [ OPTIONS ] OBJECT { COMMAND | help }\n", exit_status=1
+            )
+        obj, verb, port = args[0], args[1], self._port(args[3])
+        if port is None:
+            return Result(stderr=f'Cannot find device "{args[3]}"\n', exit_status=1)
+        rest = args[4:]
+        if verb != "show" and port.lldp_agent:
+            return Result(
+                stderr="Error: Operation not permitted (firmware LLDP agent is on)\n", exit_status=1
+            )
+        if obj == "pfc":
+            if verb == "set":
+                for token in rest[1:]:
+                    key, _, value = token.partition(":")
+                    prios = range(8) if key == "all" else [int(key)]
+                    for prio in prios:
+                        (port.pfc.add if value == "on" else port.pfc.discard)(prio)
+                return Result()
+            if json_out:
+                return Result(json.dumps({"pfc_cap": 4, "macsec_bypass": False, "delay": 0,
+                                          "prio_pfc": [p in port.pfc for p in range(8)]}) + "\n")  # fmt: skip
+            pairs = " ".join(f"{p}:{'on' if p in port.pfc else 'off'}" for p in range(8))
+            return Result(f"pfc-cap 4 macsec-bypass off delay 0\nprio-pfc {pairs}\n")
+        if obj == "ets":
+            if verb == "set":
+                if "prio-tc" in rest:
+                    for token in rest[rest.index("prio-tc") + 1 :]:
+                        if ":" not in token:
+                            break
+                        key, _, value = token.partition(":")
+                        port.prio_tc[int(key)] = int(value)
+                return Result()
+            tc = port.prio_tc
+            if port.app:  # DSCP mode: priority maps 1:1 to TC
+                tc = {p: p for p in range(8)}
+            if json_out:
+                return Result(json.dumps({"willing": False, "ets_cap": 8, "cbs": False,
+                                          "tc_bw": [100] + [0] * 7, "tc_tsa": ["ets"] * 8,
+                                          "prio_tc": [tc[p] for p in range(8)]}) + "\n")  # fmt: skip
+            return Result(
+                "willing off ets-cap 8 cbs off\ntc-bw 0:100 1:0 2:0 3:0 4:0 5:0 6:0 7:0\n"
+                "tc-tsa 0:ets 1:ets 2:ets 3:ets 4:ets 5:ets 6:ets 7:ets\n"
+                "prio-tc " + " ".join(f"{p}:{tc[p]}" for p in range(8)) + "\n"
+            )
+        if obj == "app":
+            if verb in ("add", "del"):
+                if not rest or rest[0] != "dscp-prio":
+                    return Result(
+                        stderr="Error: E810 accepts DSCP app entries only\n", exit_status=1
+                    )
+                for token in rest[1:]:
+                    dscp, _, prio = token.partition(":")
+                    entry = (int(dscp), int(prio))
+                    if verb == "add":
+                        if entry in port.app:
+                            return Result(stderr="Error: File exists\n", exit_status=1)
+                        port.app.append(entry)
+                    elif entry in port.app:
+                        port.app.remove(entry)
+                return Result()
+            if json_out:
+                return Result(json.dumps({"dscp_prio": [[d, p, " "] for d, p in port.app]}) + "\n")
+            if not port.app:
+                return Result()
+            return Result("dscp-prio " + " ".join(f"{d}:{p}" for d, p in port.app) + "\n")
+        return Result(stderr=f'Object "{obj}" is unknown\n', exit_status=1)
+
+    # -- GPUs ------------------------------------------------------------------------------------
+
+    def cmd_nvidia_smi(self, args: list[str]) -> Result:
+        if not self.gpu_driver or self.role != "gpu":
+            return Result(stderr="bash: line 1: nvidia-smi: command not found\n", exit_status=127)
+        if args == ["-L"]:
+            return Result(
+                "".join(
+                    f"GPU {i}: NVIDIA B300 SXM6 AC (UUID: GPU-{uuid.UUID(int=i + 1)})\n"
+                    for i in range(self.gpus_present)
+                )
+            )
+        return Result(stderr="lab: only nvidia-smi -L is simulated\n", exit_status=2)
+
+    # -- files and services ---------------------------------------------------------------------------
+
+    def cmd_install(self, args: list[str]) -> Result:
+        return Result(stderr="install: use the wizard's file writer\n", exit_status=1)
+
+    def write_file(self, path: str, content: str) -> None:
+        if path.startswith("/sys/kernel/config/"):
+            self.configfs[path] = content
+        else:
+            self.files[path] = content
+
+    def cmd_systemctl(self, args: list[str]) -> Result:
+        if args[:1] == ["reboot"]:
+            self.reboot()
+            return Result()
+        return Result()
+
+    def reboot(self) -> None:
+        """What a reboot changes: a new boot id; dcb and configfs state are lost."""
+        self.boot_id = str(uuid.uuid4())
+        for port in self.ports:
+            port.pfc.clear()
+            port.app.clear()
+            port.prio_tc = dict.fromkeys(range(8), 0)
+        self.configfs.clear()
+        loaded = "irdma" in self.files.get("/etc/modules-load.d/irdma.conf", "")
+        self.modules.discard("irdma")
+        if loaded:
+            self.modules.add("irdma")
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"name": self.name, "boot_id": self.boot_id, "modules": sorted(self.modules)}

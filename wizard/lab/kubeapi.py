@@ -1,0 +1,360 @@
+"""A small, stateful Kubernetes API server on loopback, for the real ``kubernetes`` client.
+
+Why hand-written (not kmock): the lab is part of the product (``demo`` and ``lab``
+serve it for other processes), it needs behaviour of its own (the GPU Operator appearing
+after a Helm install, node allocatable changing, test pods whose logs come from the
+simulated hosts), and the standard library's threaded HTTP server does it with no new
+runtime dependency. It implements generic REST storage (list / get / create / replace /
+merge-patch / delete, label and field selectors) for the resources the wizard uses, plus
+pods/log and pods/eviction.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import threading
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+KINDS = {
+    "nodes": ("Node", False),
+    "namespaces": ("Namespace", False),
+    "pods": ("Pod", True),
+    "configmaps": ("ConfigMap", True),
+    "secrets": ("Secret", True),
+    "services": ("Service", True),
+    "serviceaccounts": ("ServiceAccount", True),
+    "daemonsets": ("DaemonSet", True),
+    "deployments": ("Deployment", True),
+    "jobs": ("Job", True),
+    "poddisruptionbudgets": ("PodDisruptionBudget", True),
+    "customresourcedefinitions": ("CustomResourceDefinition", False),
+    "nvidiadrivers": ("NVIDIADriver", False),
+    "nicclusterpolicies": ("NicClusterPolicy", False),
+}
+_PATH = re.compile(
+    r"^/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
+    r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>[a-z]+))?$"
+)
+
+PodLogs = Callable[[dict[str, Any]], str]
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch (lists replace; None deletes)."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+class ClusterState:
+    """Objects by (api path prefix, plural, namespace, name); thread-safe."""
+
+    def __init__(self, kubernetes_version: str = "1.33.5") -> None:
+        self.lock = threading.RLock()
+        self.objects: dict[tuple[str, str, str, str], dict[str, Any]] = {}
+        self.version = kubernetes_version
+        self.pod_logs: PodLogs = lambda pod: ""
+        self.on_create: list[Callable[[str, dict[str, Any]], None]] = []
+        self.requests: list[tuple[str, str]] = []
+        self._rv = 1
+
+    def _next_rv(self) -> str:
+        self._rv += 1
+        return str(self._rv)
+
+    def put(self, api: str, plural: str, obj: dict[str, Any]) -> dict[str, Any]:
+        """Create or replace an object (used by the lab itself to seed the cluster)."""
+        with self.lock:
+            meta = obj.setdefault("metadata", {})
+            kind, namespaced = KINDS[plural]
+            obj.setdefault("kind", kind)
+            obj.setdefault("apiVersion", api)
+            meta.setdefault("uid", str(uuid.uuid4()))
+            meta.setdefault("creationTimestamp", _now())
+            meta["resourceVersion"] = self._next_rv()
+            ns = meta.get("namespace", "default") if namespaced else ""
+            if namespaced:
+                meta["namespace"] = ns
+            self.objects[(api, plural, ns, meta["name"])] = obj
+            return obj
+
+    def get(self, api: str, plural: str, ns: str, name: str) -> dict[str, Any] | None:
+        with self.lock:
+            return self.objects.get((api, plural, ns, name))
+
+    def list(self, api: str, plural: str, ns: str | None) -> list[dict[str, Any]]:
+        with self.lock:
+            return [
+                obj
+                for (a, p, n, _), obj in sorted(self.objects.items())
+                if a == api and p == plural and (ns is None or n == ns)
+            ]
+
+    def delete(self, api: str, plural: str, ns: str, name: str) -> dict[str, Any] | None:
+        with self.lock:
+            return self.objects.pop((api, plural, ns, name), None)
+
+    def node(self, name: str) -> dict[str, Any] | None:
+        return self.get("v1", "nodes", "", name)
+
+
+def _matches(obj: dict[str, Any], labels: str | None, fields: str | None) -> bool:
+    meta = obj.get("metadata", {})
+    for term in filter(None, (labels or "").split(",")):
+        if "!=" in term:
+            key, value = term.split("!=", 1)
+            if meta.get("labels", {}).get(key) == value:
+                return False
+        elif "=" in term:
+            key, value = term.replace("==", "=").split("=", 1)
+            if meta.get("labels", {}).get(key) != value:
+                return False
+        elif term not in meta.get("labels", {}):
+            return False
+    for term in filter(None, (fields or "").split(",")):
+        key, _, value = term.replace("==", "=").partition("=")
+        node: Any = obj
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if str(node) != value:
+            return False
+    return True
+
+
+class _Handler(BaseHTTPRequestHandler):
+    state: ClusterState
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        return
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def _send(self, code: int, body: Any, content_type: str = "application/json") -> None:
+        data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _status(self, code: int, reason: str, message: str) -> None:
+        self._send(
+            code,
+            {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+             "message": message, "reason": reason, "code": code},
+        )  # fmt: skip
+
+    def _body(self) -> Any:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        return json.loads(raw) if raw else {}
+
+    def _route(self) -> tuple[Any, dict[str, list[str]]] | None:
+        url = urlparse(self.path)
+        self.state.requests.append((self.command, url.path))
+        match = _PATH.match(url.path)
+        if not match or match["plural"] not in KINDS:
+            return None
+        return match, parse_qs(url.query)
+
+    # -- verbs -----------------------------------------------------------------------------------
+
+    def do_GET(self) -> None:
+        url = urlparse(self.path)
+        if url.path.rstrip("/") == "/version":
+            major, minor, _ = self.state.version.split(".")
+            self._send(200, {"major": major, "minor": minor, "gitVersion": f"v{self.state.version}",
+                             "platform": "linux/amd64"})  # fmt: skip
+            return
+        if url.path.startswith("/lab/v1/"):
+            self._lab_get(url.path)
+            return
+        routed = self._route()
+        if routed is None:
+            self._status(
+                404, "NotFound", f"the server could not find the requested resource {url.path}"
+            )
+            return
+        match, query = routed
+        api = match["core"] or f"{match['group']}/{match['version']}"
+        plural, name, ns = match["plural"], match["name"], match["ns"]
+        namespaced = KINDS[plural][1]
+        if name is None:
+            items = [
+                o for o in self.state.list(api, plural, ns if namespaced else None)
+                if _matches(o, query.get("labelSelector", [None])[0], query.get("fieldSelector", [None])[0])
+            ]  # fmt: skip
+            kind = KINDS[plural][0]
+            self._send(200, {"kind": f"{kind}List", "apiVersion": api,
+                             "metadata": {"resourceVersion": str(self.state._rv)}, "items": items})  # fmt: skip
+            return
+        obj = self.state.get(api, plural, ns or "" if namespaced else "", name)
+        if obj is None:
+            self._status(404, "NotFound", f'{plural} "{name}" not found')
+            return
+        if match["sub"] == "log":
+            self._send(200, self.state.pod_logs(obj), "text/plain")
+            return
+        self._send(200, obj)
+
+    def do_POST(self) -> None:
+        if urlparse(self.path).path.startswith("/lab/v1/"):
+            self._lab_post(urlparse(self.path).path, self._body())
+            return
+        routed = self._route()
+        if routed is None:
+            self._status(404, "NotFound", "unknown resource")
+            return
+        match, _ = routed
+        api = match["core"] or f"{match['group']}/{match['version']}"
+        plural, ns = match["plural"], match["ns"]
+        body = self._body()
+        if match["sub"] == "eviction":
+            self._evict(api, ns, match["name"])
+            return
+        name = body.get("metadata", {}).get("name")
+        if not name and body.get("metadata", {}).get("generateName"):
+            name = body["metadata"]["generateName"] + uuid.uuid4().hex[:5]
+            body["metadata"]["name"] = name
+        if KINDS[plural][1]:
+            body.setdefault("metadata", {})["namespace"] = ns or "default"
+        if self.state.get(api, plural, ns or "" if KINDS[plural][1] else "", name) is not None:
+            self._status(409, "AlreadyExists", f'{plural} "{name}" already exists')
+            return
+        obj = self.state.put(api, plural, body)
+        for hook in self.state.on_create:
+            hook(plural, obj)
+        self._send(201, obj)
+
+    def do_PUT(self) -> None:
+        routed = self._route()
+        if routed is None:
+            self._status(404, "NotFound", "unknown resource")
+            return
+        match, _ = routed
+        api = match["core"] or f"{match['group']}/{match['version']}"
+        plural, ns, name = match["plural"], match["ns"], match["name"]
+        current = self.state.get(api, plural, ns or "" if KINDS[plural][1] else "", name)
+        if current is None:
+            self._status(404, "NotFound", f'{plural} "{name}" not found')
+            return
+        body = self._body()
+        body.setdefault("metadata", {})["uid"] = current["metadata"]["uid"]
+        body["metadata"]["creationTimestamp"] = current["metadata"]["creationTimestamp"]
+        if KINDS[plural][1]:
+            body["metadata"]["namespace"] = ns
+        self._send(200, self.state.put(api, plural, body))
+
+    def do_PATCH(self) -> None:
+        routed = self._route()
+        if routed is None:
+            self._status(404, "NotFound", "unknown resource")
+            return
+        match, _ = routed
+        api = match["core"] or f"{match['group']}/{match['version']}"
+        plural, ns, name = match["plural"], match["ns"], match["name"]
+        with self.state.lock:
+            current = self.state.get(api, plural, ns or "" if KINDS[plural][1] else "", name)
+            if current is None:
+                self._status(404, "NotFound", f'{plural} "{name}" not found')
+                return
+            patched = merge_patch(current, self._body())
+            self._send(200, self.state.put(api, plural, patched))
+
+    def do_DELETE(self) -> None:
+        routed = self._route()
+        if routed is None:
+            self._status(404, "NotFound", "unknown resource")
+            return
+        match, _ = routed
+        api = match["core"] or f"{match['group']}/{match['version']}"
+        plural, ns, name = match["plural"], match["ns"], match["name"]
+        obj = self.state.delete(api, plural, ns or "" if KINDS[plural][1] else "", name)
+        if obj is None:
+            self._status(404, "NotFound", f'{plural} "{name}" not found')
+            return
+        self._send(200, {"kind": "Status", "apiVersion": "v1", "status": "Success", "metadata": {}})
+
+    def _evict(self, api: str, ns: str, name: str) -> None:
+        pod = self.state.get(api, "pods", ns, name)
+        if pod is None:
+            self._status(404, "NotFound", f'pods "{name}" not found')
+            return
+        labels = pod["metadata"].get("labels", {})
+        for pdb in self.state.list("policy/v1", "poddisruptionbudgets", ns):
+            selector = pdb.get("spec", {}).get("selector", {}).get("matchLabels", {})
+            blocking = pdb.get("spec", {}).get("maxUnavailable") == 0
+            if blocking and selector and all(labels.get(k) == v for k, v in selector.items()):
+                self._status(
+                    429,
+                    "TooManyRequests",
+                    "Cannot evict pod as it would violate the pod's disruption budget.",
+                )
+                return
+        self.state.delete(api, "pods", ns, name)
+        self._send(201, {"kind": "Status", "apiVersion": "v1", "status": "Success", "metadata": {}})
+
+    # -- lab-only endpoints (the helm stand-in talks to these) ------------------------------------
+
+    def _lab_get(self, path: str) -> None:
+        handler = self.server.lab_handlers.get(("GET", path))  # type: ignore[attr-defined]
+        if handler is None:
+            self._status(404, "NotFound", path)
+            return
+        code, body = handler(None)
+        self._send(code, body)
+
+    def _lab_post(self, path: str, body: Any) -> None:
+        handler = self.server.lab_handlers.get(("POST", path))  # type: ignore[attr-defined]
+        if handler is None:
+            self._status(404, "NotFound", path)
+            return
+        code, result = handler(body)
+        self._send(code, result)
+
+
+class KubeApiServer:
+    """Serves a ``ClusterState`` on 127.0.0.1 in a background thread."""
+
+    def __init__(self, state: ClusterState, address: str = "127.0.0.1") -> None:
+        self.state = state
+        handler = type("Handler", (_Handler,), {"state": state})
+        self.httpd = ThreadingHTTPServer((address, 0), handler)
+        self.httpd.daemon_threads = True
+        self.httpd.lab_handlers = {}  # type: ignore[attr-defined]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def add_lab_handler(
+        self, method: str, path: str, handler: Callable[[Any], tuple[int, Any]]
+    ) -> None:
+        self.httpd.lab_handlers[(method, path)] = handler  # type: ignore[attr-defined]
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

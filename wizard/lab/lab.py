@@ -1,0 +1,396 @@
+"""The lab: a whole simulated site on this machine, for ``demo``, ``lab`` and the tests.
+
+- one asyncssh server per GPU node and AIStor peer, each on its own loopback address
+  (127.0.0.x) so the site file looks like a real one, in front of a stateful host model;
+- a Kubernetes API server on loopback with a control plane, CPU workers and the GPU nodes
+  (joined, as if the operator had run Kubespray's scale.yml);
+- a ``helm`` stand-in that records releases and makes the GPU Operator appear;
+- a site file, an SSH key, a known_hosts file and a kubeconfig written into a folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import stat
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import asyncssh
+import yaml
+
+from wizard.lab.faults import check_faults
+from wizard.lab.host import LabHost
+from wizard.lab.kubeapi import ClusterState, KubeApiServer
+from wizard.lab.sshd import LabSshServer
+
+KUBERNETES_VERSION = "1.33.5"
+LAB_TOKEN = "lab-token-not-a-secret"
+
+
+@dataclass
+class Lab:
+    directory: Path
+    nodes: int = 1
+    faults: tuple[str, ...] = ()
+    peers: int = 1
+    reboot_seconds: float = 2.0
+    hosts: dict[str, LabHost] = field(default_factory=dict)
+    servers: dict[str, LabSshServer] = field(default_factory=dict)
+    cluster: ClusterState = field(default_factory=lambda: ClusterState(KUBERNETES_VERSION))
+    api: KubeApiServer | None = None
+    releases: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_faults(self.faults)
+        if not 1 <= self.nodes <= 250:
+            raise ValueError("the lab serves 1 to 250 GPU nodes")
+
+    @property
+    def site_path(self) -> Path:
+        return self.directory / "site.yaml"
+
+    def gpu_hosts(self) -> list[LabHost]:
+        return [h for h in self.hosts.values() if h.role == "gpu"]
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self) -> Path:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.directory, 0o700)
+        client_key = asyncssh.generate_private_key("ssh-ed25519", comment="gpu-node-wizard-lab")
+        key_path = self.directory / "id_ed25519"
+        key_path.write_bytes(client_key.export_private_key())
+        os.chmod(key_path, 0o600)
+        public = client_key.export_public_key().decode()
+        faults = set(self.faults)
+        known_hosts = []
+        for i in range(self.nodes):
+            name = f"gpu-b300-{i + 1:02d}"
+            host = LabHost(name, "gpu", f"10.10.0.{21 + i}", _rdma_ip(21 + i), faults=faults)
+            known_hosts.append(
+                await self._serve(host, f"127.0.{2 + i // 250}.{1 + i % 250}", public)
+            )
+        for i in range(self.peers):
+            name = f"aistor-{i + 1:02d}"
+            host = LabHost(name, "peer", f"10.20.0.{31 + i}", _rdma_ip(200 + i), gpu_count=0)
+            known_hosts.append(await self._serve(host, f"127.0.1.{1 + i}", public))
+        (self.directory / "known_hosts").write_text("".join(known_hosts))
+        self._seed_cluster()
+        self.api = KubeApiServer(self.cluster)
+        self.api.add_lab_handler("GET", "/lab/v1/helm/releases", lambda _: (200, self.releases))
+        self.api.add_lab_handler("POST", "/lab/v1/helm/upgrade", self._helm_upgrade)
+        self.cluster.pod_logs = self._pod_logs
+        self.cluster.on_create.append(self._on_create)
+        self.api.start()
+        self._write_kubeconfig()
+        helm = self._write_helm()
+        self._write_site(key_path, helm)
+        return self.site_path
+
+    async def _serve(self, host: LabHost, address: str, client_public: str) -> str:
+        host_key = asyncssh.generate_private_key("ssh-ed25519")
+        server = LabSshServer(
+            host, address, host_key, client_public, reboot_seconds=self.reboot_seconds
+        )
+        port = await server.start()
+        self.hosts[host.name] = host
+        self.servers[host.name] = server
+        return f"[{address}]:{port} {host_key.export_public_key().decode().strip()}\n"
+
+    async def stop(self) -> None:
+        for server in self.servers.values():
+            await server.stop()
+        if self.api is not None:
+            self.api.stop()
+            self.api = None
+
+    async def __aenter__(self) -> Lab:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # -- files for the wizard ----------------------------------------------------------------------
+
+    def _write_kubeconfig(self) -> None:
+        assert self.api is not None
+        kubeconfig = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "lab", "cluster": {"server": self.api.url}}],
+            "users": [{"name": "lab-admin", "user": {"token": LAB_TOKEN}}],
+            "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": "lab-admin"}}],
+            "current-context": "lab",
+        }
+        path = self.directory / "kubeconfig"
+        path.write_text(yaml.safe_dump(kubeconfig, sort_keys=False))
+        os.chmod(path, 0o600)
+
+    def _write_helm(self) -> Path:
+        bin_dir = self.directory / "bin"
+        bin_dir.mkdir(exist_ok=True)
+        helm = bin_dir / "helm"
+        root = Path(__file__).resolve().parents[2]
+        helm.write_text(
+            f"#!{sys.executable}\n"
+            "# gpu-node-wizard lab: a helm stand-in that records releases in the lab.\n"
+            f"import sys\nsys.path.insert(0, {str(root)!r})\n"
+            "from wizard.lab.helm_standin import main\nsys.exit(main(sys.argv[1:]))\n"
+        )
+        helm.chmod(helm.stat().st_mode | stat.S_IXUSR)
+        return helm
+
+    def _write_site(self, key_path: Path, helm: Path) -> None:
+        nodes = []
+        for name, server in self.servers.items():
+            host = self.hosts[name]
+            if host.role != "gpu":
+                continue
+            nodes.append(
+                {
+                    "name": name,
+                    "host": server.address,
+                    "ssh": {"port": server.port},
+                    "os": host.os,
+                    "gpu_count": host.gpu_count,
+                    "bond": {"name": host.bond_name, "ports": [p.name for p in host.ports]},
+                    "rdma_ip": host.rdma_ip,
+                }
+            )
+        peers = [
+            {"name": name, "host": server.address, "ssh": {"port": server.port},
+             "rdma_ip": self.hosts[name].rdma_ip}
+            for name, server in self.servers.items()
+            if self.hosts[name].role == "peer"
+        ]  # fmt: skip
+        site = {
+            "name": "lab",
+            "ssh": {
+                "user": "root",
+                "key": key_path.name,
+                "known_hosts": "known_hosts",
+                "config": "none",
+                "connect_timeout": 5.0,
+                "command_timeout": 60.0,
+            },
+            "cluster": {
+                "kubeconfig": "kubeconfig",
+                "kubernetes_version": "1.33",
+                "helm": str(helm),
+            },
+            "nodes": nodes,
+            "aistor": {"peers": peers},
+            "registry": {"mirror": "nexus.lab.internal:8443/nvidia", "pull_secret": "nexus-pull"},
+        }
+        header = (
+            "# gpu-node-wizard lab site: simulated hosts on loopback, written by `lab`/`demo`.\n"
+            f"# Faults: {', '.join(self.faults) or 'none'}\n"
+        )
+        self.site_path.write_text(header + yaml.safe_dump(site, sort_keys=False))
+
+    # -- the simulated cluster --------------------------------------------------------------------------
+
+    def _node_object(
+        self, name: str, ip: str, *, control_plane: bool, gpu_host: LabHost | None
+    ) -> dict:
+        runtime = "containerd://2.1.4"
+        kernel = "6.12.0-124.8.1.el10_2.x86_64"
+        if gpu_host is not None:
+            kernel = gpu_host.kernel
+            if "containerd-1.7" in gpu_host.faults:
+                runtime = "containerd://1.7.27"
+        labels = {
+            "kubernetes.io/hostname": name,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+        }
+        if control_plane:
+            labels["node-role.kubernetes.io/control-plane"] = ""
+        resources = {
+            "cpu": "128",
+            "memory": "2113515520Ki",
+            "pods": "110",
+            "ephemeral-storage": "936Gi",
+        }
+        return {
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"taints": [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]}
+            if control_plane
+            else {},
+            "status": {
+                "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                                "message": "kubelet is posting ready status"}],
+                "addresses": [{"type": "InternalIP", "address": ip}, {"type": "Hostname", "address": name}],
+                "capacity": dict(resources),
+                "allocatable": dict(resources),
+                "nodeInfo": {
+                    "architecture": "amd64", "bootID": "", "containerRuntimeVersion": runtime,
+                    "kernelVersion": kernel, "kubeProxyVersion": "", "kubeletVersion": f"v{KUBERNETES_VERSION}",
+                    "machineID": "", "operatingSystem": "linux",
+                    "osImage": "Red Hat Enterprise Linux 10.2 (Coughlan)", "systemUUID": "",
+                },
+            },
+        }  # fmt: skip
+
+    def _seed_cluster(self) -> None:
+        for ns in ("default", "kube-system", "kube-public"):
+            self.cluster.put("v1", "namespaces", {"metadata": {"name": ns}})
+        self.cluster.put(
+            "v1", "nodes", self._node_object("cp-1", "10.10.1.1", control_plane=True, gpu_host=None)
+        )
+        for i in (1, 2):
+            node = self._node_object(
+                f"cpu-worker-{i}", f"10.10.1.{10 + i}", control_plane=False, gpu_host=None
+            )
+            self.cluster.put("v1", "nodes", node)
+        for host in self.gpu_hosts():
+            self.cluster.put(
+                "v1",
+                "nodes",
+                self._node_object(host.name, host.rdma_ip, control_plane=False, gpu_host=host),
+            )
+        self.cluster.put(
+            "apps/v1",
+            "daemonsets",
+            {"metadata": {"name": "cilium", "namespace": "kube-system"},
+             "spec": {"selector": {"matchLabels": {"k8s-app": "cilium"}}, "template": {
+                 "metadata": {"labels": {"k8s-app": "cilium"}},
+                 "spec": {"containers": [{"name": "cilium-agent", "image": "quay.io/cilium/cilium:v1.17.6"}]}}},
+             "status": {"currentNumberScheduled": 3 + self.nodes, "desiredNumberScheduled": 3 + self.nodes,
+                        "numberMisscheduled": 0, "numberReady": 3 + self.nodes}},
+        )  # fmt: skip
+
+    def _pod(self, namespace: str, name: str, node: str | None, *, owner: str = "DaemonSet",
+             phase: str = "Running", ready: bool = True, restarts: int = 0, waiting: str | None = None) -> dict:  # fmt: skip
+        state: dict[str, Any] = {"running": {"startedAt": "2026-11-30T00:00:00Z"}}
+        if waiting:
+            state = {
+                "waiting": {
+                    "reason": waiting,
+                    "message": "back-off 5m0s restarting failed container",
+                }
+            }
+        if phase == "Succeeded":
+            state = {"terminated": {"exitCode": 0, "reason": "Completed"}}
+        return {
+            "metadata": {"name": name, "namespace": namespace, "labels": {"app": name.rsplit("-", 1)[0]},
+                         "ownerReferences": [{"apiVersion": "apps/v1", "kind": owner, "name": name.rsplit("-", 1)[0],
+                                              "uid": "lab"}]},
+            "spec": {"nodeName": node, "containers": [{"name": "main", "image": "lab"}]},
+            "status": {"phase": phase, "containerStatuses": [{
+                "name": "main", "ready": ready, "restartCount": restarts, "image": "lab", "imageID": "lab",
+                "state": state}]},
+        }  # fmt: skip
+
+    def _helm_upgrade(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        key = f"{body['namespace']}/{body['name']}"
+        previous = self.releases.get(key)
+        release = {
+            **body,
+            "revision": (previous["revision"] + 1) if previous else 1,
+            "status": "deployed",
+        }
+        self.releases[key] = release
+        if body["chart"].endswith("gpu-operator"):
+            self._gpu_operator_appears(body["namespace"])
+        return 200, release
+
+    def _gpu_operator_appears(self, namespace: str) -> None:
+        if self.cluster.get("v1", "namespaces", "", namespace) is None:
+            self.cluster.put("v1", "namespaces", {"metadata": {"name": namespace}})
+        crash = "operator-crashloop" in self.faults
+        self.cluster.put("v1", "pods", self._pod(
+            namespace, "gpu-operator-657c5b798d-x7k2p", "cp-1", owner="ReplicaSet",
+            ready=not crash, restarts=12 if crash else 0, waiting="CrashLoopBackOff" if crash else None))  # fmt: skip
+        self.cluster.put("v1", "pods", self._pod(namespace, "gpu-operator-node-feature-discovery-master-d8597-cx849",
+                                                 "cp-1", owner="ReplicaSet"))  # fmt: skip
+        for index, host in enumerate(self.gpu_hosts()):
+            suffix = f"{index:05x}"
+            for component in ("nvidia-driver-daemonset", "nvidia-container-toolkit-daemonset",
+                              "nvidia-device-plugin-daemonset", "nvidia-dcgm", "nvidia-dcgm-exporter",
+                              "gpu-feature-discovery", "gpu-operator-node-feature-discovery-worker"):  # fmt: skip
+                self.cluster.put(
+                    "v1", "pods", self._pod(namespace, f"{component}-{suffix}", host.name)
+                )
+            self.cluster.put("v1", "pods", self._pod(namespace, f"nvidia-cuda-validator-{suffix}", host.name,
+                                                     owner="Job", phase="Succeeded", ready=False))  # fmt: skip
+            host.gpu_driver = True
+            with self.cluster.lock:
+                node = self.cluster.node(host.name)
+                if node is not None:
+                    count = str(host.gpus_present)
+                    node["status"]["capacity"]["nvidia.com/gpu"] = count
+                    node["status"]["allocatable"]["nvidia.com/gpu"] = count
+                    node["metadata"]["labels"]["nvidia.com/gpu.present"] = "true"
+
+    def _on_create(self, plural: str, obj: dict[str, Any]) -> None:
+        if plural == "pods":
+            spec = obj.setdefault("spec", {})
+            node = spec.get("nodeName") or spec.get("nodeSelector", {}).get(
+                "kubernetes.io/hostname"
+            )
+            spec["nodeName"] = node
+            done = spec.get("restartPolicy") == "Never"
+            obj["status"] = {
+                "phase": "Succeeded" if done else "Running",
+                "containerStatuses": [
+                    {"name": c.get("name", "main"), "ready": not done, "restartCount": 0,
+                     "image": c.get("image", ""), "imageID": "",
+                     "state": {"terminated": {"exitCode": 0, "reason": "Completed"}} if done
+                     else {"running": {"startedAt": "2026-11-30T00:00:00Z"}}}
+                    for c in spec.get("containers", [])
+                ],
+            }  # fmt: skip
+        elif plural == "daemonsets" and "rdma" in obj["metadata"]["name"]:
+            self._rdma_plugin_appears(obj)
+
+    def _rdma_plugin_appears(self, daemonset: dict[str, Any]) -> None:
+        if "plugin-missing-resource" in self.faults:
+            return
+        namespace = daemonset["metadata"]["namespace"]
+        configmap = self.cluster.get("v1", "configmaps", namespace, "rdma-devices")
+        if configmap is None:
+            return
+        try:
+            config = json.loads(configmap.get("data", {}).get("config.json", "{}"))
+        except ValueError:
+            return
+        selector = (
+            daemonset.get("spec", {}).get("template", {}).get("spec", {}).get("nodeSelector", {})
+        )
+        with self.cluster.lock:
+            for host in self.gpu_hosts():
+                node = self.cluster.node(host.name)
+                labels = node["metadata"].get("labels", {}) if node else {}
+                if node is None or any(labels.get(k) != v for k, v in selector.items()):
+                    continue
+                for entry in config.get("configList", []):
+                    prefix = entry.get("resourcePrefix", config.get("resourcePrefix", "rdma"))
+                    resource = f"{prefix}/{entry['resourceName']}"
+                    count = str(entry.get("rdmaHcaMax", 1000)) if host.rdma_devices else "0"
+                    node["status"]["capacity"][resource] = count
+                    node["status"]["allocatable"][resource] = count
+
+    def _pod_logs(self, pod: dict[str, Any]) -> str:
+        """What the pod's command prints, run against the simulated host it is on."""
+        host = self.hosts.get(pod.get("spec", {}).get("nodeName") or "")
+        if host is None:
+            return ""
+        output = []
+        for container in pod.get("spec", {}).get("containers", []):
+            argv = list(container.get("command") or []) + list(container.get("args") or [])
+            script = argv[-1] if argv[:2] in (["sh", "-c"], ["bash", "-c"]) else shlex.join(argv)
+            for part in script.replace("&&", ";").replace("\n", ";").split(";"):
+                if part.strip():
+                    result = host.execute(part.strip())
+                    output.append(result.stdout + result.stderr)
+        return "".join(output)
+
+
+def _rdma_ip(last: int) -> str:
+    return f"192.168.50.{last}"

@@ -1,0 +1,88 @@
+"""Helm through the ``helm`` CLI on the jump host, with the site's kube context."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shutil
+from typing import Any
+
+from wizard.transports.base import CommandResult, LineCallback, TransportError
+
+TARGET = "helm"
+
+
+class HelmError(TransportError):
+    def __init__(self, message: str) -> None:
+        super().__init__(TARGET, message)
+
+
+class HelmCli:
+    def __init__(self, binary: str, kubeconfig: str, context: str | None = None) -> None:
+        self.binary = binary
+        self.kubeconfig = os.path.expanduser(kubeconfig)
+        self.context = context
+
+    def _argv(self, *args: str) -> list[str]:
+        argv = [self.binary, *args, "--kubeconfig", self.kubeconfig]
+        if self.context:
+            argv += ["--kube-context", self.context]
+        return argv
+
+    async def run(
+        self, *args: str, on_line: LineCallback | None = None, timeout: float = 1800
+    ) -> CommandResult:
+        argv = self._argv(*args)
+        if shutil.which(self.binary) is None:
+            raise HelmError(
+                f"helm ({self.binary}) is not installed on this jump host: install Helm 3 or set "
+                "cluster.helm in the site file"
+            )
+        process = await asyncio.create_subprocess_exec(
+            *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        )
+        out: list[str] = []
+        err: list[str] = []
+
+        async def pump(stream: asyncio.StreamReader, sink: list[str], name: str) -> None:
+            async for raw in stream:
+                line = raw.decode(errors="replace")
+                sink.append(line)
+                if on_line is not None:
+                    on_line(name, line.rstrip("\n"))
+
+        try:
+            await asyncio.wait_for(
+                asyncio.gather(
+                    pump(process.stdout, out, "stdout"), pump(process.stderr, err, "stderr")
+                ),
+                timeout,
+            )
+            status = await process.wait()
+        except TimeoutError:
+            process.kill()
+            raise HelmError(f"`{' '.join(argv)}` did not finish within {timeout:g}s") from None
+        return CommandResult(TARGET, " ".join(argv), status, "".join(out), "".join(err))
+
+    async def version(self) -> str:
+        """The helm version (``v3.16.2``); a helm older than 3 is an error."""
+        result = await self.run("version", "--short")
+        match = re.search(r"v(\d+)\.(\d+)\.(\d+)", result.stdout)
+        if result.exit_status != 0 or not match:
+            raise HelmError(
+                f"`helm version` failed: {result.stderr.strip() or result.stdout.strip()}"
+            )
+        if int(match.group(1)) < 3:
+            raise HelmError(f"helm {match.group(0)} is too old: Helm 3 is required")
+        return match.group(0)
+
+    async def get_values(self, release: str, namespace: str) -> dict[str, Any] | None:
+        """The release's user-supplied values, or None when it is not installed."""
+        result = await self.run("get", "values", release, "--namespace", namespace, "-o", "json")
+        if result.exit_status != 0:
+            if "not found" in result.stderr:
+                return None
+            raise HelmError(f"`helm get values {release}` failed: {result.stderr.strip()}")
+        return json.loads(result.stdout or "null") or {}

@@ -1,0 +1,270 @@
+"""Kubernetes access through the official ``kubernetes`` client, off the event loop.
+
+Every call runs in a worker thread (``asyncio.to_thread``) so a slow API server never
+freezes the TUI. Errors become ``KubeError`` / ``UnreachableError`` naming the cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from typing import Any
+
+import urllib3
+from kubernetes import config
+from kubernetes.config.config_exception import ConfigException
+
+from wizard.transports.base import TransportError, UnreachableError
+
+TARGET = "cluster"
+
+
+class KubeError(TransportError):
+    """The API server answered with an error."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        self.status = status
+        super().__init__(TARGET, message)
+
+
+class KubeClient:
+    """The cluster through the ``kubernetes`` client's authenticated REST layer.
+
+    Objects travel as plain JSON dicts (the API's own shape), not as generated models:
+    that is what the checks and diffs compare, and it does not depend on how a client
+    release models optional fields.
+    """
+
+    def __init__(self, kubeconfig: str, context: str | None = None) -> None:
+        path = os.path.expanduser(kubeconfig)
+        if not os.path.exists(path):
+            raise KubeError(f"kubeconfig {path} does not exist (cluster.kubeconfig)")
+        try:
+            self.api_client = config.new_client_from_config(config_file=path, context=context)
+        except ConfigException as exc:
+            raise KubeError(f"kubeconfig {path}: {exc}") from None
+        # Fail fast on an unreachable API server instead of urllib3's silent retries.
+        self.api_client.configuration.retries = False
+        self.server = self.api_client.configuration.host
+
+    def _request_sync(
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        query: list[tuple[str, str]] | None,
+        content_type: str,
+    ) -> tuple[int, bytes]:
+        request = self.api_client.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=query or [],
+            header_params={"Content-Type": content_type, "Accept": "application/json, */*"},
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        response = self.api_client.call_api(*request, _request_timeout=30)
+        response.read()
+        return response.status, response.data
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        query: dict[str, str] | None = None,
+        content_type: str = "application/json",
+        what: str = "",
+        text: bool = False,
+    ) -> Any:
+        """One API call; JSON (or text) back; KubeError naming ``what`` on failure."""
+        what = what or f"{method} {path}"
+        pairs = [(k, v) for k, v in (query or {}).items() if v]
+        try:
+            status, data = await asyncio.to_thread(
+                self._request_sync, method, path, body, pairs, content_type
+            )
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise UnreachableError(
+                TARGET, f"cannot reach the API server {self.server}: {exc}"
+            ) from None
+        if not 200 <= status < 300:
+            raise KubeError(f"{what}: {status} {_message(data)}", status)
+        if text:
+            return data.decode(errors="replace")
+        return json.loads(data) if data else None
+
+    async def _get_or_none(self, path: str, what: str) -> dict[str, Any] | None:
+        try:
+            return await self.request("GET", path, what=what)
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    # -- reads -----------------------------------------------------------------------------------
+
+    async def version(self) -> dict[str, str]:
+        info = await self.request("GET", "/version", what="get version")
+        return {
+            "major": str(info.get("major", "")),
+            "minor": str(info.get("minor", "")).rstrip("+"),
+            "git_version": str(info.get("gitVersion", "")),
+        }
+
+    async def nodes(self) -> list[dict[str, Any]]:
+        return (await self.request("GET", "/api/v1/nodes", what="list nodes"))["items"]
+
+    async def node(self, name: str) -> dict[str, Any] | None:
+        return await self._get_or_none(f"/api/v1/nodes/{name}", f"get node {name}")
+
+    async def pods(
+        self, namespace: str | None = None, *, field_selector: str = "", label_selector: str = ""
+    ) -> list[dict[str, Any]]:
+        path = "/api/v1/pods" if namespace is None else f"/api/v1/namespaces/{namespace}/pods"
+        query = {"fieldSelector": field_selector, "labelSelector": label_selector}
+        return (await self.request("GET", path, query=query, what="list pods"))["items"]
+
+    async def crd_names(self) -> list[str]:
+        result = await self.request(
+            "GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", what="list CRDs"
+        )
+        return [c["metadata"]["name"] for c in result["items"]]
+
+    async def configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return await self._get_or_none(
+            f"/api/v1/namespaces/{namespace}/configmaps/{name}", f"get configmap {namespace}/{name}"
+        )
+
+    async def daemonsets(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        path = (
+            "/apis/apps/v1/daemonsets"
+            if namespace is None
+            else f"/apis/apps/v1/namespaces/{namespace}/daemonsets"
+        )
+        return (await self.request("GET", path, what="list daemonsets"))["items"]
+
+    async def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return await self._get_or_none(
+            f"/api/v1/namespaces/{namespace}/pods/{name}", f"get pod {namespace}/{name}"
+        )
+
+    async def pod_log(self, namespace: str, name: str) -> str:
+        return await self.request(
+            "GET",
+            f"/api/v1/namespaces/{namespace}/pods/{name}/log",
+            what=f"logs of {namespace}/{name}",
+            text=True,
+        )
+
+    # -- writes -----------------------------------------------------------------------------------
+
+    async def patch_node(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        return await self.request(
+            "PATCH",
+            f"/api/v1/nodes/{name}",
+            body,
+            content_type="application/merge-patch+json",
+            what=f"patch node {name}",
+        )
+
+    async def apply(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Create the object at collection ``path``, or replace it if it exists."""
+        name = body["metadata"]["name"]
+        kind = body.get("kind", "object")
+        try:
+            return await self.request("POST", path, body, what=f"create {kind} {name}")
+        except KubeError as exc:
+            if exc.status != 409:
+                raise
+        current = await self.request("GET", f"{path}/{name}", what=f"get {kind} {name}")
+        version = current["metadata"].get("resourceVersion")
+        body = {**body, "metadata": {**body["metadata"], "resourceVersion": version}}
+        return await self.request("PUT", f"{path}/{name}", body, what=f"replace {kind} {name}")
+
+    async def apply_configmap(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        return await self.apply(f"/api/v1/namespaces/{namespace}/configmaps", body)
+
+    async def apply_daemonset(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        return await self.apply(f"/apis/apps/v1/namespaces/{namespace}/daemonsets", body)
+
+    async def create_pod(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        return await self.request(
+            "POST",
+            f"/api/v1/namespaces/{namespace}/pods",
+            body,
+            what=f"create pod {body['metadata']['name']}",
+        )
+
+    async def delete_pod(self, namespace: str, name: str) -> None:
+        try:
+            await self.request(
+                "DELETE",
+                f"/api/v1/namespaces/{namespace}/pods/{name}",
+                what=f"delete pod {namespace}/{name}",
+            )
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+
+    async def cordon(self, name: str, unschedulable: bool = True) -> None:
+        await self.patch_node(name, {"spec": {"unschedulable": unschedulable or None}})
+
+    async def drain(self, name: str, *, timeout: float = 600.0) -> list[str]:
+        """Evict every non-DaemonSet pod from the node, respecting PodDisruptionBudgets."""
+        await self.cordon(name)
+        deadline = time.monotonic() + timeout
+        evicted: list[str] = []
+        while True:
+            pods = [
+                p
+                for p in await self.pods(field_selector=f"spec.nodeName={name}")
+                if not _daemonset_pod(p) and p.get("status", {}).get("phase") not in _FINISHED
+            ]
+            if not pods:
+                return evicted
+            for pod in pods:
+                meta = pod["metadata"]
+                where = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
+                body = {
+                    "apiVersion": "policy/v1",
+                    "kind": "Eviction",
+                    "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+                }
+                try:
+                    await self.request(
+                        "POST",
+                        f"{where}/eviction",
+                        body,
+                        what=f"evict {meta['namespace']}/{meta['name']}",
+                    )
+                    evicted.append(f"{meta['namespace']}/{meta['name']}")
+                except KubeError as exc:
+                    if exc.status != 429:  # 429: a PodDisruptionBudget says not yet
+                        raise
+            if time.monotonic() > deadline:
+                blocked = ", ".join(
+                    f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in pods
+                )
+                raise KubeError(
+                    f"drain of {name} timed out after {timeout:g}s; still running: {blocked}"
+                )
+            await asyncio.sleep(2)
+
+
+_FINISHED = ("Succeeded", "Failed")
+
+
+def _daemonset_pod(pod: dict[str, Any]) -> bool:
+    owners = pod["metadata"].get("ownerReferences") or []
+    return any(owner.get("kind") == "DaemonSet" for owner in owners)
+
+
+def _message(data: bytes) -> str:
+    try:
+        return json.loads(data).get("message", data.decode(errors="replace"))
+    except (TypeError, ValueError, AttributeError):
+        return data.decode(errors="replace") if isinstance(data, bytes) else str(data)
