@@ -3,9 +3,94 @@
 from __future__ import annotations
 
 from steps.common import ports, q
-from wizard.model import StepKind
-from wizard.plan import Phase, Step
+from wizard.facts.nic import EthtoolInfo
+from wizard.facts.pci import Lspci
+from wizard.facts.system import ModInfo
+from wizard.model import Finding, StepKind
+from wizard.plan import Phase, Step, StepContext
+from wizard.probe import Probe, Report, probe
 from wizard.site import Node, Site
+
+IN_TREE_EXPLANATION = (
+    "the kernel's own (in-tree) ice driver removes RDMA from a port when it joins a bond, so "
+    "RoCE over bond1 needs Intel's out-of-tree ice + irdma (RoCEv2, both ports on one NIC, "
+    "identical QoS before bonding, the LAG-capable DDP package)"
+)
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split(".") if p.isdigit())
+
+
+def evaluate_e810(
+    site: Site,
+    node: Node,
+    pci: Lspci,
+    infos: dict[str, tuple[EthtoolInfo | None, Probe]],
+    modinfo: dict[str, ModInfo | None],
+    report: Report,
+) -> None:
+    e810 = pci.e810_ports()
+    if len(e810) >= 2:
+        report.ok(
+            "e810-present", f"{len(e810)} Intel E810 ports ({', '.join(d.slot for d in e810)})"
+        )
+    else:
+        report.fail(
+            "e810-present",
+            f"{len(e810)} Intel E810 ports on the PCI bus; the bond needs two",
+            "check the NIC is seated and enabled in the BIOS; `lspci -nn | grep -i ethernet`",
+        )
+    for port, (info, p) in infos.items():
+        if info is None:
+            report.unreadable(f"driver-{port}", p, f"the driver of {port}")
+            continue
+        evidence = p.evidence()
+        if info.driver != "ice":
+            report.fail(
+                f"driver-{port}",
+                f"{port} is driven by {info.driver}, not ice: it is not an E810 port",
+                "check nodes[].bond.ports names the two E810 ports",
+                evidence,
+            )
+            continue
+        if info.in_tree:
+            report.fail(
+                f"driver-{port}",
+                f"{port} uses the in-tree ice {info.version}: {IN_TREE_EXPLANATION}",
+                "install Intel's ice and irdma drivers (kmod packages from your mirror), reboot, "
+                "and confirm `ethtool -i` shows a plain version such as 1.16.3",
+                evidence,
+            )
+        else:
+            report.ok(f"driver-{port}", f"{port}: Intel's ice {info.version}", evidence)
+        minimum = site.nic.min_firmware
+        if (
+            info.nvm_version
+            and minimum
+            and _version_tuple(info.nvm_version) < _version_tuple(minimum)
+        ):
+            report.warn(
+                f"firmware-{port}",
+                f"{port} NVM {info.nvm_version} is below the site's minimum {minimum}",
+                "update the E810 NVM with Intel's nvmupdate64e in a maintenance window",
+                evidence,
+            )
+        else:
+            report.ok(f"firmware-{port}", f"{port} firmware {info.firmware_version}")
+    for module, fact in modinfo.items():
+        if fact is None:
+            continue
+        if fact.in_tree is False:
+            report.ok(
+                f"module-{module}", f"{module} {fact.version or ''} from {fact.filename}".strip()
+            )
+        elif fact.in_tree:
+            report.warn(
+                f"module-{module}",
+                f"{module} is the kernel's own module ({fact.filename})",
+                "Intel's out-of-tree driver installs under /lib/modules/<kernel>/updates/",
+            )
 
 
 class IceDriver(Step):
@@ -26,6 +111,27 @@ class IceDriver(Step):
         lines += [f"ethtool -i {q(port)}" for port in ports(node)]
         lines += ["modinfo ice", "modinfo irdma"]
         return lines
+
+    async def verify(self, ctx: StepContext) -> list[Finding]:
+        assert ctx.node is not None
+        report = Report("T02")
+        pci = await probe(ctx, ["lspci", "-nn"], "lspci")
+        if not pci.ok:
+            report.unreadable("e810-present", pci, "the PCI devices")
+            return report.findings
+        infos = {}
+        for port in ctx.node.bond.ports:
+            p = await probe(ctx, ["ethtool", "-i", port], "ethtool-i")
+            infos[port] = (p.fact, p)
+        ctx.data["bus_info"] = {
+            port: (info.bus_info if info else None) for port, (info, _) in infos.items()
+        }
+        modinfo = {}
+        for module in ("ice", "irdma"):
+            m = await probe(ctx, ["modinfo", module], "modinfo")
+            modinfo[module] = m.fact
+        evaluate_e810(ctx.site, ctx.node, pci.fact, infos, modinfo, report)
+        return report.findings
 
 
 PHASE = Phase(

@@ -2,14 +2,42 @@
 
 from __future__ import annotations
 
+import ipaddress
+
 from steps.common import ports, q
+from steps.packages import missing_packages
 from wizard.artifacts import Artifact, Target, render
-from wizard.model import StepKind
-from wizard.plan import Phase, Step
+from wizard.facts.host import PrivFlags
+from wizard.facts.rdma import IbvDevinfo, RdmaLinks
+from wizard.facts.system import Lsmod
+from wizard.model import Finding, StepKind
+from wizard.plan import Change, Phase, Step, StepContext
+from wizard.probe import Report, probe
 from wizard.site import Node, Site
 
 MODULES_LOAD = "/etc/modules-load.d/irdma.conf"
 MODPROBE_OPTIONS = "/etc/modprobe.d/irdma.conf"
+REQUIRED_MODULES = ("ice", "irdma", "ib_core", "ib_uverbs", "rdma_cm")
+
+
+def irdma_artifacts(node: Node) -> list[Artifact]:
+    base = f"nodes/{node.name}/host"
+    return [
+        Artifact(
+            f"{base}{MODULES_LOAD}",
+            render("host/irdma-modules-load.conf.j2"),
+            Target.HOST_FILE,
+            f"{MODULES_LOAD} on {node.name}",
+            "load irdma at boot",
+        ),
+        Artifact(
+            f"{base}{MODPROBE_OPTIONS}",
+            render("host/irdma-modprobe.conf.j2"),
+            Target.HOST_FILE,
+            f"{MODPROBE_OPTIONS} on {node.name}",
+            "RoCEv2 mode for Intel's irdma",
+        ),
+    ]
 
 
 class EnableIrdma(Step):
@@ -21,37 +49,184 @@ class EnableIrdma(Step):
     explain = (
         "irdma is listed in modules-load.d so it loads at boot, and RoCE is enabled through "
         "the driver's own mechanism: `options irdma roce_ena=1` for Intel's irdma (the "
-        "in-tree driver uses devlink `enable_roce` instead). Files are diffed against the host."
+        "in-tree driver uses devlink `enable_roce` instead). Files are diffed against the host; "
+        "when the options change, irdma is reloaded so they take effect."
     )
 
     def artifacts(self, site: Site, node: Node | None) -> list[Artifact]:
-        if node is None:
-            return []
-        base = f"nodes/{node.name}/host"
-        return [
-            Artifact(
-                f"{base}{MODULES_LOAD}",
-                render("host/irdma-modules-load.conf.j2"),
-                Target.HOST_FILE,
-                f"{MODULES_LOAD} on {node.name}",
-                "load irdma at boot",
-            ),
-            Artifact(
-                f"{base}{MODPROBE_OPTIONS}",
-                render("host/irdma-modprobe.conf.j2"),
-                Target.HOST_FILE,
-                f"{MODPROBE_OPTIONS} on {node.name}",
-                "RoCEv2 mode for Intel's irdma",
-            ),
-        ]
+        return irdma_artifacts(node) if node else []
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
         return [
             f"cat {MODULES_LOAD} {MODPROBE_OPTIONS}",
-            f"install -m 0644 <rendered irdma.conf> {MODULES_LOAD}",
-            f"install -m 0644 <rendered irdma options> {MODPROBE_OPTIONS}",
+            f"write {MODULES_LOAD} and {MODPROBE_OPTIONS} (rendered files, mode 0644)",
+            "modprobe -r irdma  # only when irdma is loaded and its options changed",
             "modprobe irdma",
         ]
+
+    async def changes(self, ctx: StepContext) -> list[Change]:
+        assert ctx.node is not None
+        result = []
+        for artifact in irdma_artifacts(ctx.node):
+            path = artifact.destination.split(" on ")[0]
+            result.append(Change(artifact, await ctx.read_file(path)))
+        lsmod = await probe(ctx, ["lsmod"], "lsmod")
+        if lsmod.ok and not lsmod.fact.loaded("irdma"):
+            # The files may be in place while the module is not loaded: still a change.
+            ctx.data["load_needed"] = True
+            result.append(Change(_module_state_artifact(ctx.node), "irdma: not loaded\n"))
+        return result
+
+    async def apply(self, ctx: StepContext, changes: list[Change]) -> None:
+        options_changed = False
+        for change in changes:
+            if change.artifact.target is not Target.HOST_FILE:
+                continue
+            path = change.artifact.destination.split(" on ")[0]
+            await ctx.write_file(path, change.artifact.content, 0o644)
+            options_changed |= path == MODPROBE_OPTIONS
+        lsmod = await probe(ctx, ["lsmod"], "lsmod")
+        loaded = lsmod.ok and lsmod.fact.loaded("irdma")
+        if loaded and options_changed:
+            await ctx.run(["modprobe", "-r", "irdma"], check=True)
+            loaded = False
+        if not loaded:
+            await ctx.run(["modprobe", "irdma"], check=True)
+
+    async def verify(self, ctx: StepContext) -> list[Finding]:
+        assert ctx.node is not None
+        report = Report("T02")
+        lsmod = await probe(ctx, ["lsmod"], "lsmod")
+        if lsmod.ok and lsmod.fact.loaded("irdma"):
+            report.ok(
+                "irdma-loaded", "irdma is loaded", lsmod.evidence(lambda line: "irdma" in line)
+            )
+        else:
+            report.fail(
+                "irdma-loaded", "irdma is not loaded", "modprobe irdma; check dmesg for errors"
+            )
+        for artifact in irdma_artifacts(ctx.node):
+            path = artifact.destination.split(" on ")[0]
+            if await ctx.read_file(path) == artifact.content:
+                report.ok("irdma-persistent", f"{path} is in place")
+            else:
+                report.fail(
+                    "irdma-persistent",
+                    f"{path} differs from what the wizard wants",
+                    "run the irdma.enable step again",
+                )
+        return report.findings
+
+
+def _module_state_artifact(node: Node) -> Artifact:
+    return Artifact(
+        f"nodes/{node.name}/host/irdma-module-state",
+        "irdma: loaded\n",
+        Target.SCRIPT,
+        f"kernel module irdma on {node.name}",
+        "irdma loaded now (modprobe irdma)",
+    )
+
+
+def _ipv4_gid_suffix(address: str) -> tuple[str, str]:
+    """The two spellings of an IPv4-mapped GID's tail: ``::ffff:a.b.c.d`` and hex groups."""
+    packed = ipaddress.IPv4Address(address).packed
+    hex_tail = f"ffff:{packed[0]:02x}{packed[1]:02x}:{packed[2]:02x}{packed[3]:02x}"
+    return f"::ffff:{address}", hex_tail
+
+
+def evaluate_rdma(
+    node: Node,
+    lsmod: Lsmod,
+    links: RdmaLinks | None,
+    devinfo: IbvDevinfo | None,
+    flags: dict[str, PrivFlags | None],
+    report: Report,
+) -> dict[str, object]:
+    """Judge the host RDMA stack; return what later phases need (device, GID index)."""
+    discovered: dict[str, object] = {}
+    missing = [m for m in REQUIRED_MODULES if not lsmod.loaded(m)]
+    if missing:
+        report.fail(
+            "modules",
+            f"kernel modules not loaded: {', '.join(missing)}",
+            "run the irdma.enable step (modprobe irdma) and check dmesg for ice/irdma errors",
+        )
+    else:
+        report.ok("modules", f"{', '.join(REQUIRED_MODULES)} loaded")
+    bond_ports = set(node.bond.ports) | {node.bond.name}
+    on_bond = [link for link in (links.links if links else []) if link.netdev in bond_ports]
+    if not on_bond:
+        report.fail(
+            "rdma-device",
+            f"no RDMA device on the {node.bond.name} ports ({', '.join(node.bond.ports)})",
+            "with the in-tree ice the RDMA device disappears when the ports join the bond: install "
+            "Intel's ice + irdma; otherwise check `modprobe irdma` and dmesg",
+        )
+        return discovered
+    link = on_bond[0]
+    discovered["rdma_device"] = link.device
+    if link.state == "ACTIVE":
+        report.ok(
+            "rdma-device", f"{link.device} on {link.netdev} is ACTIVE ({link.physical_state})"
+        )
+    else:
+        report.fail(
+            "rdma-device",
+            f"{link.device} on {link.netdev} is {link.state} ({link.physical_state})",
+            "check the link and the switch port",
+        )
+    hca = next((d for d in (devinfo.devices if devinfo else []) if d.hca_id == link.device), None)
+    if hca is None:
+        report.fail(
+            "roce", f"ibv_devinfo does not show {link.device}", "check rdma-core is installed"
+        )
+        return discovered
+    port = hca.ports[0] if hca.ports else None
+    if hca.transport and "iwarp" in hca.transport.lower():
+        report.fail(
+            "roce",
+            f"{link.device} runs iWARP, not RoCEv2",
+            "set `options irdma roce_ena=1` (the irdma.enable step does) and reload irdma",
+        )
+        return discovered
+    if port is None or port.link_layer != "Ethernet" or port.state != "PORT_ACTIVE":
+        report.fail(
+            "roce",
+            f"{link.device} port: link layer {port.link_layer if port else '?'}, "
+            f"state {port.state if port else '?'}",
+            "expect link_layer Ethernet and PORT_ACTIVE",
+        )
+        return discovered
+    v2 = [g for g in port.gids if g.type and "v2" in g.type.lower()]
+    if not v2:
+        report.fail("roce", f"{link.device} has no RoCE v2 GIDs", "check irdma runs in RoCE mode")
+        return discovered
+    dotted, hexed = _ipv4_gid_suffix(node.rdma_ip)
+    mine = next((g for g in v2 if g.gid.endswith(dotted) or g.gid.lower().endswith(hexed)), None)
+    if mine is None:
+        report.warn(
+            "roce",
+            f"RoCE v2 GIDs exist on {link.device} but none for {node.rdma_ip}",
+            f"check {node.rdma_ip} is configured on {node.bond.name} (nodes[].rdma_ip)",
+        )
+    else:
+        discovered["gid_index"] = mine.index
+        report.ok(
+            "roce",
+            f"{link.device}: RoCE v2, GID index {mine.index} for {node.rdma_ip}, link layer Ethernet",
+        )
+    for port_name, fact in flags.items():
+        if fact is None:
+            continue
+        lldp = fact.flags.get("fw-lldp-agent")
+        discovered.setdefault("fw_lldp_agent", {})[port_name] = lldp  # type: ignore[index]
+        if lldp:
+            report.ok(
+                f"lldp-{port_name}",
+                f"{port_name}: firmware LLDP agent is on (the QoS phase turns it off for DCB)",
+            )
+    return discovered
 
 
 class VerifyRdma(Step):
@@ -60,24 +235,38 @@ class VerifyRdma(Step):
     kind = StepKind.CHECK
     gates = ("T02",)
     requires = ("irdma.enable",)
-    reads = ("node.bond",)
+    reads = ("node.bond", "node.rdma_ip")
     explain = (
         "Modules ice, irdma, ib_core, ib_uverbs and rdma_cm are loaded; `rdma link` shows "
         "the E810 ports ACTIVE; ibv_devinfo shows link_layer Ethernet and PORT_ACTIVE; RoCE "
         "v2 GIDs exist (not iWARP). The firmware LLDP agent flag is recorded for the QoS "
-        "phase. If this fails, stop: nothing in Kubernetes is touched until host RDMA works."
+        "phase; rdma-core and perftest are installed. If this fails, stop: nothing in "
+        "Kubernetes is touched until host RDMA works."
     )
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
-        lines = [
-            "lsmod",
-            "rdma -j link show",
-            "rdma -j dev show",
-            "ibv_devices",
-            "ibv_devinfo -v",
-        ]
+        lines = ["lsmod", "rdma -j link show", "ibv_devinfo -v"]
         lines += [f"ethtool --show-priv-flags {q(port)}" for port in ports(node)]
         return lines
+
+    async def verify(self, ctx: StepContext) -> list[Finding]:
+        assert ctx.node is not None
+        report = Report("T02")
+        lsmod = await probe(ctx, ["lsmod"], "lsmod")
+        if not lsmod.ok:
+            report.unreadable("modules", lsmod, "the loaded modules")
+            return report.findings
+        links = await probe(ctx, ["rdma", "-j", "link", "show"], "rdma-link")
+        devinfo = await probe(ctx, ["ibv_devinfo", "-v"], "ibv-devinfo")
+        flags = {}
+        for port in ctx.node.bond.ports:
+            p = await probe(ctx, ["ethtool", "--show-priv-flags", port], "ethtool-priv-flags")
+            flags[port] = p.fact
+        discovered = evaluate_rdma(ctx.node, lsmod.fact, links.fact, devinfo.fact, flags, report)
+        ctx.data.update(discovered)
+        _, packages = await missing_packages(ctx)
+        report.findings.extend(packages.findings)
+        return report.findings
 
 
 PHASE = Phase(

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from wizard.model import StepKind
-from wizard.plan import Phase, Step
+import shlex
+
+from wizard.artifacts import Artifact, Target
+from wizard.model import Finding, StepKind
+from wizard.plan import Change, Phase, Step, StepContext
+from wizard.probe import Report, probe
 from wizard.site import Node, Site
 
 # Air-gapped friendly: the wizard shows and runs these; the site's own mirrors serve them.
@@ -30,18 +34,40 @@ PACKAGES = {
 }
 
 
-def install_command(os_profile: str) -> str:
+def install_command(os_profile: str, names: list[str] | tuple[str, ...] | None = None) -> str:
+    names = list(names if names is not None else PACKAGES[os_profile])
     if os_profile.startswith("ubuntu"):
-        names = " ".join(PACKAGES[os_profile])
-        return f'apt-get install -y {names} "linux-headers-$(uname -r)"'
-    return "dnf install -y " + " ".join(PACKAGES[os_profile])
+        return "apt-get install -y " + shlex.join(names)
+    return "dnf install -y " + shlex.join(names)
 
 
-def query_command(os_profile: str) -> str:
-    names = " ".join(PACKAGES[os_profile])
+def query_argv(os_profile: str) -> list[str]:
+    names = list(PACKAGES[os_profile])
     if os_profile.startswith("ubuntu"):
-        return f"dpkg-query -W -f='${{Package}} ${{Status}}\\n' {names}"
-    return f"rpm -q {names}"
+        return ["dpkg-query", "-W", "-f=${Package} ${Status}\\n", *names]
+    return ["rpm", "-q", *names]
+
+
+async def missing_packages(ctx: StepContext) -> tuple[list[str], Report]:
+    assert ctx.node is not None
+    report = Report("T02")
+    p = await probe(ctx, query_argv(ctx.node.os), "packages")
+    if not p.ok:
+        report.unreadable("packages", p, "the installed packages")
+        return list(PACKAGES[ctx.node.os]), report
+    missing = [name for name in PACKAGES[ctx.node.os] if name in p.fact.missing]
+    if missing:
+        report.fail(
+            "packages",
+            f"missing packages: {', '.join(missing)}",
+            f"run `{install_command(ctx.node.os, missing)}` (the packages step does it after you confirm)",
+            p.evidence(),
+        )
+    else:
+        report.ok(
+            "packages", f"all {len(PACKAGES[ctx.node.os])} RDMA and diagnostic packages installed"
+        )
+    return missing, report
 
 
 class HostPackages(Step):
@@ -58,7 +84,37 @@ class HostPackages(Step):
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
         profile = node.os if node else "rhel-10.2"
-        return [query_command(profile), install_command(profile)]
+        return [shlex.join(query_argv(profile)), install_command(profile)]
+
+    def artifacts(self, site: Site, node: Node | None) -> list[Artifact]:
+        return [self._artifact(node)] if node else []
+
+    def _artifact(self, node: Node) -> Artifact:
+        return Artifact(
+            f"nodes/{node.name}/host/packages.txt",
+            "".join(f"{name}\n" for name in sorted(PACKAGES[node.os])),
+            Target.SCRIPT,
+            f"installed packages on {node.name}",
+            "the packages the RDMA phases need",
+        )
+
+    async def changes(self, ctx: StepContext) -> list[Change]:
+        assert ctx.node is not None
+        missing, _ = await missing_packages(ctx)
+        installed = sorted(set(PACKAGES[ctx.node.os]) - set(missing))
+        return [Change(self._artifact(ctx.node), "".join(f"{n}\n" for n in installed))]
+
+    async def apply(self, ctx: StepContext, changes: list[Change]) -> None:
+        assert ctx.node is not None
+        missing, _ = await missing_packages(ctx)
+        if missing:
+            await ctx.run(
+                install_command(ctx.node.os, missing), sudo=None, check=True, timeout=1800
+            )
+
+    async def verify(self, ctx: StepContext) -> list[Finding]:
+        _, report = await missing_packages(ctx)
+        return report.findings
 
 
 PHASE = Phase(

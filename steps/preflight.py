@@ -1,11 +1,230 @@
-"""Phase 1, preflight: what the host and the cluster are, before anything changes (T00)."""
+"""Phase 1, preflight: what the host and the cluster are, before anything changes (T00).
+
+Each check is a pure ``evaluate_*`` function over parsed facts (tested on real outputs)
+and a ``verify`` that runs the probes and calls it.
+"""
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 from steps.common import q
-from wizard.model import StepKind
-from wizard.plan import Phase, Scope, Step
+from wizard.facts.gpu import NvidiaSmiList
+from wizard.facts.host import IpAddr
+from wizard.facts.pci import Iommu, Lspci, LspciAcs
+from wizard.facts.system import ContainerdVersion, OsRelease
+from wizard.model import Finding, StepKind
+from wizard.plan import CLUSTER, Phase, Scope, Step, StepContext
+from wizard.probe import Probe, Report, probe
 from wizard.site import Node, Site
+from wizard.support import support_for
+from wizard.transports.base import TransportError
+
+_OS_PROFILES = {"rhel-10.2": ("rhel", "10.2"), "ubuntu-24.04": ("ubuntu", "24.04")}
+
+
+# -- pure evaluations -----------------------------------------------------------------------
+
+
+def evaluate_os(site: Site, node: Node, os: OsRelease, arch: str, report: Report, p: Probe) -> None:
+    support = support_for(site.versions.gpu_operator)
+    wanted_id, wanted_version = _OS_PROFILES[node.os]
+    evidence = p.evidence(lambda line: line.startswith(("ID=", "VERSION_ID=", "PRETTY_NAME=")))
+    if (os.id, os.version_id) != (wanted_id, wanted_version):
+        report.fail(
+            "os-profile",
+            f"the host runs {os.pretty_name or os.id} but the site says {node.os}",
+            f"correct nodes[].os in the site file, or reinstall the node with {node.os}",
+            evidence,
+        )
+    elif support is None:
+        report.warn(
+            "os-supported",
+            f"{os.pretty_name}: no support data for GPU Operator {site.versions.gpu_operator}",
+            "check NVIDIA's platform support page for this chart version",
+            evidence,
+        )
+    elif any(
+        os.id == i and (os.version_id or "").startswith(v) for i, v in support.operating_systems
+    ):
+        report.ok(
+            "os-supported",
+            f"{os.pretty_name} is validated for GPU Operator {support.operator}",
+            evidence,
+        )
+    else:
+        report.fail(
+            "os-supported",
+            f"{os.pretty_name} is not validated for GPU Operator {support.operator}",
+            "use RHEL 10.2 or Ubuntu 24.04 for the GPU node",
+            evidence,
+        )
+    if arch == "x86_64":
+        report.ok("arch", "architecture x86_64")
+    else:
+        report.fail(
+            "arch", f"architecture {arch}: the B300 profile expects x86_64", "check the node"
+        )
+
+
+def evaluate_workers(
+    node_name: str, kernel: str, os_name: str | None, workers: list[dict[str, Any]], report: Report
+) -> None:
+    """Compare the GPU node's kernel/OS with the existing workers (a mismatch warns)."""
+    infos = [
+        (w["metadata"]["name"], w.get("status", {}).get("nodeInfo", {}))
+        for w in workers
+        if w["metadata"]["name"] != node_name
+    ]
+    if not infos:
+        report.skip("kernel-vs-workers", "no other workers to compare the kernel with")
+        return
+    kernels = {info.get("kernelVersion") for _, info in infos}
+    images = {info.get("osImage") for _, info in infos}
+    detail = ", ".join(f"{name}: {info.get('kernelVersion')}" for name, info in infos[:4])
+    if kernel in kernels and (os_name is None or os_name in images):
+        report.ok("kernel-vs-workers", f"kernel {kernel} matches existing workers ({detail})")
+    else:
+        report.warn(
+            "kernel-vs-workers",
+            f"kernel {kernel} ({os_name}) differs from the existing workers ({detail})",
+            "a different kernel is allowed but means different driver builds; align if you can",
+        )
+
+
+def evaluate_containerd(site: Site, fact: ContainerdVersion, report: Report, p: Probe) -> None:
+    support = support_for(site.versions.gpu_operator)
+    minimum = support.containerd_min if support else (2, 0)
+    if (fact.major, fact.minor) >= minimum:
+        report.ok(
+            "containerd-version",
+            f"containerd {fact.version} (>= {minimum[0]}.{minimum[1]})",
+            p.evidence(),
+        )
+        return
+    report.fail(
+        "containerd-version",
+        f"containerd {fact.version} is too old: GPU Operator {site.versions.gpu_operator} requires "
+        f"containerd >= {minimum[0]}.{minimum[1]}",
+        "upgrade containerd to 2.x before the GPU Operator (Kubespray v2.29 ships 2.1.x: set "
+        "containerd_version and run upgrade-cluster.yml --limit <node>, or install containerd 2.x "
+        "from your mirror), then run this check again",
+        p.evidence(),
+    )
+
+
+def evaluate_gpus(node: Node, pci: Lspci, report: Report, p: Probe) -> None:
+    gpus = pci.nvidia_gpus()
+    evidence = p.evidence(lambda line: "NVIDIA" in line)
+    if len(gpus) == node.gpu_count:
+        report.ok(
+            "gpu-count",
+            f"{len(gpus)} NVIDIA GPUs on the PCI bus (expected {node.gpu_count})",
+            evidence,
+        )
+    elif len(gpus) < node.gpu_count:
+        report.fail(
+            "gpu-count",
+            f"only {len(gpus)} of {node.gpu_count} expected {node.gpu_model} GPUs are on the PCI bus",
+            "check the missing GPU in the BMC / hardware log, reseat or replace it, then re-run",
+            evidence,
+        )
+    else:
+        report.warn(
+            "gpu-count",
+            f"{len(gpus)} NVIDIA GPUs found, more than the {node.gpu_count} expected",
+            "set nodes[].gpu_count to the real number",
+            evidence,
+        )
+
+
+def evaluate_nvidia_smi(node: Node, fact: NvidiaSmiList, report: Report, p: Probe) -> None:
+    count = len(fact.gpus)
+    if count == node.gpu_count:
+        report.ok("nvidia-smi", f"nvidia-smi -L lists {count} GPUs", p.evidence())
+    else:
+        report.fail(
+            "nvidia-smi",
+            f"nvidia-smi -L lists {count} GPUs, expected {node.gpu_count}",
+            "check `nvidia-smi -q` and the driver logs (dmesg | grep -i nvrm)",
+            p.evidence(),
+        )
+
+
+def evaluate_iommu(iommu: Iommu | None, cmdline: str, report: Report, evidence: Any) -> None:
+    passthrough = re.search(r"\biommu=pt\b|\b(intel|amd)_iommu=off\b", cmdline)
+    if iommu is not None and iommu.translated:
+        report.warn(
+            "iommu",
+            "the IOMMU default domain is Translated: GPUDirect RDMA peer-to-peer traffic is "
+            "remapped (slow or broken)",
+            "boot with iommu=pt (or intel_iommu=off) and reboot before the GPUDirect phase",
+            evidence,
+        )
+    elif (iommu is not None and iommu.default_domain in ("passthrough", "identity")) or passthrough:
+        report.ok("iommu", "IOMMU is passthrough/off for DMA", evidence)
+    else:
+        report.warn(
+            "iommu",
+            "the IOMMU mode could not be confirmed as passthrough or off",
+            "check `dmesg | grep -i iommu` and /proc/cmdline (iommu=pt)",
+            evidence,
+        )
+
+
+def evaluate_acs(acs: LspciAcs, report: Report, p: Probe) -> None:
+    enabled = [entry.slot or "?" for entry in acs.acs if entry.src_valid]
+    if enabled:
+        report.warn(
+            "acs",
+            f"ACS is enabled (SrcValid+) on {', '.join(enabled)}: peer-to-peer between GPU and "
+            "NIC is forced through the root complex",
+            "disable ACS in the BIOS or with setpci on the PCIe switches between GPU and NIC",
+            p.evidence(lambda line: "ACSCtl" in line or bool(re.match(r"^[0-9a-f]{2}:", line))),
+        )
+    else:
+        report.ok(
+            "acs",
+            "ACS is off on every bridge that reports it",
+            p.evidence(lambda line: "ACSCtl" in line),
+        )
+
+
+def evaluate_ssh_path(
+    node: Node, server_ip: str | None, addrs: IpAddr, report: Report
+) -> str | None:
+    """Which interface carries the wizard's own SSH session; warn if it is the bond."""
+    if server_ip is None:
+        report.warn("ssh-path", "could not read SSH_CONNECTION on the node", "check the SSH server")
+        return None
+    iface = addrs.owner_of(server_ip)
+    name = iface.name if iface else None
+    over_bond = iface is not None and (
+        iface.name == node.bond.name or iface.master == node.bond.name
+    )
+    if not over_bond:
+        report.ok(
+            "ssh-path", f"the wizard's SSH session uses {name or server_ip}, not {node.bond.name}"
+        )
+    elif node.oob_host:
+        report.ok(
+            "ssh-path",
+            f"SSH runs over {node.bond.name}; the QoS phase will use the out-of-band address "
+            f"{node.oob_host}",
+        )
+    else:
+        report.warn(
+            "ssh-path",
+            f"the wizard's SSH session runs over {node.bond.name} ({server_ip}): the QoS phase "
+            f"re-forms {node.bond.name} and would cut it",
+            "set nodes[].oob_host to an address on another interface (e.g. bond0 or the BMC "
+            "network) before the QoS phase",
+        )
+    return name
+
+
+# -- steps ----------------------------------------------------------------------------------
 
 
 class HostFacts(Step):
@@ -13,7 +232,7 @@ class HostFacts(Step):
     title = "OS, kernel and architecture"
     kind = StepKind.CHECK
     gates = ("T00",)
-    reads = ("node.os",)
+    reads = ("node.os", "versions", "cluster")
     explain = (
         "The OS and version are in the supported table (RHEL 10.2 or Ubuntu 24.04 for GPU "
         "Operator 26.x), the architecture is x86_64, and the kernel/OS match the existing "
@@ -21,7 +240,38 @@ class HostFacts(Step):
     )
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
-        return ["cat /etc/os-release", "uname -r", "uname -m", "hostnamectl", "lscpu", "free -h"]
+        return ["cat /etc/os-release", "uname -r", "uname -m"]
+
+    async def verify(self, ctx: StepContext) -> list[Finding]:
+        assert ctx.node is not None
+        report = Report("T00")
+        os_probe = await probe(ctx, ["cat", "/etc/os-release"], "os-release")
+        kernel = (await ctx.run(["uname", "-r"])).stdout.strip()
+        arch = (await ctx.run(["uname", "-m"])).stdout.strip()
+        if not os_probe.ok:
+            report.unreadable("os-release", os_probe, "the OS release")
+            return report.findings
+        evaluate_os(ctx.site, ctx.node, os_probe.fact, arch, report, os_probe)
+        ctx.data.update(kernel=kernel, os=os_probe.fact.pretty_name)
+        try:
+            nodes = await ctx.services.kube.nodes()
+        except TransportError as exc:
+            report.skip("kernel-vs-workers", f"cluster not reachable for the comparison: {exc}")
+        else:
+            wanted = set(ctx.site.cluster.existing_workers)
+            workers = [
+                n
+                for n in nodes
+                if (n["metadata"]["name"] in wanted if wanted else _is_worker(n))
+                and n["metadata"]["name"] not in {x.name for x in ctx.site.nodes}
+            ]
+            evaluate_workers(ctx.node.name, kernel, os_probe.fact.pretty_name, workers, report)
+        return report.findings
+
+
+def _is_worker(node: dict[str, Any]) -> bool:
+    labels = node["metadata"].get("labels", {})
+    return "node-role.kubernetes.io/control-plane" not in labels
 
 
 class Containerd(Step):
@@ -38,6 +288,22 @@ class Containerd(Step):
     def commands(self, site: Site, node: Node | None) -> list[str]:
         return ["containerd --version"]
 
+    async def verify(self, ctx: StepContext) -> list[Finding]:
+        report = Report("T00")
+        p = await probe(ctx, ["containerd", "--version"], "containerd-version")
+        if p.ok:
+            evaluate_containerd(ctx.site, p.fact, report, p)
+        elif p.result.exit_status == 127:
+            report.warn(
+                "containerd-version",
+                "containerd is not installed yet",
+                "Kubespray installs containerd when the node joins; the join phase checks the version again",
+                p.evidence(),
+            )
+        else:
+            report.unreadable("containerd-version", p, "the containerd version")
+        return report.findings
+
 
 class Gpus(Step):
     id = "preflight.gpus"
@@ -48,7 +314,20 @@ class Gpus(Step):
     explain = "lspci lists the expected number of NVIDIA GPUs (8 x B300 by default)."
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
-        return ["lspci -nn", "nvidia-smi -L  # only once a driver is present"]
+        return ["lspci -nn", "nvidia-smi -L  # once a driver is present"]
+
+    async def verify(self, ctx: StepContext) -> list[Finding]:
+        assert ctx.node is not None
+        report = Report("T00")
+        p = await probe(ctx, ["lspci", "-nn"], "lspci")
+        if not p.ok:
+            report.unreadable("gpu-count", p, "the PCI devices")
+            return report.findings
+        evaluate_gpus(ctx.node, p.fact, report, p)
+        smi = await probe(ctx, ["nvidia-smi", "-L"], "nvidia-smi-l")
+        if smi.ok:
+            evaluate_nvidia_smi(ctx.node, smi.fact, report, smi)
+        return report.findings
 
 
 class ClusterFacts(Step):
@@ -60,8 +339,8 @@ class ClusterFacts(Step):
     reads = ("cluster", "versions")
     explain = (
         "The API server is reachable with the site's kubeconfig and context, its version is "
-        "within the GPU Operator's validated range (1.32-1.36 for 26.x), helm 3.x is on the "
-        "jump host, and the existing workers' kernel/OS are recorded for comparison."
+        "within the GPU Operator's validated range (1.33-1.36 for 26.7), and helm 3.x is on the "
+        "jump host."
     )
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
@@ -69,6 +348,49 @@ class ClusterFacts(Step):
         kube = f"kubectl --kubeconfig {q(site.cluster.kubeconfig)}{ctx}"
         helm_ctx = f" --kube-context {q(site.cluster.context)}" if site.cluster.context else ""
         return [f"{kube} version", f"{kube} get nodes -o wide", f"helm version{helm_ctx}"]
+
+    async def verify(self, ctx: StepContext) -> list[Finding]:
+        report = Report("T00")
+        site = ctx.site
+        support = support_for(site.versions.gpu_operator)
+        try:
+            version = await ctx.services.kube.version()
+        except TransportError as exc:
+            report.fail(
+                "kubernetes-api",
+                f"cannot use the cluster: {exc}",
+                "check cluster.kubeconfig / cluster.context and that the API server is reachable",
+            )
+            version = None
+        if version is not None:
+            minor = f"{version['major']}.{version['minor']}"
+            low, high = support.kubernetes if support else ("1.33", "1.36")
+            in_range = _minor(low) <= _minor(minor) <= _minor(high)
+            if in_range and minor == site.cluster.kubernetes_version:
+                report.ok(
+                    "kubernetes-version",
+                    f"Kubernetes {version['git_version']} ({low}-{high} validated)",
+                )
+            elif in_range:
+                report.warn(
+                    "kubernetes-version",
+                    f"Kubernetes {version['git_version']} is validated but the site expects "
+                    f"{site.cluster.kubernetes_version}",
+                    "set cluster.kubernetes_version to the cluster's version",
+                )
+            else:
+                report.fail(
+                    "kubernetes-version",
+                    f"Kubernetes {version['git_version']} is outside the {low}-{high} range validated "
+                    f"for GPU Operator {site.versions.gpu_operator}",
+                    "upgrade the cluster with Kubespray first, or pin a GPU Operator that supports it",
+                )
+        try:
+            helm = await ctx.services.helm.version()
+            report.ok("helm", f"helm {helm} on the jump host")
+        except TransportError as exc:
+            report.fail("helm", str(exc), "install Helm 3 on the jump host (or set cluster.helm)")
+        return report.findings
 
 
 class GpuDirectReadiness(Step):
@@ -84,10 +406,36 @@ class GpuDirectReadiness(Step):
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
         return [
-            "dmesg | grep -i -E 'iommu|dmar|default domain'",
-            "lspci -vvv | grep -E '^[0-9a-f]|ACSCtl'",
+            "dmesg  # lines matching iommu|dmar",
+            "cat /proc/cmdline",
+            "lspci -vvv",
             "ulimit -l",
         ]
+
+    async def verify(self, ctx: StepContext) -> list[Finding]:
+        report = Report("T11")
+        dmesg = await probe(ctx, ["dmesg"], "iommu", keep=lambda line: bool(_IOMMU.search(line)))
+        cmdline = (await ctx.run(["cat", "/proc/cmdline"])).stdout
+        evidence = dmesg.evidence(lambda line: bool(_IOMMU.search(line)))
+        evaluate_iommu(dmesg.fact, cmdline, report, evidence)
+        acs = await probe(ctx, ["lspci", "-vvv"], "lspci-acs")
+        if acs.ok:
+            evaluate_acs(acs.fact, report, acs)
+        else:
+            report.unreadable("acs", acs, "ACS control")
+        memlock = (await ctx.run("ulimit -l")).stdout.strip()
+        if memlock == "unlimited":
+            report.ok("memlock", "memlock limit is unlimited")
+        else:
+            report.warn(
+                "memlock",
+                f"memlock limit is {memlock or 'unknown'} KiB: RDMA memory registration may fail",
+                "set LimitMEMLOCK=infinity for containerd/kubelet and pods use IPC_LOCK",
+            )
+        return report.findings
+
+
+_IOMMU = re.compile(r"iommu|dmar|amd-vi", re.IGNORECASE)
 
 
 class SshPath(Step):
@@ -103,7 +451,24 @@ class SshPath(Step):
     )
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
-        return ["echo $SSH_CONNECTION", "ip -j addr show", "ip -j route show"]
+        return ["echo $SSH_CONNECTION", "ip -j addr show"]
+
+    async def verify(self, ctx: StepContext) -> list[Finding]:
+        assert ctx.node is not None
+        report = Report("T10")
+        connection = (await ctx.run("echo $SSH_CONNECTION")).stdout.split()
+        server_ip = connection[2] if len(connection) >= 4 else None
+        addrs = await probe(ctx, ["ip", "-j", "addr", "show"], "ip-addr")
+        if not addrs.ok:
+            report.unreadable("ssh-path", addrs, "the interface addresses")
+            return report.findings
+        ctx.data["ssh_interface"] = evaluate_ssh_path(ctx.node, server_ip, addrs.fact, report)
+        return report.findings
+
+
+def _minor(version: str) -> tuple[int, int]:
+    major, minor = version.split(".")[:2]
+    return int(major), int(minor.rstrip("+"))
 
 
 PHASE = Phase(
@@ -113,3 +478,5 @@ PHASE = Phase(
     summary="Read-only checks of the GPU node and the cluster; nothing changes.",
     steps=(HostFacts(), Containerd(), Gpus(), ClusterFacts(), GpuDirectReadiness(), SshPath()),
 )
+
+__all__ = ["CLUSTER", "PHASE"]

@@ -7,6 +7,8 @@ An expected failure prints one clear message on stderr, never a traceback.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import io
 import json
 import logging
 import sys
@@ -80,6 +82,30 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="the wizard against the embedded simulated lab")
     p.add_argument("--headless", action="store_true", help="no TUI: run the plan, print a summary")
+    p.add_argument(
+        "--fault", action="append", default=[], metavar="NAME", help="inject a lab fault"
+    )
+    p.add_argument("--nodes", type=int, default=1, help="simulated GPU nodes (default 1)")
+    _common(p)
+
+    p = sub.add_parser(
+        "check",
+        help="read-only preflight of a site: exit 0 all pass, 1 a check failed, 2 unreachable",
+    )
+    p.add_argument("site", type=Path, help="the site file")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    _common(p)
+
+    p = sub.add_parser(
+        "lab",
+        help="serve the simulated site until stopped, for other processes",
+        description="Start the lab (simulated GPU nodes, AIStor peer, cluster, helm) on loopback "
+        "and write a site file with its key, known_hosts and kubeconfig beside it.",
+    )
+    p.add_argument("--write-site", type=Path, metavar="PATH", help="where to write the site file")
+    p.add_argument("--nodes", type=int, default=1, help="simulated GPU nodes (default 1)")
+    p.add_argument("--fault", action="append", default=[], metavar="NAME", help="inject a fault")
+    p.add_argument("--list-faults", action="store_true", help="list the faults and exit")
     _common(p)
 
     p = sub.add_parser(
@@ -170,15 +196,90 @@ def cmd_parse(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
-    raise UsageError(
-        "the demo needs the simulated lab, which is not built yet (issue: transports and "
-        "the lab). Meanwhile: `gpu-node-wizard init` and `gpu-node-wizard export`."
+def _state_dir(args: argparse.Namespace) -> Path:
+    from wizard.checkpoint import default_state_dir
+
+    return args.state_dir or default_state_dir()
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from steps import build_plan
+    from wizard.headless import HeadlessFrontEnd
+    from wizard.runner import dump_json, run_checks
+    from wizard.site import load_site
+
+    site = load_site(args.site)
+    quiet = io.StringIO() if args.json else None
+    frontend = HeadlessFrontEnd(out=quiet or sys.stderr, show_findings=False)
+    outcome = asyncio.run(run_checks(site, build_plan(), _state_dir(args), frontend))
+    print(dump_json(outcome) if args.json else outcome.format())
+    return outcome.exit_code
+
+
+def cmd_lab(args: argparse.Namespace) -> int:
+    from wizard.lab.faults import FAULTS, check_faults
+
+    if args.list_faults:
+        width = max(len(name) for name in FAULTS)
+        for name, description in FAULTS.items():
+            print(f"{name:<{width}}  {description}")
+        return EXIT_OK
+    if args.write_site is None:
+        raise UsageError("lab needs --write-site PATH (or --list-faults)")
+    try:
+        check_faults(args.fault)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return asyncio.run(_serve_lab(args.write_site, args.nodes, tuple(args.fault)))
+
+
+async def _serve_lab(path: Path, nodes: int, faults: tuple[str, ...]) -> int:
+    import signal
+
+    from wizard.lab.lab import Lab
+
+    lab = Lab(path.resolve().parent, nodes=nodes, faults=faults, site_name=path.name)
+    await lab.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    print(f"lab serving {nodes} GPU node(s) + {lab.peers} AIStor peer(s); faults: "
+          f"{', '.join(faults) or 'none'}")  # fmt: skip
+    print(f"site file: {lab.site_path}")
+    print(
+        f"helm stand-in: {lab.directory / 'bin' / 'helm'} (export PATH={lab.directory / 'bin'}:$PATH)"
     )
+    print(
+        "try: gpu-node-wizard check " + str(lab.site_path) + "   (Ctrl-C stops the lab)", flush=True
+    )
+    try:
+        await stop.wait()
+    finally:
+        await lab.stop()
+    return EXIT_OK
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from wizard.lab.faults import check_faults
+
+    try:
+        check_faults(args.fault)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if args.headless:
+        from wizard.demo import run_demo_headless
+
+        return asyncio.run(run_demo_headless(tuple(args.fault), args.nodes, args.state_dir))
+    from wizard.demo import run_demo_tui
+
+    return run_demo_tui(tuple(args.fault), args.nodes, args.state_dir)
 
 
 COMMANDS = {
     "demo": cmd_demo,
+    "check": cmd_check,
+    "lab": cmd_lab,
     "init": cmd_init,
     "export": cmd_export,
     "status": cmd_status,

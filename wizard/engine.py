@@ -38,7 +38,13 @@ from wizard.events import (
 from wizard.model import Finding, Severity, StepKind, StepState, worst
 from wizard.plan import CLUSTER, Change, NotAutomated, Plan, Scope, Services, Step, StepContext
 from wizard.site import Site
-from wizard.transports.base import TransportError
+from wizard.transports.base import (
+    AuthenticationError,
+    CommandFailedError,
+    CommandTimeoutError,
+    HostKeyError,
+    TransportError,
+)
 
 
 class Aborted(WizardError):
@@ -101,6 +107,7 @@ class Engine:
             checkpoint.add_waiver(check, reason)
             self._waivers[check] = reason
         self._decision_lock = asyncio.Lock()
+        self._ignore_requires = False
         self._node_slots = asyncio.Semaphore(site.max_parallel_nodes)
 
     # -- front-end plumbing --------------------------------------------------------------
@@ -134,15 +141,31 @@ class Engine:
 
     # -- running ---------------------------------------------------------------------------
 
-    async def run(self, *, phase: str | None = None, step: str | None = None) -> RunSummary:
-        """Run the whole plan, one phase, or one step."""
+    async def run(
+        self,
+        *,
+        phase: str | None = None,
+        step: str | None = None,
+        only: list[str] | None = None,
+        ignore_requires: bool = False,
+    ) -> RunSummary:
+        """Run the whole plan, one phase, one step, or the listed steps (``only``).
+
+        ``ignore_requires`` is for read-only runs (``check``): every listed check runs even
+        when an earlier step has not been done.
+        """
         summary = RunSummary(reset=self.reconcile_site())
-        explicit = phase is not None or step is not None
+        explicit = phase is not None or step is not None or only is not None
+        self._ignore_requires = ignore_requires
         try:
             for current in self.plan.phases:
                 if phase is not None and phase not in (current.id, str(current.number)):
                     continue
-                steps = [s for s in current.steps if step is None or s.id == step]
+                steps = [
+                    s
+                    for s in current.steps
+                    if (step is None or s.id == step) and (only is None or s.id in only)
+                ]
                 if not steps:
                     continue
                 self.emit(PhaseStarted(current.id, f"{current.number}. {current.title}"))
@@ -204,13 +227,7 @@ class Engine:
                     return done
             return await self._dispatch(step, ctx)
         except TransportError as exc:
-            finding = Finding(
-                check=f"{step.id}.reach",
-                gate=step.gates[0] if step.gates else "",
-                severity=Severity.FAIL,
-                message=str(exc),
-                remediation="check the address, credentials and host key in the site file",
-            )
+            finding = _transport_finding(step, exc)
             return self._finish(ctx, StepState.FAILED, [finding], str(exc))
 
     async def _reverify(self, step: Step, ctx: StepContext) -> tuple[StepState, list] | None:
@@ -288,7 +305,10 @@ class Engine:
         if await self._ask(decision) is Answer.SKIP:
             return self._finish(ctx, StepState.SKIPPED, [], "skipped by the operator")
         self.checkpoint.set_step(step.id, ctx.target, StepState.RUNNING)
-        await step.apply(ctx, pending)
+        try:
+            await step.apply(ctx, pending)
+        except NotAutomated:
+            return self._not_automated(step, ctx)
         return await self._check(step, ctx)
 
     # -- helpers -----------------------------------------------------------------------------
@@ -321,6 +341,8 @@ class Engine:
         return reply.answer
 
     def _blocker(self, step: Step, target: str, explicit: bool) -> str | None:
+        if self._ignore_requires:
+            return None
         required = list(step.requires)
         if not explicit:
             required += self._earlier_steps(step)
@@ -390,6 +412,31 @@ class Engine:
         )
         self.emit(StepFinished(ctx.step.id, ctx.target, state, message, tuple(findings)))
         return state, findings
+
+
+def _transport_finding(step: Step, exc: TransportError) -> Finding:
+    """A failure to reach or use a host/cluster, as a finding that says what to do."""
+    gate = step.gates[0] if step.gates else "T00"
+    if isinstance(exc, CommandFailedError):
+        name, fix = (
+            "command",
+            "read the command's error above, fix the cause on the host, then retry",
+        )
+    elif isinstance(exc, HostKeyError):
+        name, fix = "reachable", "verify the host key and update known_hosts (see the message)"
+    elif isinstance(exc, AuthenticationError):
+        name, fix = "reachable", "check ssh.user / ssh.key in the site file and sudo rights"
+    elif isinstance(exc, CommandTimeoutError):
+        name, fix = (
+            "timeout",
+            "the host is slow or the command hangs; raise ssh.command_timeout or check the host",
+        )
+    else:
+        name, fix = (
+            "reachable",
+            "check the address, the network path and that sshd / the API server runs",
+        )
+    return Finding(f"{gate}.{name}", gate, Severity.FAIL, str(exc), fix)
 
 
 def _state_for(findings: list[Finding]) -> StepState:

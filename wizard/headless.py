@@ -35,8 +35,10 @@ class HeadlessFrontEnd:
         yes: bool = False,
         window_open: bool = False,
         verbose: bool = False,
+        show_findings: bool = True,
         out: TextIO | None = None,
     ) -> None:
+        self.show_findings = show_findings
         self.yes = yes
         self.window_open = window_open
         self.verbose = verbose
@@ -55,7 +57,7 @@ class HeadlessFrontEnd:
                 self._print(f"   {target}: {title} ({step}) ...")
             case StepFinished(step=step, target=target, state=state, message=msg, findings=fs):
                 self._print(f"   {target}: {step}: {state.value}{f' - {msg}' if msg else ''}")
-                for f in fs:
+                for f in fs if self.show_findings else ():
                     if f.severity in (Severity.WARN, Severity.FAIL) or self.verbose:
                         tag = "waived" if f.waived else f.severity.value
                         self._print(f"      [{tag}] {f.gate} {f.check}: {f.message}")

@@ -18,7 +18,12 @@ from wizard.artifacts import Artifact
 from wizard.events import CommandFinished, CommandStarted, OutputLine
 from wizard.model import Finding, Measurement, StepKind
 from wizard.site import Node, Site
-from wizard.transports.base import CommandResult, HostTransport, render_command
+from wizard.transports.base import (
+    CommandResult,
+    HostTransport,
+    render_command,
+    write_file_command,
+)
 
 if TYPE_CHECKING:
     from wizard.engine import Engine
@@ -91,7 +96,7 @@ class Step:
         raise NotAutomated
 
     async def changes(self, ctx: StepContext) -> list[Change]:
-        return []
+        raise NotAutomated
 
     async def apply(self, ctx: StepContext, changes: list[Change]) -> None:
         raise NotAutomated
@@ -196,6 +201,7 @@ class StepContext:
         sudo: bool | None = None,
         timeout: float | None = None,
         check: bool = False,
+        stdin: str | None = None,
     ) -> CommandResult:
         """Run a command on this target (or host ``on``): journaled, streamed as events."""
         name = on or self.target
@@ -212,6 +218,7 @@ class StepContext:
                 sudo=sudo,
                 timeout=timeout,
                 check=check,
+                stdin=stdin,
                 on_line=lambda stream, line: emit(OutputLine(name, line, stream)),
             )
         except Exception as exc:
@@ -233,6 +240,17 @@ class StepContext:
             }
         )
         return result
+
+    async def read_file(self, path: str, *, on: str | None = None) -> str | None:
+        """A file's content on the host, or None when it does not exist."""
+        result = await self.run(["cat", path], on=on)
+        return result.stdout if result.exit_status == 0 else None
+
+    async def write_file(
+        self, path: str, content: str, mode: int = 0o644, *, on: str | None = None
+    ) -> None:
+        """Write a file on the host atomically (temp file + rename); raises on failure."""
+        await self.run(write_file_command(path, mode), on=on, stdin=content, check=True)
 
     def record(self, name: str, value: float, unit: str, **labels: str) -> None:
         """Record a measurement for this step and target."""

@@ -47,6 +47,10 @@ REQUIRED_KEYS = {
     "kube-pods": {"pods", "healthy"},
     "helm-values": {"values"},
     "modinfo": {"filename", "version", "vermagic", "in_tree"},
+    # Kinds the probes need beyond FACTS.md.
+    "ethtool-priv-flags": {"interface", "flags"},
+    "ip-addr": {"interfaces"},
+    "packages": {"installed", "missing"},
 }  # fmt: skip
 
 # Outputs that really are valid input of another kind: ethtool's "key: value" lines are

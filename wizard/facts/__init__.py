@@ -50,6 +50,7 @@ def parse(kind: str, text: str) -> Fact:
 from wizard.facts import (  # noqa: E402
     dcb,
     gpu,
+    host,
     kube,
     nccl,
     nic,
@@ -65,6 +66,7 @@ __all__ = [
     "ParseError",
     "dcb",
     "gpu",
+    "host",
     "kube",
     "nccl",
     "nic",

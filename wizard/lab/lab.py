@@ -38,6 +38,8 @@ class Lab:
     faults: tuple[str, ...] = ()
     peers: int = 1
     reboot_seconds: float = 2.0
+    site_name: str = "site.yaml"
+    slow_seconds: float = 1.0  # the slow-ssh fault's delay per command
     hosts: dict[str, LabHost] = field(default_factory=dict)
     servers: dict[str, LabSshServer] = field(default_factory=dict)
     cluster: ClusterState = field(default_factory=lambda: ClusterState(KUBERNETES_VERSION))
@@ -51,7 +53,7 @@ class Lab:
 
     @property
     def site_path(self) -> Path:
-        return self.directory / "site.yaml"
+        return self.directory / self.site_name
 
     def gpu_hosts(self) -> list[LabHost]:
         return [h for h in self.hosts.values() if h.role == "gpu"]
@@ -94,7 +96,12 @@ class Lab:
     async def _serve(self, host: LabHost, address: str, client_public: str) -> str:
         host_key = asyncssh.generate_private_key("ssh-ed25519")
         server = LabSshServer(
-            host, address, host_key, client_public, reboot_seconds=self.reboot_seconds
+            host,
+            address,
+            host_key,
+            client_public,
+            reboot_seconds=self.reboot_seconds,
+            slow_seconds=self.slow_seconds,
         )
         port = await server.start()
         self.hosts[host.name] = host

@@ -27,7 +27,9 @@ class LabSshServer:
         client_public_key: str,
         *,
         reboot_seconds: float = 2.0,
+        slow_seconds: float = SLOW_SSH_DELAY_S,
     ) -> None:
+        self.slow_seconds = slow_seconds
         self.host = host
         self.address = address
         self.host_key = host_key
@@ -81,7 +83,7 @@ class LabSshServer:
         if WRITE_FILE_SCRIPT in command:
             stdin = await process.stdin.read()
         if "slow-ssh" in self.host.faults and self.host.role == "gpu":
-            await asyncio.sleep(SLOW_SSH_DELAY_S)
+            await asyncio.sleep(self.slow_seconds)
         if self._drop_pending and self.host.role == "gpu":
             self._drop_pending = False
             process.stdout.write("partial output before the connection dropped\n")

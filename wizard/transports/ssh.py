@@ -15,6 +15,7 @@ errors worded for an operator.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shlex
 import time
@@ -249,32 +250,36 @@ class SshHost:
     ) -> tuple[str, str, int | None]:
         out: list[str] = []
         err: list[str] = []
-        async with conn.create_process(command, encoding="utf-8", errors="replace") as process:
-            if stdin is not None:
-                process.stdin.write(stdin)
-            process.stdin.write_eof()
+        process = await conn.create_process(command, encoding="utf-8", errors="replace")
+        if stdin is not None:
+            process.stdin.write(stdin)
+        process.stdin.write_eof()
 
-            async def pump(stream: asyncssh.SSHReader, sink: list[str], name: str) -> None:
-                async for line in stream:
-                    if not line:
-                        continue
-                    sink.append(line)
-                    if on_line is not None:
-                        on_line(name, line.rstrip("\n"))
+        async def pump(stream: asyncssh.SSHReader, sink: list[str], name: str) -> None:
+            async for line in stream:
+                if not line:
+                    continue
+                sink.append(line)
+                if on_line is not None:
+                    on_line(name, line.rstrip("\n"))
 
-            readers = asyncio.gather(
-                pump(process.stdout, out, "stdout"), pump(process.stderr, err, "stderr")
-            )
-            try:
-                await asyncio.wait_for(readers, timeout)
-                completed = await asyncio.wait_for(process.wait(), timeout)
-            except TimeoutError:
-                readers.cancel()
-                process.close()
-                raise _Timeout("".join(out)) from None
-            no_status = completed.exit_status is None and completed.exit_signal is None
-            if no_status and conn.is_closed():
-                raise asyncssh.ConnectionLost("connection closed before the exit status")
+        readers = asyncio.gather(
+            pump(process.stdout, out, "stdout"), pump(process.stderr, err, "stderr")
+        )
+        try:
+            await asyncio.wait_for(readers, timeout)
+            completed = await asyncio.wait_for(process.wait(), timeout)
+        except TimeoutError:
+            readers.cancel()
+            # Ask the remote side to stop, then close the channel without waiting for the
+            # command: a hung command must not hang the wizard.
+            with contextlib.suppress(asyncssh.Error, OSError):
+                process.send_signal("KILL")
+            process.close()
+            raise _Timeout("".join(out)) from None
+        no_status = completed.exit_status is None and completed.exit_signal is None
+        if no_status and conn.is_closed():
+            raise asyncssh.ConnectionLost("connection closed before the exit status")
         status = completed.exit_status
         if status is None and completed.exit_signal:
             status = -1

@@ -1,0 +1,223 @@
+"""The read-only checks against the lab: the clean lab passes, and every host fault fails
+(or warns) exactly the check it should, with a remediation."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from steps import build_plan
+from tests.conftest import REPO
+from wizard.headless import HeadlessFrontEnd
+from wizard.lab.faults import FAULTS
+from wizard.lab.lab import Lab
+from wizard.model import Severity
+from wizard.runner import Outcome, run_checks
+from wizard.site import load_site
+
+
+async def check_lab(
+    tmp_path: Path, *faults: str, nodes: int = 1, lab_out: list | None = None
+) -> Outcome:
+    async with Lab(tmp_path / "lab", nodes=nodes, faults=faults, slow_seconds=0.1) as lab:
+        if lab_out is not None:
+            lab_out.append(lab)
+        site = load_site(lab.site_path)
+        frontend = HeadlessFrontEnd(out=io.StringIO())
+        return await run_checks(site, build_plan(), tmp_path / "state", frontend)
+
+
+def by_check(outcome: Outcome) -> dict[str, list]:
+    result: dict[str, list] = {}
+    for _, target, finding in outcome.findings:
+        result.setdefault(finding.check, []).append((target, finding))
+    return result
+
+
+async def test_clean_lab_passes_every_check(tmp_path):
+    outcome = await check_lab(tmp_path)
+    bad = [
+        (t, f.check, f.message) for _, t, f in outcome.findings if f.severity is not Severity.PASS
+    ]
+    assert bad == []
+    assert outcome.exit_code == 0
+    checks = by_check(outcome)
+    for expected in (
+        "T00.os-supported",
+        "T00.containerd-version",
+        "T00.gpu-count",
+        "T00.kubernetes-version",
+        "T00.helm",
+        "T02.driver-ens5f0np0",
+        "T02.roce",
+        "T02.packages",
+        "T10.lacp",
+        "T10.same-nic",
+        "T10.ssh-path",
+        "T11.iommu",
+        "T11.acs",
+    ):
+        assert expected in checks, expected
+
+
+EXPECTED = {
+    # fault: (check, severity, words in the message, words in the remediation)
+    "containerd-1.7": (
+        "T00.containerd-version",
+        Severity.FAIL,
+        "1.7.27 is too old",
+        "upgrade containerd",
+    ),
+    "in-tree-ice": ("T02.driver-ens5f0np0", Severity.FAIL, "in-tree ice", "Intel's ice and irdma"),
+    "irdma-not-loaded": ("T02.modules", Severity.FAIL, "irdma", "modprobe irdma"),
+    "iwarp": ("T02.roce", Severity.FAIL, "iWARP", "roce_ena=1"),
+    "bond-slave-down": ("T10.slave-ens5f1np1", Severity.FAIL, "is down", "switch port"),
+    "bond-split-nics": ("T10.same-nic", Severity.FAIL, "two different NICs", "re-cable"),
+    "iommu-translated": ("T11.iommu", Severity.WARN, "Translated", "iommu=pt"),
+    "acs-enabled": ("T11.acs", Severity.WARN, "SrcValid+", "disable ACS"),
+    "gpu-missing": ("T00.gpu-count", Severity.FAIL, "only 7 of 8", "BMC"),
+    "ssh-over-bond1": ("T10.ssh-path", Severity.WARN, "runs over bond1", "oob_host"),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(EXPECTED))
+async def test_each_host_fault_fails_the_right_check(tmp_path, fault):
+    check, severity, message, fix = EXPECTED[fault]
+    outcome = await check_lab(tmp_path, fault)
+    found = by_check(outcome).get(check)
+    assert found, f"{fault}: no {check} finding"
+    _, finding = found[0]
+    assert finding.severity is severity, finding
+    assert message in finding.message
+    assert fix in finding.remediation
+    assert outcome.exit_code == (1 if severity is Severity.FAIL else 0)
+    # Nothing else fails: the fault is pinned to its check (in-tree ice also loses RDMA).
+    others = {
+        f.check for _, _, f in outcome.findings if f.severity is Severity.FAIL and f.check != check
+    }
+    allowed = {
+        "in-tree-ice": {"T02.driver-ens5f1np1", "T02.rdma-device", "T02.module-ice"},
+        "irdma-not-loaded": {"T02.rdma-device"},
+        "bond-slave-down": {"T10.aggregator"},
+    }.get(fault, set())
+    assert others <= allowed, others
+
+
+async def test_ssh_drop_mid_command_is_reported_then_recovered(tmp_path):
+    outcome = await check_lab(tmp_path, "ssh-drop")
+    dropped = [f for _, _, f in outcome.findings if f.check.endswith(".reachable")]
+    assert len(dropped) == 1
+    assert "dropped while running" in dropped[0].message
+    assert "may or may not have completed" in dropped[0].message
+    assert outcome.exit_code == 2
+    # The transport reconnected: later steps on the same node passed.
+    assert by_check(outcome)["T10.lacp"][0][1].severity is Severity.PASS
+
+
+async def test_slow_ssh_still_passes(tmp_path):
+    labs: list = []
+    started = time.monotonic()
+    outcome = await check_lab(tmp_path, "slow-ssh", lab_out=labs)
+    assert outcome.exit_code == 0
+    commands = len(labs[0].hosts["gpu-b300-01"].commands)
+    assert commands > 20
+    assert time.monotonic() - started > 0.1 * commands / 8  # every command waited (8 channels)
+
+
+async def test_two_nodes_are_checked_concurrently(tmp_path):
+    outcome = await check_lab(tmp_path, nodes=2)
+    targets = {t for _, t, _ in outcome.findings}
+    assert targets == {"cluster", "gpu-b300-01", "gpu-b300-02"}
+
+
+def test_faults_are_listed():
+    result = subprocess.run(
+        [sys.executable, "-m", "wizard.cli", "lab", "--list-faults"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+    )
+    assert {line.split()[0] for line in result.stdout.splitlines()} == set(FAULTS)
+
+
+def test_lab_then_check_from_another_process(tmp_path):
+    site = tmp_path / "lab" / "site.yaml"
+    lab = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "wizard.cli",
+            "lab",
+            "--write-site",
+            str(site),
+            "--fault",
+            "gpu-missing",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    try:
+        for line in lab.stdout:
+            if line.startswith("try:"):
+                break
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "wizard.cli",
+                "check",
+                str(site),
+                "--json",
+                "--state-dir",
+                str(tmp_path / "state"),
+            ],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=120,
+        )
+    finally:
+        lab.terminate()
+        lab.wait(timeout=10)
+    assert result.returncode == 1, result.stderr
+    data = json.loads(result.stdout)
+    assert data["gates"]["T00"] == "fail" and data["gates"]["T10"] == "pass"
+    gpu = [f for r in data["results"] for f in r["findings"] if f["check"] == "T00.gpu-count"]
+    assert gpu[0]["severity"] == "fail" and "only 7 of 8" in gpu[0]["message"]
+    assert gpu[0]["evidence"][0]["command"] == "lspci -nn"
+    assert "3D controller" in gpu[0]["evidence"][0]["excerpt"]
+
+
+def test_check_on_an_unreachable_host_exits_2_naming_it(tmp_path):
+    site = tmp_path / "site.yaml"
+    site.write_text(
+        "name: gone\nssh: {connect_timeout: 2, known_hosts: kh, config: none}\n"
+        "cluster: {kubeconfig: nope}\nnodes:\n  - name: gpu-1\n    host: 127.0.0.1\n"
+        "    ssh: {port: 1}\n    bond: {ports: [p0, p1]}\n    rdma_ip: 192.168.50.1\n"
+    )
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "wizard.cli",
+            "check",
+            str(site),
+            "--state-dir",
+            str(tmp_path / "s"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert "cannot reach root@127.0.0.1:1" in result.stdout
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,116 @@
+"""Host facts the probes need beyond FACTS.md: ethtool private flags, `ip -j addr`, rpm -q."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+from wizard.facts import parser
+from wizard.facts.base import Fact, ParseError, clean
+
+# -- ethtool --show-priv-flags ----------------------------------------------------------------
+
+_FLAG_LINE = re.compile(r"^(?P<name>[A-Za-z0-9][\w-]*)\s*:\s*(?P<state>on|off)\s*$")
+
+
+@dataclass
+class PrivFlags(Fact):
+    interface: str | None
+    flags: dict[str, bool]
+
+
+@parser("ethtool-priv-flags", "ethtool --show-priv-flags IF")
+def parse_priv_flags(text: str) -> PrivFlags:
+    text = clean(text, "ethtool-priv-flags")
+    interface = None
+    flags: dict[str, bool] = {}
+    for line in text.splitlines():
+        header = re.match(r"^Private flags for (?P<if>\S+?):\s*$", line.strip())
+        if header:
+            interface = header["if"]
+            continue
+        match = _FLAG_LINE.match(line.strip())
+        if match:
+            flags[match["name"]] = match["state"] == "on"
+    if interface is None and not flags:
+        raise ParseError("ethtool-priv-flags", "no 'Private flags for IF:' header or flag lines")
+    return PrivFlags(interface, flags)
+
+
+# -- ip -j addr show -------------------------------------------------------------------------
+
+
+@dataclass
+class Interface(Fact):
+    name: str
+    master: str | None
+    operstate: str | None
+    addresses: list[str] = field(default_factory=list)
+
+
+@dataclass
+class IpAddr(Fact):
+    interfaces: list[Interface]
+
+    def owner_of(self, address: str) -> Interface | None:
+        return next((i for i in self.interfaces if address in i.addresses), None)
+
+    def by_name(self, name: str) -> Interface | None:
+        return next((i for i in self.interfaces if i.name == name), None)
+
+
+@parser("ip-addr", "ip -j addr show")
+def parse_ip_addr(text: str) -> IpAddr:
+    text = clean(text, "ip-addr")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ParseError("ip-addr", f"not `ip -j addr` JSON: {exc.msg}") from None
+    if not isinstance(data, list) or not all(isinstance(d, dict) and "ifname" in d for d in data):
+        raise ParseError("ip-addr", "JSON is not a list of interfaces with 'ifname'")
+    return IpAddr(
+        [
+            Interface(
+                name=entry["ifname"],
+                master=entry.get("master"),
+                operstate=entry.get("operstate"),
+                addresses=[a["local"] for a in entry.get("addr_info", []) if "local" in a],
+            )
+            for entry in data
+        ]
+    )
+
+
+# -- rpm -q / dpkg-query ------------------------------------------------------------------------
+
+_RPM_MISSING = re.compile(r"^package (?P<name>\S+) is not installed$")
+_DPKG = re.compile(r"^(?P<name>\S+) (?P<status>.+)$")
+
+
+@dataclass
+class Packages(Fact):
+    installed: list[str]
+    missing: list[str]
+
+
+@parser("packages", "rpm -q PKG... | dpkg-query -W -f='${Package} ${Status}\\n' PKG...")
+def parse_packages(text: str) -> Packages:
+    text = clean(text, "packages")
+    installed: list[str] = []
+    missing: list[str] = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        if match := _RPM_MISSING.match(line):
+            missing.append(match["name"])
+        elif re.match(r"^[A-Za-z0-9][\w.+-]*-[\w.+~^]+-[\w.+~^]+\.\w+$", line):
+            installed.append(line)
+        elif (match := _DPKG.match(line)) and "installed" in match["status"]:
+            (installed if match["status"].endswith(" installed") else missing).append(match["name"])
+        elif line.startswith("dpkg-query: no packages found matching "):
+            missing.append(line.rsplit(" ", 1)[-1])
+    if not installed and not missing:
+        raise ParseError("packages", "no 'NAME-VERSION' or 'package NAME is not installed' lines")
+    return Packages(installed, missing)

@@ -1,0 +1,144 @@
+"""Runs the engine for the command line: read-only checks, the headless demo, summaries.
+
+The TUI uses the same engine through its own front end; nothing here is Textual.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from wizard.checkpoint import Checkpoint
+from wizard.engine import Engine, RunSummary
+from wizard.errors import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE
+from wizard.events import FrontEnd
+from wizard.model import GATES, Finding, Severity, StepKind, worst
+from wizard.plan import Plan
+from wizard.services import build_services
+from wizard.site import Site
+
+READ_ONLY_PHASES = ("preflight", "e810", "bond", "irdma")
+_CONNECTION_CHECKS = (".reachable",)
+
+
+def read_only_steps(plan: Plan) -> list[str]:
+    """Every check step of the host and cluster preflight phases."""
+    return [
+        step.id
+        for phase in plan.phases
+        if phase.id in READ_ONLY_PHASES
+        for step in phase.steps
+        if step.kind is StepKind.CHECK
+    ]
+
+
+@dataclass
+class Outcome:
+    site: Site
+    summary: RunSummary
+
+    @property
+    def findings(self) -> list[tuple[str, str, Finding]]:
+        return [
+            (step, target, finding)
+            for (step, target), findings in self.summary.findings.items()
+            for finding in findings
+        ]
+
+    @property
+    def unreachable(self) -> list[Finding]:
+        return [f for _, _, f in self.findings if f.check.endswith(_CONNECTION_CHECKS)]
+
+    @property
+    def exit_code(self) -> int:
+        if self.unreachable:
+            return EXIT_USAGE
+        failed = any(f.severity is Severity.FAIL and not f.waived for _, _, f in self.findings)
+        if failed or self.summary.stopped:
+            return EXIT_CHECK_FAILED
+        return EXIT_OK
+
+    def gate_verdicts(self) -> dict[str, Severity | None]:
+        verdicts: dict[str, Severity | None] = dict.fromkeys(GATES)
+        for _, _, finding in self.findings:
+            current = verdicts.get(finding.gate)
+            candidate = worst([finding])
+            if current is None or candidate.rank > current.rank:
+                verdicts[finding.gate] = candidate
+        return verdicts
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "site": self.site.name,
+            "exit_code": self.exit_code,
+            "ok": self.exit_code == EXIT_OK,
+            "stopped": self.summary.stopped,
+            "gates": {g: (v.value if v else None) for g, v in self.gate_verdicts().items()},
+            "results": [
+                {
+                    "step": step,
+                    "target": target,
+                    "state": state.value,
+                    "findings": [
+                        f.to_json() for f in self.summary.findings.get((step, target), [])
+                    ],
+                }
+                for (step, target), state in self.summary.results.items()
+            ],
+        }
+
+    def format(self) -> str:
+        lines = [f"site {self.site.name}:"]
+        by_target: dict[str, list[tuple[str, Finding]]] = {}
+        for step, target, finding in self.findings:
+            by_target.setdefault(target, []).append((step, finding))
+        for target in sorted(by_target):
+            lines.append(f"  {target}")
+            for _, finding in by_target[target]:
+                tag = "WAIVED" if finding.waived else finding.severity.value.upper()
+                lines.append(f"    [{tag:<4}] {finding.check}: {finding.message}")
+                if finding.remediation and finding.severity in (Severity.FAIL, Severity.WARN):
+                    lines.append(f"           fix: {finding.remediation}")
+        counts = {s: sum(1 for _, _, f in self.findings if f.severity is s) for s in Severity}
+        lines.append(
+            f"{counts[Severity.PASS]} passed, {counts[Severity.FAIL]} failed, "
+            f"{counts[Severity.WARN]} warnings, {counts[Severity.SKIP]} skipped"
+        )
+        return "\n".join(lines)
+
+
+async def run_engine(
+    site: Site,
+    plan: Plan,
+    state_dir: Path,
+    frontend: FrontEnd,
+    *,
+    only: list[str] | None = None,
+    ignore_requires: bool = False,
+    phase: str | None = None,
+    step: str | None = None,
+    waivers: dict[str, str] | None = None,
+) -> Outcome:
+    """Open the checkpoint and the transports, run the engine, close everything."""
+    services = build_services(site)
+    try:
+        with Checkpoint.open(state_dir, site) as checkpoint:
+            engine = Engine(site, plan, checkpoint, frontend, services, waivers=waivers)
+            summary = await engine.run(
+                only=only, ignore_requires=ignore_requires, phase=phase, step=step
+            )
+    finally:
+        await services.close()
+    return Outcome(site, summary)
+
+
+async def run_checks(site: Site, plan: Plan, state_dir: Path, frontend: FrontEnd) -> Outcome:
+    return await run_engine(
+        site, plan, state_dir, frontend, only=read_only_steps(plan), ignore_requires=True
+    )
+
+
+def dump_json(outcome: Outcome) -> str:
+    return json.dumps(outcome.to_json(), indent=2)
