@@ -202,6 +202,12 @@ class Checkpoint:
             self.state["steps"].get(step, {}).pop(target, None)
         self.save()
 
+    def reset_all(self) -> None:
+        """Start over: forget every step result (the journal keeps the history)."""
+        self.state["steps"] = {}
+        self.journal({"event": "start over: every step result was reset"})
+        self.save()
+
     def add_waiver(self, check: str, reason: str) -> None:
         self.state["waivers"] = [w for w in self.state["waivers"] if w["check"] != check]
         self.state["waivers"].append(

@@ -48,7 +48,8 @@ async def run_demo_headless(faults: tuple[str, ...], nodes: int, state_dir: Path
 
 
 def run_demo_tui(faults: tuple[str, ...], nodes: int, state_dir: Path | None) -> int:
-    import asyncio
+    """The TUI over a freshly started lab (imports Textual only here)."""
+    from screens.app import run_tui
+    from wizard.session import open_lab
 
-    print("the TUI is not built yet; running the demo headless", file=sys.stderr)
-    return asyncio.run(run_demo_headless(faults, nodes, state_dir))
+    return run_tui(lambda: open_lab(faults, nodes, state_dir))

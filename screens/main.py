@@ -1,0 +1,234 @@
+"""The main screen: phases with per-node state, the current step's findings with their
+evidence, an error panel for hosts that cannot be used, and the live command log."""
+
+from __future__ import annotations
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.content import Content
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Label, Log, ProgressBar, Static
+
+from wizard.events import (
+    CommandFinished,
+    CommandStarted,
+    Event,
+    Notice,
+    OutputLine,
+    PhaseStarted,
+    StepFinished,
+    StepStarted,
+)
+from wizard.model import Finding, Severity, StepState, worst
+from wizard.plan import Plan
+from wizard.site import Site
+
+GLYPHS = {
+    StepState.PENDING: "·",
+    StepState.RUNNING: "…",
+    StepState.WAITING: "⧗",
+    StepState.DONE: "✔",
+    StepState.FAILED: "✖",
+    StepState.SKIPPED: "↷",
+    StepState.BLOCKED: "⊘",
+}
+SEVERITY_STYLE = {
+    Severity.PASS: "$text-success",
+    Severity.WARN: "$text-warning",
+    Severity.FAIL: "bold $text-error",
+    Severity.SKIP: "$text-muted",
+}
+MAX_NODE_COLUMNS = 6
+
+
+class EngineEvent(Message):
+    """An engine event delivered to the screen (the engine never touches widgets)."""
+
+    def __init__(self, event: Event) -> None:
+        super().__init__()
+        self.event = event
+
+
+class MainScreen(Screen[None]):
+    BINDINGS = [
+        Binding("l", "focus('log')", "Log"),
+        Binding("f", "focus('findings')", "Findings"),
+        Binding("r", "app.report", "Report"),
+        Binding("question_mark", "app.help", "Help"),
+        Binding("q", "app.quit", "Quit"),
+    ]
+
+    def __init__(self, site: Site, plan: Plan) -> None:
+        super().__init__()
+        self.site = site
+        self.plan = plan
+        self.findings: list[tuple[str, str, Finding]] = []
+        self.states: dict[tuple[str, str], StepState] = {}
+        self.transcript: list[str] = []
+        node_names = [n.name for n in site.nodes]
+        self.node_columns = node_names[:MAX_NODE_COLUMNS]
+        self.total = sum(len(plan.targets(s, site)) for s in plan.steps())
+
+    def compose(self) -> ComposeResult:
+        yield Header(show_clock=False)
+        with Horizontal():
+            with Vertical(id="sidebar"):
+                yield Label("Phases", classes="pane-title")
+                yield DataTable(id="phases", cursor_type="row", zebra_stripes=False)
+            with Vertical(id="main"):
+                yield Label("Starting...", id="step-title")
+                yield ProgressBar(total=self.total, id="progress", show_eta=False)
+                yield Static("", id="error-panel")
+                yield DataTable(id="findings", cursor_type="row", zebra_stripes=True)
+                yield Static("Select a finding to see its remediation and evidence.", id="detail")
+                yield Label("Live log", classes="pane-title")
+                yield Log(id="log", max_lines=20_000)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.title = "gpu-node-wizard"
+        self.sub_title = f"site {self.site.name}"
+        phases = self.query_one("#phases", DataTable)
+        # State columns first (narrow), so a long phase title never hides them.
+        phases.add_column("cl", key="cluster", width=2)
+        for name in self.node_columns:
+            phases.add_column(_short(name), key=name, width=max(2, len(_short(name))))
+        phases.add_column("phase", key="phase")
+        for phase in self.plan.phases:
+            has_cluster = any(s.scope.value == "cluster" for s in phase.steps)
+            cells = [GLYPHS[StepState.PENDING] if has_cluster else ""]
+            has_node = any(s.scope.value == "node" for s in phase.steps)
+            cells += [GLYPHS[StepState.PENDING] if has_node else ""] * len(self.node_columns)
+            cells.append(f"{phase.number:>2} {phase.title}")
+            phases.add_row(*cells, key=phase.id)
+        findings = self.query_one("#findings", DataTable)
+        findings.add_column("sev", key="sev", width=6)
+        findings.add_column("target", key="target", width=12)
+        findings.add_column("check", key="check", width=26)
+        findings.add_column("message", key="message")
+        self.query_one("#error-panel", Static).display = False
+
+    # -- engine events --------------------------------------------------------------------------
+
+    @on(EngineEvent)
+    def engine_event(self, message: EngineEvent) -> None:
+        event = message.event
+        log = self.query_one("#log", Log)
+        match event:
+            case PhaseStarted(title=title):
+                self._log(log, f"== {title}")
+            case StepStarted(step=step, target=target, title=title):
+                self.states[(step, target)] = StepState.RUNNING
+                self.query_one("#step-title", Label).update(f"{title}  ({step} on {target})")
+                self._refresh_phase(step)
+            case StepFinished(step=step, target=target, state=state, message=msg, findings=fs):
+                self.states[(step, target)] = state
+                self._refresh_phase(step)
+                self.query_one("#progress", ProgressBar).advance(1)
+                self._log(log, f"{target}: {step}: {state.value}{f' - {msg}' if msg else ''}")
+                for finding in fs:
+                    self._add_finding(step, target, finding)
+            case CommandStarted(target=target, command=command):
+                self._log(log, f"{target}$ {command}")
+            case OutputLine(target=target, line=line):
+                self._log(log, f"{target}| {line}")
+            case CommandFinished(target=target, exit_status=status) if status not in (0, None):
+                self._log(log, f"{target}: exit status {status}")
+            case Notice(message=text, target=target):
+                self._log(log, f"note{f' ({target})' if target else ''}: {text}")
+                self.notify(text, timeout=6)
+
+    def _log(self, log: Log, line: str) -> None:
+        self.transcript.append(line)
+        log.write_line(line)
+
+    def _refresh_phase(self, step_id: str) -> None:
+        phase = self.plan.phase_of(step_id)
+        table = self.query_one("#phases", DataTable)
+        for target in ["cluster", *self.node_columns]:
+            states = [
+                self.states.get((s.id, target))
+                for s in phase.steps
+                if target in self.plan.targets(s, self.site)
+            ]
+            if states:
+                table.update_cell(phase.id, target, _phase_glyph(states))
+
+    def _add_finding(self, step: str, target: str, finding: Finding) -> None:
+        self.findings.append((step, target, finding))
+        severity = Severity.WARN if finding.waived else finding.severity
+        label = "waived" if finding.waived else severity.value
+        table = self.query_one("#findings", DataTable)
+        table.add_row(
+            Content.styled(label, SEVERITY_STYLE[severity]),
+            target,
+            finding.check,
+            finding.message,
+            key=str(len(self.findings) - 1),
+        )
+        if finding.severity is not Severity.PASS:
+            table.move_cursor(row=table.row_count - 1)
+            self._show_detail(len(self.findings) - 1)
+        if finding.check.endswith((".reachable", ".timeout")) and finding.severity is Severity.FAIL:
+            panel = self.query_one("#error-panel", Static)
+            panel.update(
+                Content.assemble(
+                    ("Cannot use ", "bold"),
+                    (target, "bold"),
+                    "\n",
+                    Content(finding.message),
+                    "\n",
+                    ("What to do: ", "bold"),
+                    Content(finding.remediation),
+                )
+            )
+            panel.display = True
+
+    @on(DataTable.RowHighlighted, "#findings")
+    def highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.row_key.value is not None:
+            self._show_detail(int(event.row_key.value))
+
+    def _show_detail(self, index: int) -> None:
+        step, target, finding = self.findings[index]
+        parts = [f"{finding.check} ({step} on {target}): {finding.message}"]
+        if finding.waived:
+            parts.append(f"waived: {finding.waived}")
+        if finding.remediation:
+            parts.append(f"fix: {finding.remediation}")
+        for evidence in finding.evidence:
+            parts.append(f"$ {evidence.command}")
+            if evidence.excerpt:
+                parts.append(evidence.excerpt)
+        self.query_one("#detail", Static).update(Content("\n".join(parts)))
+
+    def show_stopped(self, reason: str) -> None:
+        """The run ended early: say why, and stay here so the operator can read the findings."""
+        self.query_one("#step-title", Label).update(
+            Content.assemble(("Stopped: ", "bold $text-error"), reason, "  (r: report, q: quit)")
+        )
+
+    def worst_severity(self) -> Severity:
+        return worst([f for _, _, f in self.findings])
+
+
+def _short(name: str) -> str:
+    """A node's column label: the last part of its name (``gpu-b300-01`` -> ``01``)."""
+    return name.rsplit("-", 1)[-1][:4]
+
+
+def _phase_glyph(states: list[StepState | None]) -> str:
+    known = [s for s in states if s is not None]
+    if not known:
+        return GLYPHS[StepState.PENDING]
+    for state in (StepState.FAILED, StepState.BLOCKED, StepState.RUNNING, StepState.WAITING):
+        if state in known:
+            return GLYPHS[state]
+    if len(known) < len(states):
+        return GLYPHS[StepState.RUNNING]
+    if all(s is StepState.SKIPPED for s in known):
+        return GLYPHS[StepState.SKIPPED]
+    return GLYPHS[StepState.DONE]

@@ -1,0 +1,91 @@
+"""The report view: the T00-T17 verdicts of the run, with the findings behind each gate."""
+
+from __future__ import annotations
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.content import Content
+from textual.screen import Screen
+from textual.widgets import Button, DataTable, Footer, Header, Label, Static
+
+from wizard.model import GATES, Finding, Severity, worst
+
+VERDICT_STYLE = {
+    "pass": "$text-success",
+    "warn": "$text-warning",
+    "fail": "bold $text-error",
+    "skip": "$text-muted",
+    "-": "$text-muted",
+}
+
+
+class ReportScreen(Screen[None]):
+    BINDINGS = [Binding("q", "app.quit", "Quit"), Binding("escape", "back", "Back")]
+
+    def __init__(self, findings: list[tuple[str, str, Finding]], stopped: str | None) -> None:
+        super().__init__()
+        self.findings = findings
+        self.stopped = stopped
+
+    def verdicts(self) -> dict[str, str]:
+        result = {}
+        for gate in GATES:
+            mine = [f for _, _, f in self.findings if f.gate == gate]
+            result[gate] = worst(mine).value if mine else "-"
+        return result
+
+    def compose(self) -> ComposeResult:
+        yield Header(show_clock=False)
+        with Vertical(id="report"):
+            yield Label("T00-T17 verdicts", classes="dialog-title")
+            if self.stopped:
+                yield Static(f"The run stopped: {self.stopped}", classes="error-text")
+            yield DataTable(id="gates", cursor_type="row")
+            yield Static("", id="gate-detail")
+            with Horizontal(classes="buttons"):
+                yield Button("Back", id="back")
+                yield Button("Quit", id="quit", variant="primary")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one("#gates", DataTable)
+        table.add_column("gate", key="gate")
+        table.add_column("verdict", key="verdict")
+        table.add_column("what", key="what")
+        table.add_column("findings", key="count")
+        for gate, verdict in self.verdicts().items():
+            count = sum(1 for _, _, f in self.findings if f.gate == gate)
+            table.add_row(
+                gate,
+                Content.styled(verdict, VERDICT_STYLE[verdict]),
+                GATES[gate],
+                str(count),
+                key=gate,
+            )
+
+    @on(DataTable.RowHighlighted, "#gates")
+    def detail(self, event: DataTable.RowHighlighted) -> None:
+        gate = str(event.row_key.value)
+        lines = [
+            f"[{f.severity.value}] {target}: {f.check}: {f.message}"
+            for _, target, f in self.findings
+            if f.gate == gate
+            and (f.severity is not Severity.PASS or len(lines_for(gate, self.findings)) < 8)
+        ]
+        self.query_one("#gate-detail", Static).update(
+            Content("\n".join(lines) or "no findings for this gate yet")
+        )
+
+    @on(Button.Pressed, "#back")
+    def action_back(self) -> None:
+        self.app.pop_screen()
+
+    @on(Button.Pressed, "#quit")
+    def quit_pressed(self) -> None:
+        self.app.exit(0)
+
+
+def lines_for(gate: str, findings: list[tuple[str, str, Finding]]) -> list[Finding]:
+    return [f for _, _, f in findings if f.gate == gate]
