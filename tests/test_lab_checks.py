@@ -221,3 +221,64 @@ def test_check_on_an_unreachable_host_exits_2_naming_it(tmp_path):
     assert result.returncode == 2
     assert "cannot reach root@127.0.0.1:1" in result.stdout
     assert "Traceback" not in result.stderr
+
+
+def test_run_headless_stops_at_the_first_decision_then_applies_with_yes(tmp_path):
+    site = tmp_path / "lab" / "site.yaml"
+    lab = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "wizard.cli",
+            "lab",
+            "--write-site",
+            str(site),
+            "--fault",
+            "irdma-not-loaded",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    state = str(tmp_path / "state")
+
+    def run(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "wizard.cli",
+                "run",
+                str(site),
+                "--headless",
+                "--state-dir",
+                state,
+                "--phase",
+                "irdma",
+                *extra,
+            ],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=120,
+        )
+
+    try:
+        for line in lab.stdout:
+            if line.startswith("try:"):
+                break
+        first = run()
+        assert first.returncode == 1
+        assert (
+            "stopped at step irdma.enable on gpu-b300-01: confirm-apply needs an answer"
+            in first.stderr
+        )
+        assert "--yes" in first.stderr
+        second = run("--yes")
+        assert second.returncode == 0, second.stdout + second.stderr
+        assert "irdma.verify: done" in second.stdout
+        third = run("--yes")  # idempotent: nothing left to change
+        assert "irdma.enable: done - already done (checkpoint)" in third.stdout
+    finally:
+        lab.terminate()
+        lab.wait(timeout=10)

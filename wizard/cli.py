@@ -89,6 +89,35 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
 
     p = sub.add_parser(
+        "run",
+        help="the wizard against a real site (TUI; --headless for automation); resumes",
+        description="Walk the phases against the site, resuming from the checkpoint. With "
+        "--headless, checks run, apply steps need --yes and maintenance gates need "
+        "--maintenance-window-open; otherwise the run stops at the first decision and says which.",
+    )
+    p.add_argument("site", type=Path, help="the site file")
+    p.add_argument("--headless", action="store_true", help="no TUI")
+    p.add_argument("--yes", action="store_true", help="headless: approve apply steps")
+    p.add_argument(
+        "--maintenance-window-open",
+        action="store_true",
+        help="headless: the maintenance window is open (maintenance steps may run)",
+    )
+    p.add_argument("--phase", help="run only this phase (id or number)")
+    p.add_argument("--step", help="run only this step (id)")
+    p.add_argument(
+        "--waive",
+        action="append",
+        default=[],
+        metavar="CHECK=REASON",
+        help="accept a failed check by its name, with a reason (recorded)",
+    )
+    p.add_argument(
+        "-v", "--verbose", action="store_true", help="headless: show commands and output"
+    )
+    _common(p)
+
+    p = sub.add_parser(
         "check",
         help="read-only preflight of a site: exit 0 all pass, 1 a check failed, 2 unreachable",
     )
@@ -216,6 +245,64 @@ def cmd_check(args: argparse.Namespace) -> int:
     return outcome.exit_code
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    from steps import build_plan
+    from wizard.site import load_site
+
+    plan = build_plan()
+    if args.phase:
+        try:
+            plan.phase(args.phase)
+        except KeyError:
+            raise UsageError(
+                f"no phase {args.phase!r}; phases: {', '.join(p.id for p in plan.phases)}"
+            ) from None
+    if args.step:
+        try:
+            plan.step(args.step)
+        except KeyError:
+            raise UsageError(
+                f"no step {args.step!r}; `gpu-node-wizard export` lists them in RUNBOOK.md"
+            ) from None
+    waivers = {}
+    for item in args.waive:
+        check, _, reason = item.partition("=")
+        if not check or not reason.strip():
+            raise UsageError(f"--waive {item!r}: write CHECK=REASON (e.g. T11.acs='lab machine')")
+        waivers[check] = reason.strip()
+    site = load_site(args.site)
+    if not args.headless:
+        from screens.app import run_tui
+        from wizard.services import build_services
+        from wizard.session import Session
+
+        return run_tui(lambda: _session(Session(site, build_services(site), _state_dir(args))))
+    from wizard.headless import HeadlessFrontEnd
+    from wizard.runner import run_engine
+
+    frontend = HeadlessFrontEnd(
+        yes=args.yes, window_open=args.maintenance_window_open, verbose=args.verbose
+    )
+    outcome = asyncio.run(
+        run_engine(
+            site,
+            plan,
+            _state_dir(args),
+            frontend,
+            phase=args.phase,
+            step=args.step,
+            waivers=waivers,
+        )
+    )
+    if outcome.summary.stopped:
+        print(f"stopped: {outcome.summary.stopped}")
+    return outcome.exit_code
+
+
+async def _session(session):  # an already-open session, for the TUI's opener
+    return session
+
+
 def cmd_lab(args: argparse.Namespace) -> int:
     from wizard.lab.faults import FAULTS, check_faults
 
@@ -279,6 +366,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 COMMANDS = {
     "demo": cmd_demo,
     "check": cmd_check,
+    "run": cmd_run,
     "lab": cmd_lab,
     "init": cmd_init,
     "export": cmd_export,

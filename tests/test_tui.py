@@ -1,0 +1,275 @@
+"""The TUI with Textual's Pilot over the lab: start/resume, review with a diff, skip and
+apply, the maintenance modal, the error panel, snapshots, and a tmux smoke test."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from textual.app import App
+from textual.widgets import Button, Input, Static
+
+from screens.app import WizardApp
+from screens.modals import MaintenanceScreen, ReviewScreen
+from tests.conftest import REPO
+from wizard.checkpoint import Checkpoint
+from wizard.events import Answer, ArtifactDiff, Decision, DecisionKind
+from wizard.model import StepState
+from wizard.session import open_lab, open_site
+
+SIZE = (140, 45)
+
+
+async def wait_for(pilot, condition, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        await pilot.pause(0.05)
+        if condition():
+            return
+    raise AssertionError("timed out waiting for the TUI")
+
+
+def screen_name(app) -> str:
+    return type(app.screen).__name__
+
+
+async def test_start_review_skip_then_apply_on_resume(tmp_path):
+    state = tmp_path / "state"
+    holder = {}
+
+    async def opener():
+        holder["session"] = await open_lab(("irdma-not-loaded",), 1, state)
+        return holder["session"]
+
+    app = WizardApp(opener)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: screen_name(app) == "StartScreen")
+        assert "No checkpoint yet" in str(
+            app.screen.query_one("#checkpoint-summary", Static).content
+        )
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: screen_name(app) == "ReviewScreen")
+        review = app.screen
+        assert review.decision.step == "irdma.enable"
+        diffs = "".join(d.diff for d in review.decision.diffs)
+        assert "+irdma" in diffs and "+options irdma roce_ena=1" in diffs
+        assert app.focused is review.query_one("#skip", Button)  # the safe choice has the focus
+        lab_host = holder["session"].lab.hosts["gpu-b300-01"]
+        assert "irdma" not in lab_host.modules
+        await pilot.press("s")  # skip: nothing applied
+        await wait_for(pilot, lambda: app.finished)
+        assert "irdma" not in lab_host.modules
+        assert app.summary.stopped  # irdma.verify then failed: the run stops at phase 5
+    with Checkpoint.open(state, holder["session"].site) as checkpoint:
+        assert checkpoint.step_state("irdma.enable", "gpu-b300-01") is StepState.SKIPPED
+
+
+async def test_apply_changes_the_host_and_the_run_continues(tmp_path):
+    holder = {}
+
+    async def opener():
+        holder["session"] = await open_lab(("irdma-not-loaded",), 1, tmp_path / "state")
+        return holder["session"]
+
+    app = WizardApp(opener, auto_start=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: screen_name(app) == "ReviewScreen")
+        await pilot.press("a")
+        await wait_for(pilot, lambda: screen_name(app) == "ManualScreen")  # the Kubespray join
+        host = holder["session"].lab.hosts["gpu-b300-01"]
+        assert "irdma" in host.modules
+        assert "roce_ena=1" in host.files["/etc/modprobe.d/irdma.conf"]
+        phases = app.main_screen.query_one("#phases")
+        assert phases.get_cell("irdma", "gpu-b300-01") == "✔"
+
+
+async def test_resume_shows_the_interruption_and_does_not_redo_done_steps(tmp_path):
+    state = tmp_path / "state"
+    session = await open_lab((), 1, state)
+    with Checkpoint.open(state, session.site) as checkpoint:
+        for step in ("preflight.host", "preflight.containerd"):
+            checkpoint.set_step(step, "gpu-b300-01", StepState.DONE, message="ok")
+        checkpoint.set_step("preflight.gpus", "gpu-b300-01", StepState.RUNNING)
+
+    async def opener():
+        return session
+
+    app = WizardApp(opener)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: screen_name(app) == "StartScreen")
+        summary = str(app.screen.query_one("#checkpoint-summary", Static).content)
+        assert "Interrupted (verified first on resume): preflight.gpus on gpu-b300-01" in summary
+        assert app.screen.query_one("#resume", Button).label.plain == "Resume"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: screen_name(app) == "ManualScreen")
+        transcript = "\n".join(app.main_screen.transcript)
+        assert "preflight.host: done - already done (checkpoint)" in transcript
+        assert "preflight.gpus was interrupted on gpu-b300-01; verifying first" in transcript
+    host = session.lab.hosts["gpu-b300-01"]
+    assert "cat /etc/os-release" not in host.commands[:1]  # done steps were not run again
+    await session.close()
+
+
+class ModalHost(App[object]):
+    def __init__(self, screen) -> None:
+        super().__init__()
+        self.modal = screen
+
+    def on_mount(self) -> None:
+        self.push_screen(self.modal, callback=self.exit)
+
+
+def maintenance_decision() -> Decision:
+    return Decision(
+        DecisionKind.MAINTENANCE_WINDOW,
+        "qos.apply",
+        "RoCE QoS on both bond ports (maintenance window)",
+        "gpu-b300-01",
+        "RoCE QoS on both bond ports disrupts traffic on gpu-b300-01.",
+        diffs=(ArtifactDiff("x", "dcb on ens5f0np0", "--- a\n+++ b\n+dscp-prio 24:3\n", True),),
+        rollback="dcb app del dev ens5f0np0 dscp-prio 24:3",
+        confirm_text="gpu-b300-01",
+    )
+
+
+async def test_maintenance_modal_refuses_a_wrong_node_name():
+    app = ModalHost(MaintenanceScreen(maintenance_decision()))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        modal = app.screen
+        assert app.focused is modal.query_one("#cancel", Button)  # Cancel is the default
+        confirm = modal.query_one("#confirm", Button)
+        assert confirm.disabled
+        modal.query_one("#node-name", Input).focus()
+        await pilot.press(*"gpu-b300-02")
+        assert confirm.disabled
+        await pilot.press("enter")
+        assert app.screen is modal  # not dismissed
+        assert "not gpu-b300-01" in str(modal.query_one("#mismatch", Static).content)
+        for _ in range(2):
+            await pilot.press("backspace")
+        await pilot.press(*"01")
+        assert not confirm.disabled
+        await pilot.press("enter")
+    assert app.return_value.answer is Answer.PROCEED
+    assert app.return_value.typed == "gpu-b300-01"
+
+
+async def test_maintenance_cancel_skips():
+    app = ModalHost(MaintenanceScreen(maintenance_decision()))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("enter")  # Cancel has the focus
+    assert app.return_value.answer is Answer.SKIP
+
+
+async def test_error_panel_for_an_unreachable_host(tmp_path):
+    site = tmp_path / "site.yaml"
+    site.write_text(
+        "name: gone\nssh: {connect_timeout: 2, known_hosts: kh, config: none}\n"
+        "cluster: {kubeconfig: nope}\nnodes:\n  - name: gpu-1\n    host: 127.0.0.1\n"
+        "    ssh: {port: 1}\n    bond: {ports: [p0, p1]}\n    rdma_ip: 192.168.50.1\n"
+    )
+    app = WizardApp(lambda: open_site(site, tmp_path / "state"), auto_start=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.finished)
+        panel = app.main_screen.query_one("#error-panel", Static)
+        assert panel.display
+        text = str(panel.content)
+        assert "Cannot use gpu-1" in text and "cannot reach root@127.0.0.1:1" in text
+        assert "What to do" in text
+
+
+async def test_bad_site_file_shows_a_plain_error(tmp_path):
+    site = tmp_path / "site.yaml"
+    site.write_text("name: x\nnodes: []\n")
+    app = WizardApp(lambda: open_site(site, tmp_path / "state"))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: screen_name(app) == "ErrorScreen")
+        assert "nodes" in str(app.screen.query_one("#error-message", Static).content)
+
+
+# -- snapshots (syrupy directly: pytest-textual-snapshot 1.1.0 needs pytest < 9) ---------------
+
+
+async def test_review_screen_snapshot(snapshot):
+    decision = Decision(
+        DecisionKind.CONFIRM_APPLY,
+        "irdma.enable",
+        "irdma loaded at boot, in RoCEv2 mode",
+        "gpu-b300-01",
+        "2 change(s) on gpu-b300-01",
+        diffs=(
+            ArtifactDiff(
+                "p", "/etc/modprobe.d/irdma.conf on gpu-b300-01",
+                "--- live: /etc/modprobe.d/irdma.conf on gpu-b300-01 (absent)\n"
+                "+++ desired: /etc/modprobe.d/irdma.conf on gpu-b300-01\n@@ -0,0 +1 @@\n"
+                "+options irdma roce_ena=1\n",
+                True,
+            ),
+        ),
+    )  # fmt: skip
+    app = ModalHost(ReviewScreen(decision))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        assert app.export_screenshot() == snapshot
+
+
+async def test_maintenance_screen_snapshot(snapshot):
+    app = ModalHost(MaintenanceScreen(maintenance_decision()))
+    async with app.run_test(size=(100, 34)) as pilot:
+        await pilot.pause()
+        assert app.export_screenshot() == snapshot
+
+
+# -- a person at a terminal ----------------------------------------------------------------------
+
+
+def test_demo_in_tmux_walks_to_the_report():
+    tmux = shutil.which("tmux")
+    if tmux is None:
+        if os.environ.get("CI"):
+            pytest.fail("tmux is missing: .ci/run installs it")
+        pytest.skip("tmux not installed")
+    session = f"gnw-smoke-{os.getpid()}"
+    command = f"{sys.executable} -m wizard.cli demo; sleep 5"
+
+    def screen() -> str:
+        return subprocess.run(
+            [tmux, "capture-pane", "-t", session, "-p"], capture_output=True, text=True, check=False
+        ).stdout
+
+    def wait(text: str, timeout: float = 60) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            shown = screen()
+            if text in shown:
+                return shown
+            time.sleep(0.3)
+        raise AssertionError(f"never saw {text!r}; screen:\n{screen()}")
+
+    env = {**os.environ, "TERM": "xterm-256color"}
+    subprocess.run([tmux, "new-session", "-d", "-s", session, "-x", "140", "-y", "45", command],
+                   check=True, cwd=REPO, env=env)  # fmt: skip
+    try:
+        wait("Start")
+        wait("No checkpoint yet")
+        subprocess.run([tmux, "send-keys", "-t", session, "Enter"], check=True)
+        wait("Your turn: Join the node with Kubespray")
+        subprocess.run([tmux, "send-keys", "-t", session, "Enter"], check=True)
+        wait("Your turn: Switch side matches")
+        subprocess.run([tmux, "send-keys", "-t", session, "Enter"], check=True)
+        shown = wait("T00-T17 verdicts")
+        assert "T00   pass" in shown and "T10   pass" in shown
+        subprocess.run([tmux, "send-keys", "-t", session, "q"], check=True)
+    finally:
+        subprocess.run([tmux, "kill-session", "-t", session], check=False)
+
+
+__all__ = ["Path", "asyncio"]
