@@ -166,6 +166,7 @@ def evaluate_rdma(
         return discovered
     link = on_bond[0]
     discovered["rdma_device"] = link.device
+    discovered["rdma_netdev"] = link.netdev
     if link.state == "ACTIVE":
         report.ok(
             "rdma-device", f"{link.device} on {link.netdev} is ACTIVE ({link.physical_state})"

@@ -2,11 +2,67 @@
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
+import yaml
+
 from steps.common import q
 from wizard.artifacts import Artifact, Target, render
-from wizard.model import StepKind
-from wizard.plan import Phase, Scope, Step
+from wizard.model import Finding, StepKind
+from wizard.plan import Change, Phase, Scope, Step, StepContext
+from wizard.probe import Report
 from wizard.site import Node, Site
+from wizard.support import support_for
+
+_RUNTIME = re.compile(r"^containerd://v?(\d+)\.(\d+)\.(\d+)")
+
+
+def evaluate_joined(site: Site, nodes: dict[str, dict[str, Any]], report: Report) -> None:
+    """Each GPU node is in the cluster, Ready, on the expected kubelet and containerd >= 2.0."""
+    support = support_for(site.versions.gpu_operator)
+    minimum = support.containerd_min if support else (2, 0)
+    for node in site.nodes:
+        obj = nodes.get(node.name)
+        if obj is None:
+            report.fail(
+                f"joined-{node.name}",
+                f"{node.name} is not in the cluster",
+                "run facts.yml and scale.yml --limit=<node> from the Kubespray checkout "
+                "(see cluster/kubespray/ in the export), then verify again",
+            )
+            continue
+        status = obj.get("status", {})
+        ready = next((c for c in status.get("conditions", []) if c.get("type") == "Ready"), {})
+        info = status.get("nodeInfo", {})
+        kubelet = info.get("kubeletVersion", "?")
+        runtime = info.get("containerRuntimeVersion", "?")
+        if ready.get("status") != "True":
+            report.fail(
+                f"joined-{node.name}",
+                f"{node.name} joined but is not Ready ({ready.get('reason', 'no Ready condition')})",
+                "check kubelet on the node: journalctl -u kubelet",
+            )
+            continue
+        wanted = site.cluster.kubernetes_version
+        if not kubelet.lstrip("v").startswith(wanted + "."):
+            report.warn(
+                f"kubelet-{node.name}",
+                f"{node.name} runs kubelet {kubelet}, the site expects {wanted}.x",
+                "align kube_version in the Kubespray inventory with the cluster",
+            )
+        match = _RUNTIME.match(runtime)
+        if match is None or (int(match.group(1)), int(match.group(2))) < minimum:
+            report.fail(
+                f"runtime-{node.name}",
+                f"{node.name} runs {runtime}: GPU Operator {site.versions.gpu_operator} needs "
+                f"containerd >= {minimum[0]}.{minimum[1]}",
+                "upgrade containerd on the node (Kubespray containerd_version) before the GPU Operator",
+            )
+        else:
+            report.ok(
+                f"joined-{node.name}", f"{node.name} is Ready with kubelet {kubelet} and {runtime}"
+            )
 
 
 class KubesprayJoin(Step):
@@ -51,9 +107,41 @@ class KubesprayJoin(Step):
 
     def instructions(self, site: Site, node: Node | None) -> str:
         return (
-            "Merge cluster/kubespray/hosts-fragment.yaml into the Kubespray inventory, then "
-            "run, from the Kubespray checkout:\n  " + "\n  ".join(self.commands(site, node))
+            "Merge cluster/kubespray/hosts-fragment.yaml (from `gpu-node-wizard export`) into "
+            "the Kubespray inventory, then run, from the Kubespray checkout:\n  "
+            + "\n  ".join(self.commands(site, node))
         )
+
+    async def verify(self, ctx: StepContext) -> list[Finding]:
+        report = Report("T00")
+        nodes = {n["metadata"]["name"]: n for n in await ctx.services.kube.nodes()}
+        evaluate_joined(ctx.site, nodes, report)
+        return report.findings
+
+
+def desired_node_metadata(site: Site) -> dict[str, Any]:
+    taints = []
+    if site.taint.enabled:
+        taints.append(
+            {"key": site.taint.key, "value": site.taint.value, "effect": site.taint.effect}
+        )
+    return {"labels": dict(sorted(site.labels.items())), "taints": taints}
+
+
+def live_node_metadata(site: Site, node: dict[str, Any]) -> dict[str, Any]:
+    """The part of a live node the wizard manages, in the same form as the desired one."""
+    labels = node["metadata"].get("labels") or {}
+    managed = {k: labels[k] for k in sorted(site.labels) if k in labels}
+    taints = [
+        {"key": t["key"], "value": t.get("value", ""), "effect": t["effect"]}
+        for t in node.get("spec", {}).get("taints") or []
+        if t.get("key") == site.taint.key
+    ]
+    return {"labels": managed, "taints": taints}
+
+
+def _yaml(data: dict[str, Any]) -> str:
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
 
 
 class LabelsAndTaint(Step):
@@ -65,7 +153,8 @@ class LabelsAndTaint(Step):
     reads = ("labels", "taint")
     explain = (
         "The node carries the site's labels (accelerator=nvidia-b300 by default) and, when "
-        "enabled, the NoSchedule taint. Current vs desired labels/taints are shown first."
+        "enabled, the NoSchedule taint. Current vs desired labels/taints are shown first; other "
+        "labels and taints on the node are left alone."
     )
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
@@ -79,6 +168,57 @@ class LabelsAndTaint(Step):
                 f"kubectl taint node {name} {q(f'{t.key}={t.value}:{t.effect}')} --overwrite"
             )
         return lines
+
+    def _artifact(self, site: Site, node: Node) -> Artifact:
+        return Artifact(
+            f"nodes/{node.name}/k8s/node-metadata.yaml",
+            _yaml(desired_node_metadata(site)),
+            Target.K8S_OBJECT,
+            f"Node {node.name} labels and taints",
+            "labels and taint the wizard manages on the node",
+        )
+
+    def artifacts(self, site: Site, node: Node | None) -> list[Artifact]:
+        return [self._artifact(site, node)] if node else []
+
+    async def changes(self, ctx: StepContext) -> list[Change]:
+        assert ctx.node is not None
+        live = await ctx.services.kube.node(ctx.node.name)
+        current = _yaml(live_node_metadata(ctx.site, live)) if live else None
+        return [Change(self._artifact(ctx.site, ctx.node), current)]
+
+    async def apply(self, ctx: StepContext, changes: list[Change]) -> None:
+        assert ctx.node is not None
+        kube = ctx.services.kube
+        live = await kube.node(ctx.node.name) or {}
+        others = [
+            t
+            for t in live.get("spec", {}).get("taints") or []
+            if t.get("key") != ctx.site.taint.key
+        ]
+        desired = desired_node_metadata(ctx.site)
+        patch = {
+            "metadata": {"labels": desired["labels"]},
+            "spec": {"taints": others + desired["taints"]},
+        }
+        await kube.patch_node(ctx.node.name, patch)
+
+    async def verify(self, ctx: StepContext) -> list[Finding]:
+        assert ctx.node is not None
+        report = Report("T00")
+        live = await ctx.services.kube.node(ctx.node.name)
+        if live is None:
+            report.fail("labels", f"{ctx.node.name} is not in the cluster", "join it first")
+            return report.findings
+        if live_node_metadata(ctx.site, live) == desired_node_metadata(ctx.site):
+            labels = ", ".join(f"{k}={v}" for k, v in ctx.site.labels.items())
+            taint = " and the taint" if ctx.site.taint.enabled else ""
+            report.ok("labels", f"{ctx.node.name} has {labels}{taint}")
+        else:
+            report.fail(
+                "labels", f"{ctx.node.name} labels/taints differ from the site", "apply them again"
+            )
+        return report.findings
 
 
 PHASE = Phase(

@@ -2,10 +2,190 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
+import yaml
+
 from steps.common import q
-from wizard.model import StepKind
-from wizard.plan import Phase, Scope, Step
+from steps.gpu_operator import mirrored, run_test_pod
+from wizard.artifacts import Artifact, Target
+from wizard.facts import ParseError, parse
+from wizard.model import Finding, StepKind
+from wizard.plan import Change, NotAutomated, Phase, Scope, Step, StepContext
+from wizard.probe import Report
 from wizard.site import Node, Site
+
+CONFIGMAP = "rdma-devices"
+DAEMONSET = "rdma-shared-dp-ds"
+TEST_NAMESPACE = "default"
+# The selectors that identify an E810's RDMA function (the PCI driver is ice, not irdma).
+E810_SELECTORS = {"vendors": ["8086"], "drivers": ["ice"]}
+CONNECTX_SELECTORS = {"vendors": ["15b3"], "drivers": ["mlx5_core"]}
+
+
+def plugin_config(site: Site, netdevs: list[str]) -> dict[str, Any]:
+    """config.json: selectors from what the nodes show (never a hard-coded interface)."""
+    prefix, _, name = site.device_plugin.resource_name.partition("/")
+    selectors: dict[str, Any] = dict(
+        E810_SELECTORS if site.nic.profile == "intel-e810" else CONNECTX_SELECTORS
+    )
+    if netdevs:
+        selectors["ifNames"] = sorted(set(netdevs))
+    return {
+        "periodicUpdateInterval": 300,
+        "configList": [
+            {
+                "resourceName": name,
+                "resourcePrefix": prefix,
+                "rdmaHcaMax": site.device_plugin.rdma_hca_max,
+                "selectors": selectors,
+            }
+        ],
+    }
+
+
+def configmap(site: Site, netdevs: list[str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": CONFIGMAP, "namespace": site.device_plugin.namespace},
+        "data": {"config.json": json.dumps(plugin_config(site, netdevs), indent=2) + "\n"},
+    }
+
+
+def daemonset(site: Site) -> dict[str, Any]:
+    plugin = site.device_plugin
+    image = f"{mirrored('ghcr.io/mellanox', site.registry.mirror)}/k8s-rdma-shared-dev-plugin:{plugin.version}"
+    volumes = [
+        ("device-plugin", "/var/lib/kubelet/device-plugins"),
+        ("plugins-registry", "/var/lib/kubelet/plugins_registry"),
+        ("devs", "/dev/"),
+    ]
+    spec: dict[str, Any] = {
+        "hostNetwork": True,
+        "priorityClassName": "system-node-critical",
+        "nodeSelector": dict(site.labels),
+        "containers": [
+            {
+                "name": "k8s-rdma-shared-dp-ds",
+                "image": image,
+                "imagePullPolicy": "IfNotPresent",
+                "securityContext": {"privileged": True},
+                "volumeMounts": [{"name": n, "mountPath": p} for n, p in volumes]
+                + [{"name": "config", "mountPath": "/k8s-rdma-shared-dev-plugin"}],
+            }
+        ],
+        "volumes": [{"name": n, "hostPath": {"path": p}} for n, p in volumes]
+        + [
+            {
+                "name": "config",
+                "configMap": {
+                    "name": CONFIGMAP,
+                    "items": [{"key": "config.json", "path": "config.json"}],
+                },
+            }
+        ],
+    }
+    if site.taint.enabled:
+        spec["tolerations"] = [
+            {
+                "key": site.taint.key,
+                "operator": "Equal",
+                "value": site.taint.value,
+                "effect": site.taint.effect,
+            }
+        ]
+    if site.registry.pull_secret:
+        spec["imagePullSecrets"] = [{"name": site.registry.pull_secret}]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": DAEMONSET, "namespace": plugin.namespace},
+        "spec": {
+            "selector": {"matchLabels": {"name": DAEMONSET}},
+            "template": {"metadata": {"labels": {"name": DAEMONSET}}, "spec": spec},
+        },
+    }
+
+
+def nic_cluster_policy(site: Site, netdevs: list[str]) -> dict[str, Any]:
+    """For a ConnectX node: the Network Operator's NicClusterPolicy with the same plugin."""
+    return {
+        "apiVersion": "mellanox.com/v1alpha1",
+        "kind": "NicClusterPolicy",
+        "metadata": {"name": "nic-cluster-policy"},
+        "spec": {
+            "rdmaSharedDevicePlugin": {
+                "image": "k8s-rdma-shared-dev-plugin",
+                "repository": mirrored("nvcr.io/nvidia/mellanox", site.registry.mirror),
+                "version": site.device_plugin.version,
+                "config": json.dumps(plugin_config(site, netdevs), indent=2),
+            }
+        },
+    }
+
+
+def rdma_test_pod(site: Site, node: Node) -> dict[str, Any]:
+    """A pod with the RDMA resource, IPC_LOCK and a memory-backed /dev/shm that lists the device."""
+    image = f"{mirrored('docker.io/mellanox', site.registry.mirror)}/rping-test"
+    pod: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"gnw-rdma-test-{node.name}",
+            "namespace": TEST_NAMESPACE,
+            "labels": {"app.kubernetes.io/managed-by": "gpu-node-wizard"},
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "nodeSelector": {"kubernetes.io/hostname": node.name},
+            "containers": [
+                {
+                    "name": "rdma",
+                    "image": image,
+                    "command": ["sh", "-c", "rdma link show; ibv_devinfo"],
+                    "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}},
+                    "resources": {"limits": {site.device_plugin.resource_name: 1}},
+                    "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}],
+                }
+            ],
+            "volumes": [{"name": "shm", "emptyDir": {"medium": "Memory"}}],
+        },
+    }
+    if site.taint.enabled:
+        pod["spec"]["tolerations"] = [
+            {
+                "key": site.taint.key,
+                "operator": "Equal",
+                "value": site.taint.value,
+                "effect": site.taint.effect,
+            }
+        ]
+    if site.registry.pull_secret:
+        pod["spec"]["imagePullSecrets"] = [{"name": site.registry.pull_secret}]
+    return pod
+
+
+def project(live: Any, desired: Any) -> Any:
+    """``live`` reduced to the keys ``desired`` has, so a diff shows only what we manage."""
+    if isinstance(desired, dict) and isinstance(live, dict):
+        return {k: project(live.get(k), v) for k, v in desired.items() if k in live}
+    if isinstance(desired, list) and isinstance(live, list) and len(desired) == len(live):
+        return [project(a, b) for a, b in zip(live, desired, strict=True)]
+    return live
+
+
+def _yaml(obj: dict[str, Any]) -> str:
+    return yaml.safe_dump(obj, sort_keys=False)
+
+
+def discovered_netdevs(ctx: StepContext) -> list[str]:
+    return [
+        str(netdev)
+        for node in ctx.site.nodes
+        if (netdev := ctx.recorded("irdma.verify", node.name).get("rdma_netdev"))
+    ]
 
 
 class InstallRdmaPlugin(Step):
@@ -14,43 +194,207 @@ class InstallRdmaPlugin(Step):
     kind = StepKind.APPLY
     gates = ("T03",)
     scope = Scope.CLUSTER
-    reads = ("device_plugin", "registry", "labels")
+    requires = ("gpu-operator.verify",)
+    reads = ("device_plugin", "registry", "labels", "nic")
     explain = (
         "ConfigMap rdma-devices (config.json) with the site's resource name and rdmaHcaMax; "
-        "selectors from what the node shows (`rdma link` netdevs, vendor 8086, driver ice), "
-        "never a hard-coded interface; a DaemonSet (plugin >= 1.5.2, older versions reject "
-        "Intel NICs) with a nodeSelector on the GPU label. Node allocatable then shows the "
-        "resource. No Network Operator on an E810 (ConnectX/BlueField only)."
+        "selectors vendor 8086 and driver ice plus the netdevs `rdma link` showed on the nodes "
+        "(never a hard-coded interface); a DaemonSet (plugin >= 1.5.2: older versions reject "
+        "Intel NICs) with a nodeSelector on the GPU label. The plugin pods restart when the "
+        "config changes; node allocatable then shows the resource. No Network Operator on an "
+        "E810 (ConnectX/BlueField only)."
     )
+
+    def artifacts(self, site: Site, node: Node | None) -> list[Artifact]:
+        ns = site.device_plugin.namespace
+        if site.nic.profile == "connectx":
+            return [
+                Artifact(
+                    "cluster/k8s/nicclusterpolicy.yaml",
+                    _yaml(nic_cluster_policy(site, [])),
+                    Target.K8S_OBJECT,
+                    "NicClusterPolicy nic-cluster-policy",
+                    "the Network Operator's shared RDMA device plugin (ConnectX profile)",
+                )
+            ]
+        return [
+            Artifact(
+                "cluster/k8s/rdma-devices-configmap.yaml",
+                _yaml(configmap(site, [])),
+                Target.K8S_OBJECT,
+                f"ConfigMap {ns}/{CONFIGMAP}",
+                "plugin config; at apply time ifNames are added from the netdevs each node shows",
+            ),
+            Artifact(
+                "cluster/k8s/rdma-plugin-daemonset.yaml",
+                _yaml(daemonset(site)),
+                Target.K8S_OBJECT,
+                f"DaemonSet {ns}/{DAEMONSET}",
+                "the shared RDMA device plugin",
+            ),
+        ]
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
         ns = q(site.device_plugin.namespace)
         return [
-            f"kubectl -n {ns} get configmap rdma-devices -o yaml",
+            f"kubectl -n {ns} get configmap {CONFIGMAP} -o yaml",
             f"kubectl -n {ns} apply -f rdma-devices-configmap.yaml -f rdma-plugin-daemonset.yaml",
+            f"kubectl -n {ns} delete pod -l name={DAEMONSET}  # only when the config changed",
         ]
+
+    def _desired(self, ctx: StepContext) -> tuple[dict[str, Any], dict[str, Any]]:
+        return configmap(ctx.site, discovered_netdevs(ctx)), daemonset(ctx.site)
+
+    async def changes(self, ctx: StepContext) -> list[Change]:
+        if ctx.site.nic.profile != "intel-e810":
+            raise NotAutomated
+        kube = ctx.services.kube
+        cm, ds = self._desired(ctx)
+        ns = ctx.site.device_plugin.namespace
+        live_cm = await kube.configmap(ns, CONFIGMAP)
+        live_ds = next(
+            (d for d in await kube.daemonsets(ns) if d["metadata"]["name"] == DAEMONSET), None
+        )
+        return [
+            Change(
+                Artifact(
+                    "cluster/k8s/rdma-devices-configmap.yaml",
+                    _yaml(cm),
+                    Target.K8S_OBJECT,
+                    f"ConfigMap {ns}/{CONFIGMAP}",
+                    "plugin config",
+                ),
+                None if live_cm is None else _yaml(project(live_cm, cm)),
+            ),
+            Change(
+                Artifact(
+                    "cluster/k8s/rdma-plugin-daemonset.yaml",
+                    _yaml(ds),
+                    Target.K8S_OBJECT,
+                    f"DaemonSet {ns}/{DAEMONSET}",
+                    "the plugin",
+                ),
+                None if live_ds is None else _yaml(project(live_ds, ds)),
+            ),
+        ]
+
+    async def apply(self, ctx: StepContext, changes: list[Change]) -> None:
+        kube = ctx.services.kube
+        cm, ds = self._desired(ctx)
+        ns = ctx.site.device_plugin.namespace
+        config_changed = any(c.artifact.destination.startswith("ConfigMap") for c in changes)
+        await kube.apply_configmap(ns, cm)
+        await kube.apply_daemonset(ns, ds)
+        if config_changed:
+            for pod in await kube.pods(ns, label_selector=f"name={DAEMONSET}"):
+                await kube.delete_pod(ns, pod["metadata"]["name"])
+
+    async def verify(self, ctx: StepContext) -> list[Finding]:
+        report = Report("T03")
+        kube = ctx.services.kube
+        resource = ctx.site.device_plugin.resource_name
+        cm, _ = self._desired(ctx)
+        live = await kube.configmap(ctx.site.device_plugin.namespace, CONFIGMAP)
+        if live is None or live.get("data") != cm["data"]:
+            report.fail(
+                "config",
+                f"ConfigMap {CONFIGMAP} differs from the desired config",
+                "apply this step again",
+            )
+        for node in ctx.site.nodes:
+            obj = await kube.node(node.name) or {}
+            count = obj.get("status", {}).get("allocatable", {}).get(resource)
+            if count and count != "0":
+                report.ok(
+                    f"allocatable-{node.name}", f"{node.name} allocatable {resource} = {count}"
+                )
+            else:
+                report.fail(
+                    f"allocatable-{node.name}",
+                    f"{node.name} does not advertise {resource} (allocatable: {count or 'absent'})",
+                    f"check the plugin pod on the node (kubectl -n {ctx.site.device_plugin.namespace} logs "
+                    f"-l name={DAEMONSET}): its selectors must match the node's RDMA netdev and driver ice",
+                )
+        return report.findings
+
+
+def evaluate_pod_rdma(logs: str, node: Node, report: Report) -> None:
+    """The test pod must see the node's RDMA device ACTIVE with link layer Ethernet."""
+    try:
+        links = parse("rdma-link", logs)
+    except ParseError:
+        report.fail(
+            "pod-rdma",
+            "the RDMA test pod sees no RDMA link",
+            "check the plugin's selectors",
+            gate="T04",
+        )
+        return
+    active = [link for link in links.links if link.state == "ACTIVE"]
+    try:
+        devinfo = parse("ibv-devinfo", logs)
+    except ParseError:
+        devinfo = None
+    ethernet = devinfo is not None and any(
+        p.link_layer == "Ethernet" and p.state == "PORT_ACTIVE"
+        for d in devinfo.devices
+        for p in d.ports
+    )
+    if active and ethernet:
+        names = ", ".join(f"{link.device} ({link.netdev})" for link in active)
+        report.ok(
+            "pod-rdma", f"a pod on {node.name} sees {names} ACTIVE, link layer Ethernet", gate="T04"
+        )
+    else:
+        report.fail(
+            "pod-rdma",
+            f"the pod on {node.name} does not see an ACTIVE RoCE device",
+            "compare `rdma link` in the pod with the host; check IPC_LOCK and the resource request",
+            gate="T04",
+        )
 
 
 class RdmaPodTest(Step):
     id = "rdma-plugin.pod-test"
     title = "A pod with the RDMA resource sees the device"
     kind = StepKind.CHECK
-    gates = ("T03", "T04")
+    gates = ("T04",)
     requires = ("rdma-plugin.install",)
     reads = ("device_plugin",)
     explain = (
-        "Allocatable shows the RDMA resource on the node; a pod requesting it, with "
-        "capabilities.add [IPC_LOCK] and a memory-backed /dev/shm, runs `rdma link` and "
-        "`ibv_devinfo` and sees the E810's RDMA device ACTIVE."
+        "A pod requesting the RDMA resource, with capabilities.add [IPC_LOCK] and a "
+        "memory-backed /dev/shm, runs `rdma link` and `ibv_devinfo` and sees the E810's RDMA "
+        "device ACTIVE with link layer Ethernet."
     )
 
-    def commands(self, site: Site, node: Node | None) -> list[str]:
-        name = q(node.name) if node else "<node>"
-        resource = site.device_plugin.resource_name
+    def artifacts(self, site: Site, node: Node | None) -> list[Artifact]:
+        if node is None:
+            return []
         return [
-            f"kubectl get node {name} -o jsonpath='{{.status.allocatable}}'  # {resource}",
-            "kubectl logs <rdma-test-pod>  # rdma link; ibv_devinfo",
+            Artifact(
+                f"nodes/{node.name}/k8s/rdma-test-pod.yaml",
+                _yaml(rdma_test_pod(site, node)),
+                Target.K8S_OBJECT,
+                f"Pod {TEST_NAMESPACE}/gnw-rdma-test-{node.name}",
+                "a pod using the RDMA resource (IPC_LOCK, memory-backed /dev/shm)",
+            )
         ]
+
+    def commands(self, site: Site, node: Node | None) -> list[str]:
+        name = node.name if node else "<node>"
+        return [f"kubectl apply -f rdma-test-pod.yaml && kubectl logs gnw-rdma-test-{q(name)}"]
+
+    async def verify(self, ctx: StepContext) -> list[Finding]:
+        assert ctx.node is not None
+        report = Report("T04")
+        logs, phase = await run_test_pod(ctx, rdma_test_pod(ctx.site, ctx.node))
+        if logs is None:
+            report.fail(
+                "pod-rdma", f"the RDMA test pod did not finish: {phase}", "kubectl describe the pod"
+            )
+        else:
+            evaluate_pod_rdma(logs, ctx.node, report)
+        return report.findings
 
 
 PHASE = Phase(

@@ -46,3 +46,8 @@ def test_ordinary_output_is_left_alone():
 def test_idempotent():
     once = Redactor().text("--password abcdef")
     assert Redactor().text(once) == once
+
+
+def test_secret_names_in_manifests_are_not_mangled():
+    text = "imagePullSecrets:\n  - name: nexus-pull\nimagePullSecrets: []\ntokenizer: bpe\n"
+    assert Redactor().text(text) == text

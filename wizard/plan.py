@@ -241,6 +241,11 @@ class StepContext:
         )
         return result
 
+    def recorded(self, step_id: str, target: str | None = None) -> dict[str, Any]:
+        """What an earlier step stored for a target (its ``data``), e.g. discovered devices."""
+        record = self.engine.checkpoint.record(step_id, target or self.target)
+        return record.get("extra", {})
+
     async def read_file(self, path: str, *, on: str | None = None) -> str | None:
         """A file's content on the host, or None when it does not exist."""
         result = await self.run(["cat", path], on=on)

@@ -23,9 +23,12 @@ _PRIVATE_KEY_BLOCK = re.compile(
     re.DOTALL,
 )
 # key: value / key=value where the key names a secret (kubeconfig, env dumps, helm output).
+# The key must *end* with the secret word (``token:``, ``db_password=``), so that names such
+# as ``imagePullSecrets`` or ``tokenizer`` are left alone; the value is on the same line and
+# is not YAML/JSON structure (``[]``, ``{``, a list item).
 _SECRET_ASSIGNMENT = re.compile(
     r"(?P<key>\b[\w.-]*(?:password|passwd|secret|token|api[_-]?key|client-key-data"
-    r"|private[_-]?key)[\w.-]*\b[\"']?\s*[:=]\s*)(?P<value>[\"']?[^\s\"',}]+[\"']?)",
+    r"|private[_-]?key)[\"']?[ \t]*[:=][ \t]*)(?P<value>[\"']?[^\s\"',}\[\]{]+[\"']?)",
     re.IGNORECASE,
 )
 # Command-line flags that carry credentials (helm, skopeo, docker login, curl).

@@ -138,6 +138,13 @@ class Cluster(Strict):
     context: str | None = Field(None, pattern=r"^[^\s]{1,253}$")
     kubernetes_version: MinorVersion = "1.33"
     helm: str = Field("helm", description="the helm binary (a name on PATH or a path)")
+    containerd_config: str | None = Field(
+        None,
+        description="containerd config path when it is not Kubespray's /etc/containerd/config.toml",
+    )
+    containerd_socket: str | None = Field(
+        None, description="containerd socket when it is not /run/containerd/containerd.sock"
+    )
     existing_workers: list[K8sName] = Field(
         default_factory=list,
         description="CPU workers to compare kernel/OS with; empty: every other Ready worker",

@@ -28,6 +28,31 @@ def _option(args: list[str], *names: str) -> str | None:
     return None
 
 
+_WITH_VALUE = {
+    "--namespace",
+    "-n",
+    "--version",
+    "--values",
+    "-f",
+    "--timeout",
+    "--kubeconfig",
+    "--kube-context",
+}
+
+
+def _positional(args: list[str]) -> list[str]:
+    """Arguments that are not options or option values."""
+    result, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in _WITH_VALUE:
+            skip = True
+        elif not arg.startswith("-"):
+            result.append(arg)
+    return result
+
+
 def _server(args: list[str]) -> str:
     path = _option(args, "--kubeconfig")
     if not path:
@@ -59,8 +84,8 @@ def main(args: list[str]) -> int:
         print(f"Error: Kubernetes cluster unreachable: {exc}", file=sys.stderr)
         return 1
     namespace = _option(args, "--namespace", "-n") or "default"
-    if args[:2] == ["get", "values"] and len(args) > 2:
-        release = releases.get(f"{namespace}/{args[2]}")
+    if args[:2] == ["get", "values"] and len(_positional(args)) > 2:
+        release = releases.get(f"{namespace}/{_positional(args)[2]}")
         if release is None:
             print("Error: release: not found", file=sys.stderr)
             return 1
@@ -72,10 +97,7 @@ def main(args: list[str]) -> int:
                            "app_version": r["version"], "status": "deployed"} for r in releases.values()]))  # fmt: skip
         return 0
     if args[0] == "upgrade" and "--install" in args:
-        positional = [a for a in args[1:] if not a.startswith("-")]
-        skip = {_option(args, n) for n in ("--namespace", "-n", "--version", "--values", "-f",
-                                            "--timeout", "--kubeconfig", "--kube-context")}  # fmt: skip
-        positional = [a for a in positional if a not in skip]
+        positional = _positional(args[1:])
         name, chart = positional[0], positional[1]
         values: dict[str, Any] = {}
         values_file = _option(args, "--values", "-f")
