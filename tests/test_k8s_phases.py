@@ -12,9 +12,14 @@ import pytest
 import yaml
 
 from steps import build_plan
-from steps.gpu_operator import IMAGES_V26_7_0, build_values, image_list, nvidia_driver_resource
+from steps.gpu_operator import (
+    IMAGES_V26_7_0,
+    build_values,
+    gpu_test_pod,
+    image_list,
+    nvidia_driver_resource,
+)
 from steps.rdma_plugin import configmap, daemonset, plugin_config, rdma_test_pod
-from steps.gpu_operator import gpu_test_pod
 from tests.conftest import MINIMAL_SITE, REFS
 from wizard.export import export
 from wizard.headless import HeadlessFrontEnd
