@@ -19,7 +19,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Label, Static
 
 from screens.main import EngineEvent, MainScreen
-from screens.modals import HelpScreen, MaintenanceScreen, ManualScreen, ReviewScreen
+from screens.modals import HelpScreen, MaintenanceScreen, ManualScreen, ReviewScreen, RollbackScreen
 from screens.report import ReportScreen
 from screens.start import StartScreen
 from steps import build_plan
@@ -49,6 +49,7 @@ class TuiFrontEnd:
             DecisionKind.MAINTENANCE_WINDOW: MaintenanceScreen,
             DecisionKind.MANUAL_DONE: ManualScreen,
             DecisionKind.RETRY_FAILED: ReviewScreen,
+            DecisionKind.ROLLBACK: RollbackScreen,
         }
         self.app.decisions.append(decision)
         return await self.app.push_screen_wait(screens[decision.kind](decision))

@@ -81,6 +81,38 @@ class ReviewScreen(ModalScreen[Reply]):
         self.dismiss(Reply(Answer(answer)))
 
 
+class RollbackScreen(ModalScreen[Reply]):
+    """A change failed to verify: offer the rollback to the captured previous state."""
+
+    BINDINGS = [Binding("escape", "answer('skip')", "Leave as is")]
+
+    def __init__(self, decision: Decision) -> None:
+        super().__init__()
+        self.decision = decision
+
+    def compose(self) -> ComposeResult:
+        d = self.decision
+        with Vertical(id="dialog", classes="maintenance"):
+            yield Label(f"Roll back? {d.title}", classes="dialog-title danger")
+            yield Static(d.summary, classes="summary")
+            with VerticalScroll(id="diffs"):
+                yield Label("Rollback plan", classes="diff-title")
+                yield Static(d.rollback or "(none recorded)", classes="rollback")
+            with Horizontal(classes="buttons"):
+                yield Button("Roll back", id="proceed", variant="warning")
+                yield Button("Leave as is", id="skip")
+
+    def on_mount(self) -> None:
+        self.query_one("#proceed", Button).focus()
+
+    @on(Button.Pressed)
+    def pressed(self, event: Button.Pressed) -> None:
+        self.action_answer(event.button.id or "skip")
+
+    def action_answer(self, answer: str) -> None:
+        self.dismiss(Reply(Answer(answer)))
+
+
 class MaintenanceScreen(ModalScreen[Reply]):
     """The window gate: what is disrupted, the rollback, and the node name typed in."""
 

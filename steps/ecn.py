@@ -1,29 +1,85 @@
-"""Phase 12, ECN (DCQCN) after PFC works alone (T08)."""
+"""Phase 12, ECN (DCQCN) after PFC works alone (T08).
+
+ECN is turned on only once PFC works on its own, so a problem can be pinned to the NIC,
+the switch, PFC or ECN. With Intel's irdma, DCQCN is per RDMA device in its configfs
+(off by default) and applies to queue pairs created afterwards.
+"""
 
 from __future__ import annotations
 
 from steps.common import ports, q
-from wizard.model import StepKind
-from wizard.plan import Phase, Step
+from steps.qos import dcqcn_path, rdma_device
+from wizard.artifacts import Artifact, Target
+from wizard.model import Finding, StepKind
+from wizard.plan import Change, Phase, Step, StepContext
+from wizard.probe import Report
 from wizard.site import Node, Site
+from wizard.transports.base import write_value_command
 
 
 class EnableEcn(Step):
     id = "ecn.enable"
     title = "ECN / DCQCN on the RDMA device"
-    kind = StepKind.MAINTENANCE
+    kind = StepKind.APPLY
     gates = ("T08",)
+    requires = ("qos.apply",)
     reads = ("qos",)
     explain = (
-        "Only after PFC alone works (to isolate NIC / switch / PFC / ECN faults): irdma's "
-        "DCQCN is enabled through /sys/kernel/config/irdma/<dev>/roce_dcqcn_enable, and the "
-        "per-priority pause counters (ethtool -S) are watched before and after load."
+        "Only after PFC alone works (to isolate NIC / switch / PFC / ECN faults) and only when "
+        "the site sets qos.ecn: irdma's DCQCN is enabled through "
+        "/sys/kernel/config/irdma/<dev>/roce_dcqcn_enable (new queue pairs use it); the switch "
+        "must mark ECN on TC3. The boot unit reapplies it. The per-priority pause counters "
+        "(ethtool -S) are watched before and after load in the measurement phases."
     )
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
-        lines = ["cat /sys/kernel/config/irdma/<rdma-dev>/roce_dcqcn_enable"]
-        lines += [f"ethtool -S {q(p)}  # rx/tx_priority_N_xon/xoff.nic" for p in ports(node)]
+        lines = [
+            "mkdir -p /sys/kernel/config/irdma/<rdma-dev>",
+            "printf '%s\\n' 1 > /sys/kernel/config/irdma/<rdma-dev>/roce_dcqcn_enable",
+        ]
+        lines += [f"ethtool -S {q(p)}  # rx/tx_priority_N_xoff.nic" for p in ports(node)]
         return lines
+
+    def _artifact(self, node: Node, device: str) -> Artifact:
+        return Artifact(
+            f"nodes/{node.name}/qos/dcqcn",
+            "roce_dcqcn_enable: 1\n",
+            Target.HOST_FILE,
+            f"{dcqcn_path(device)} on {node.name}",
+            "DCQCN (ECN) on the RDMA device",
+        )
+
+    async def changes(self, ctx: StepContext) -> list[Change]:
+        assert ctx.node is not None
+        if not ctx.site.qos.ecn:
+            return []  # nothing to do: verify reports ECN as deliberately off
+        device = await rdma_device(ctx) or "<rdma-dev>"
+        ctx.data["rdma_device"] = device
+        live = await ctx.read_file(dcqcn_path(device))
+        current = None if live is None else f"roce_dcqcn_enable: {live.strip()}\n"
+        return [Change(self._artifact(ctx.node, device), current)]
+
+    async def apply(self, ctx: StepContext, changes: list[Change]) -> None:
+        device = ctx.data["rdma_device"]
+        await ctx.run(["mkdir", "-p", f"/sys/kernel/config/irdma/{device}"], check=True)
+        await ctx.run(write_value_command(dcqcn_path(device), "1"), check=True)
+
+    async def verify(self, ctx: StepContext) -> list[Finding]:
+        report = Report("T08")
+        if not ctx.site.qos.ecn:
+            report.skip("ecn", "ECN is off in the site file (qos.ecn: false): PFC alone for now")
+            return report.findings
+        device = await rdma_device(ctx)
+        value = await ctx.read_file(dcqcn_path(device)) if device else None
+        if value is not None and value.strip() == "1":
+            report.ok("ecn", f"DCQCN is enabled on {device}")
+        else:
+            report.fail(
+                "ecn",
+                f"DCQCN is not enabled on {device} ({value.strip() if value else 'no configfs entry'})",
+                "check that Intel's irdma provides /sys/kernel/config/irdma (out-of-tree driver)",
+            )
+        return report.findings
 
 
 PHASE = Phase(
@@ -33,3 +89,5 @@ PHASE = Phase(
     summary="Turn on ECN / DCQCN only once PFC works on its own.",
     steps=(EnableEcn(),),
 )
+
+__all__ = ["PHASE", "Artifact"]

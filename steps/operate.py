@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
+
 from steps.common import bond_name, q
-from wizard.model import StepKind
-from wizard.plan import Phase, Step
+from wizard.artifacts import Artifact, Target
+from wizard.model import Finding, StepKind
+from wizard.plan import Change, Phase, Step, StepContext
+from wizard.probe import Report
 from wizard.site import Node, Site
+from wizard.transports.base import TransportError
+
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+REBOOT_TIMEOUT_S = 900.0
+REBOOT_POLL_S = 2.0
 
 
 class Vllm(Step):
@@ -34,9 +45,10 @@ class Reboot(Step):
     gates = ("T17",)
     reads = ("qos", "node.bond", "node.gpu_count")
     explain = (
-        "The node reboots; the wizard records 'waiting for reboot' (it may be closed and "
-        "resumed), waits for SSH with a new boot id, then re-verifies irdma, RoCEv2, the "
-        "bond, QoS on both ports, the GPU count and node allocatable."
+        "The node is drained and rebooted; the wizard records 'waiting for reboot' (it may be "
+        "closed and resumed, even from another process), waits for SSH with a new boot id, then "
+        "re-verifies irdma and RoCEv2, the bond, QoS on both ports (restored by the boot unit), "
+        "the node Ready with its GPUs allocatable, and uncordons."
     )
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
@@ -49,6 +61,74 @@ class Reboot(Step):
             f"cat /proc/net/bonding/{q(bond_name(node))}",
             f"kubectl uncordon {name}",
         ]
+
+    def rollback(self, site: Site, node: Node | None) -> str | None:
+        return "A reboot cannot be undone: if the node does not come back, use its BMC console."
+
+    async def changes(self, ctx: StepContext) -> list[Change]:
+        assert ctx.node is not None
+        boot_id = (await ctx.read_file(BOOT_ID) or "").strip()
+        ctx.data["boot_id_before"] = boot_id
+        artifact = Artifact(
+            f"nodes/{ctx.node.name}/boot", "boot: a new boot (after systemctl reboot)\n", Target.SCRIPT,
+            f"the running system of {ctx.node.name}", "reboot",
+        )  # fmt: skip
+        return [Change(artifact, f"boot: {boot_id}\n")]
+
+    async def apply(self, ctx: StepContext, changes: list[Change]) -> None:
+        assert ctx.node is not None
+        kube = ctx.services.kube
+        await kube.cordon(ctx.node.name)
+        await kube.drain(ctx.node.name, timeout=600)
+        ctx.waiting(f"waiting for {ctx.node.name} to reboot (boot id {ctx.data['boot_id_before']})")
+        with contextlib.suppress(TransportError):  # the connection may drop as the host goes down
+            await ctx.run(["systemctl", "reboot"], timeout=30)
+        await ctx.host.close()
+
+    async def _wait_for_new_boot(self, ctx: StepContext) -> str | None:
+        before = ctx.data.get("boot_id_before") or ctx.recorded(self.id).get("boot_id_before")
+        ctx.data["boot_id_before"] = before
+        deadline = time.monotonic() + REBOOT_TIMEOUT_S
+        while time.monotonic() < deadline:
+            try:
+                now = (await ctx.read_file(BOOT_ID) or "").strip()
+            except TransportError:
+                await asyncio.sleep(REBOOT_POLL_S)
+                continue
+            if now and now != before:
+                return now
+            await asyncio.sleep(REBOOT_POLL_S)
+        return None
+
+    async def verify(self, ctx: StepContext) -> list[Finding]:
+        assert ctx.node is not None
+        report = Report("T17")
+        boot_id = await self._wait_for_new_boot(ctx)
+        if boot_id is None:
+            report.fail(
+                "rebooted",
+                f"{ctx.node.name} did not come back with a new boot id within {REBOOT_TIMEOUT_S:g}s",
+                "check the node's console (BMC); resume the wizard when it is up",
+            )
+            return report.findings
+        report.ok("rebooted", f"{ctx.node.name} is back with boot id {boot_id}")
+        ctx.data["boot_id_after"] = boot_id
+        steps = ctx.engine.plan
+        for step_id in ("irdma.verify", "bond.lacp", "qos.apply", "gpu-operator.verify"):
+            if ctx.engine.checkpoint.step_state(step_id, ctx.target).value != "done":
+                continue  # only what was done before the reboot must hold after it
+            findings = await steps.step(step_id).verify(ctx)
+            for finding in findings:
+                report.findings.append(
+                    Finding(f"T17.{finding.check}", "T17", finding.severity,
+                            f"after reboot: {finding.message}", finding.remediation, finding.evidence)
+                )  # fmt: skip
+        return report.findings
+
+    async def finish(self, ctx: StepContext, ok: bool) -> None:
+        assert ctx.node is not None
+        if ok:
+            await ctx.services.kube.cordon(ctx.node.name, False)
 
 
 PHASE = Phase(

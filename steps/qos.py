@@ -1,25 +1,301 @@
-"""Phase 11, RoCE QoS on both E810 ports of a live bond: a maintenance-window change (T08, T10)."""
+"""Phase 11, RoCE QoS on both E810 ports of a live bond: a maintenance-window change (T08, T10).
+
+Desired and live QoS are read into the same ``PortQos`` form and diffed per port. The
+change itself follows what Intel's RDMA-over-LAG allows: QoS must be identical on both
+ports *before* bonding and is blocked after, so the ports leave bond1, get identical QoS,
+and rejoin it, with the node cordoned and drained around it.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import yaml
+
+from steps.bond import evaluate_bond
 from steps.common import bond_name, ports, q
-from wizard.model import StepKind
-from wizard.plan import Phase, Scope, Step
+from steps.preflight import evaluate_ssh_path
+from wizard.artifacts import Artifact, Target, render
+from wizard.facts.dcb import DcbApp, DcbEts, DcbPfc
+from wizard.model import Finding, StepKind
+from wizard.plan import Change, Phase, Scope, Step, StepContext
+from wizard.probe import Report, probe
 from wizard.site import Node, Site
+from wizard.transports.base import write_value_command
+
+UNIT = "gpu-node-wizard-roce-qos.service"
+UNIT_PATH = f"/etc/systemd/system/{UNIT}"
+SCRIPT_PATH = "/usr/local/sbin/gpu-node-wizard-roce-qos"
+LACP_WAIT_S = 60.0
+DRAIN_TIMEOUT_S = 600.0
 
 
-def port_qos_commands(site: Site, port: str) -> list[str]:
-    """The dcb commands that give one port the site's RoCE QoS (E810, DSCP mode)."""
+@dataclass(frozen=True)
+class PortQos:
+    """The QoS state of one port, as wanted or as read back (same form for the diff)."""
+
+    lldp_agent: bool | None
+    pfc: tuple[int, ...]
+    dscp_prio: tuple[tuple[int, int], ...]
+    prio_tc: tuple[int, ...] | None
+
+    def render(self) -> str:
+        data = {
+            "fw-lldp-agent": None
+            if self.lldp_agent is None
+            else ("on" if self.lldp_agent else "off"),
+            "pfc-on-priorities": list(self.pfc),
+            "dscp-prio": [f"{d}:{p}" for d, p in self.dscp_prio],
+            "prio-tc": None
+            if self.prio_tc is None
+            else " ".join(f"{i}:{t}" for i, t in enumerate(self.prio_tc)),
+        }
+        return yaml.safe_dump(data, sort_keys=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PortQos:
+        return cls(
+            data.get("lldp_agent"),
+            tuple(data.get("pfc", ())),
+            tuple(tuple(x) for x in data.get("dscp_prio", ())),  # type: ignore[misc]
+            None if data.get("prio_tc") is None else tuple(data["prio_tc"]),
+        )
+
+
+# What an untouched E810 port reports: firmware LLDP on, no PFC, no DSCP entries, all TC0.
+FACTORY = PortQos(True, (), (), tuple([0] * 8))
+
+
+def desired_port(site: Site) -> PortQos:
+    """In DSCP mode the E810 maps priority 1:1 to TC, so that is what it reads back."""
     qos = site.qos
-    pfc = " ".join(f"{p}:{'on' if p in qos.pfc_priorities else 'off'}" for p in range(8))
-    prio_tc = " ".join(f"{p}:{qos.traffic_class if p == qos.priority else 0}" for p in range(8))
-    p = q(port)
-    return [
-        f"ethtool --set-priv-flags {p} fw-lldp-agent off",
-        f"dcb app add dev {p} dscp-prio {qos.dscp}:{qos.priority}",
-        f"dcb pfc set dev {p} prio-pfc {pfc}",
-        f"dcb ets set dev {p} prio-tc {prio_tc}",
+    return PortQos(
+        False, tuple(sorted(qos.pfc_priorities)), ((qos.dscp, qos.priority),), tuple(range(8))
+    )
+
+
+def live_port(
+    pfc: DcbPfc | None, app: DcbApp | None, ets: DcbEts | None, lldp: bool | None
+) -> PortQos:
+    return PortQos(
+        lldp,
+        tuple(pfc.enabled()) if pfc else (),
+        tuple(sorted((d, p) for d, p in app.dscp_prio)) if app else (),
+        tuple(ets.prio_tc[str(i)] for i in range(8)) if ets and len(ets.prio_tc) == 8 else None,
+    )
+
+
+def _pfc_map(pfc: tuple[int, ...]) -> list[str]:
+    return [f"{p}:{'on' if p in pfc else 'off'}" for p in range(8)]
+
+
+def port_commands(site: Site, port: str, live: PortQos) -> list[list[str]]:
+    """The ordered commands that take one port from ``live`` to the desired QoS.
+
+    Order matters on an E810: the firmware LLDP agent off first (else DCB changes are
+    rejected); PFC and the priority map before the first DSCP entry (which switches the port
+    to DSCP mode); a DSCP entry that already exists would fail, so only missing ones are
+    added and conflicting ones removed explicitly.
+    """
+    qos = site.qos
+    wanted = desired_port(site)
+    commands: list[list[str]] = []
+    if live.lldp_agent is not False:
+        commands.append(["ethtool", "--set-priv-flags", port, "fw-lldp-agent", "off"])
+    if live.pfc != wanted.pfc:
+        commands.append(["dcb", "pfc", "set", "dev", port, "prio-pfc", *_pfc_map(wanted.pfc)])
+    if not live.dscp_prio:
+        tc = [f"{p}:{qos.traffic_class if p == qos.priority else 0}" for p in range(8)]
+        commands.append(["dcb", "ets", "set", "dev", port, "prio-tc", *tc])
+    for dscp, prio in live.dscp_prio:
+        if dscp == qos.dscp and prio != qos.priority:
+            commands.append(["dcb", "app", "del", "dev", port, "dscp-prio", f"{dscp}:{prio}"])
+    if (qos.dscp, qos.priority) not in live.dscp_prio:
+        commands.append(
+            ["dcb", "app", "add", "dev", port, "dscp-prio", f"{qos.dscp}:{qos.priority}"]
+        )
+    return commands
+
+
+def restore_commands(site: Site, port: str, current: PortQos, previous: PortQos) -> list[list[str]]:
+    """Commands that put one port back to a captured previous state."""
+    commands: list[list[str]] = []
+    if current.lldp_agent is not False or previous.lldp_agent is not False:
+        commands.append(
+            ["ethtool", "--set-priv-flags", port, "fw-lldp-agent", "off"]
+        )  # DCB needs it off
+    for entry in current.dscp_prio:
+        if entry not in previous.dscp_prio:
+            commands.append(
+                ["dcb", "app", "del", "dev", port, "dscp-prio", f"{entry[0]}:{entry[1]}"]
+            )
+    for entry in previous.dscp_prio:
+        if entry not in current.dscp_prio:
+            commands.append(
+                ["dcb", "app", "add", "dev", port, "dscp-prio", f"{entry[0]}:{entry[1]}"]
+            )
+    commands.append(["dcb", "pfc", "set", "dev", port, "prio-pfc", *_pfc_map(previous.pfc)])
+    if previous.prio_tc is not None and not previous.dscp_prio:
+        commands.append(
+            [
+                "dcb",
+                "ets",
+                "set",
+                "dev",
+                port,
+                "prio-tc",
+                *[f"{i}:{t}" for i, t in enumerate(previous.prio_tc)],
+            ]
+        )
+    if previous.lldp_agent:
+        commands.append(["ethtool", "--set-priv-flags", port, "fw-lldp-agent", "on"])
+    return commands
+
+
+def dcb_batch(commands: list[list[str]], port: str) -> str:
+    """The dcb commands of a port as a `dcb -b` batch file (one command per line)."""
+    lines = [
+        f"# gpu-node-wizard: RoCE QoS for {port}; apply with `dcb -b FILE` (LLDP agent off first)"
     ]
+    lines += [" ".join(c[1:]) for c in commands if c[0] == "dcb"]
+    return "\n".join(lines) + "\n"
+
+
+def shell(commands: list[list[str]]) -> str:
+    return "\n".join(" ".join(q(part) for part in c) for c in commands)
+
+
+def dev_arg(device: str) -> str:
+    """A device name for a shell line; the dry-run placeholder ``<rdma-dev>`` stays readable."""
+    return device if device.startswith("<") else q(device)
+
+
+def tos_path(device: str) -> str:
+    return f"/sys/kernel/config/rdma_cm/{device}/ports/1/default_roce_tos"
+
+
+def procedure(site: Site, node: Node, device: str, per_port: dict[str, list[list[str]]]) -> str:
+    """The whole ordered change for one node, as the operator would run it by hand."""
+    bond = node.bond.name
+    lines = [
+        "#!/bin/sh",
+        f"# gpu-node-wizard: RoCE QoS on {node.name} ({bond} = {' + '.join(node.bond.ports)}).",
+        "# Maintenance window: the node is cordoned and drained first (from the jump host):",
+        f"#   kubectl cordon {node.name} && kubectl drain {node.name} --ignore-daemonsets --delete-emptydir-data",
+        "# Intel's RDMA-over-LAG blocks QoS changes on bonded ports: leave the bond, change, rejoin.",
+        "# With NetworkManager, prefer `nmcli connection down`/`up` of the bond's port profiles.",
+        "set -eu",
+    ]
+    for port in node.bond.ports:
+        lines += [f"ip link set dev {q(port)} down", f"ip link set dev {q(port)} nomaster"]
+    for port, commands in per_port.items():
+        lines.append(f"# {port}")
+        lines += [shell([c]) for c in commands]
+    lines += [
+        f"mkdir -p /sys/kernel/config/rdma_cm/{dev_arg(device)}",
+        f"printf '%s\\n' {site.qos.roce_tos} > {tos_path(device)}",
+    ]
+    for port in node.bond.ports:
+        lines += [f"ip link set dev {q(port)} master {q(bond)}", f"ip link set dev {q(port)} up"]
+    lines += [
+        f"cat /proc/net/bonding/{q(bond)}",
+        f"# then, from the jump host: kubectl uncordon {node.name}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def rollback_script(
+    site: Site, node: Node, previous: dict[str, PortQos], device: str, tos: str | None
+) -> str:
+    bond = node.bond.name
+    lines = [
+        "#!/bin/sh",
+        f"# gpu-node-wizard: restore the QoS captured before the change on {node.name}.",
+        "set -eu",
+    ]
+    for port in node.bond.ports:
+        lines += [f"ip link set dev {q(port)} down", f"ip link set dev {q(port)} nomaster"]
+    for port in node.bond.ports:
+        lines.append(f"# {port}")
+        lines += [
+            shell([c]) for c in restore_commands(site, port, desired_port(site), previous[port])
+        ]
+    lines.append(f"printf '%s\\n' {tos or 0} > {tos_path(device)}")
+    for port in node.bond.ports:
+        lines += [f"ip link set dev {q(port)} master {q(bond)}", f"ip link set dev {q(port)} up"]
+    return "\n".join(lines) + "\n"
+
+
+def boot_script(site: Site, node: Node, device: str) -> str:
+    """Plain commands (no shell logic) run by the oneshot unit before the bond forms."""
+    lines = [
+        "#!/bin/sh",
+        f"# gpu-node-wizard: RoCE QoS for {node.name}; dcb and configfs settings do not survive a reboot.",
+        "# Run by " + UNIT + " after the ice driver and before the bond forms.",
+        "set -eu",
+    ]
+    for port in node.bond.ports:
+        lines += [shell([c]) for c in port_commands(site, port, FACTORY)]
+    lines += [
+        f"mkdir -p /sys/kernel/config/rdma_cm/{dev_arg(device)}",
+        f"printf '%s\\n' {site.qos.roce_tos} > {tos_path(device)}",
+    ]
+    if site.qos.ecn:
+        lines += [
+            f"mkdir -p /sys/kernel/config/irdma/{q(device)}",
+            f"printf '%s\\n' 1 > {dcqcn_path(device)}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def dcqcn_path(device: str) -> str:
+    return f"/sys/kernel/config/irdma/{device}/roce_dcqcn_enable"
+
+
+def boot_unit(node: Node) -> str:
+    return render("host/roce-qos.service.j2", node=node, script=SCRIPT_PATH)
+
+
+async def read_port(ctx: StepContext, port: str) -> tuple[PortQos, list[Any]]:
+    flags = await probe(ctx, ["ethtool", "--show-priv-flags", port], "ethtool-priv-flags")
+    pfc = await probe(ctx, ["dcb", "-j", "pfc", "show", "dev", port], "dcb-pfc")
+    app_result = await ctx.run(["dcb", "-j", "app", "show", "dev", port])
+    app = None
+    if app_result.ok and app_result.stdout.strip():
+        app_probe = await probe(ctx, ["dcb", "-j", "app", "show", "dev", port], "dcb-app")
+        app = app_probe.fact
+    elif app_result.ok:
+        app = DcbApp([], [], {})  # dcb prints nothing when there are no entries
+    ets = await probe(ctx, ["dcb", "-j", "ets", "show", "dev", port], "dcb-ets")
+    lldp = flags.fact.flags.get("fw-lldp-agent") if flags.ok else None
+    evidence = [p.evidence() for p in (flags, pfc, ets)]
+    return live_port(pfc.fact, app, ets.fact, lldp), evidence
+
+
+async def rdma_device(ctx: StepContext) -> str | None:
+    recorded = ctx.recorded("irdma.verify").get("rdma_device")
+    if recorded:
+        return str(recorded)
+    links = await probe(ctx, ["rdma", "-j", "link", "show"], "rdma-link")
+    if not links.ok or ctx.node is None:
+        return None
+    bond_ports = set(ctx.node.bond.ports) | {ctx.node.bond.name}
+    return next((link.device for link in links.fact.links if link.netdev in bond_ports), None)
+
+
+async def read_tos(ctx: StepContext, device: str) -> str | None:
+    value = await ctx.read_file(tos_path(device))
+    return None if value is None else value.strip()
+
+
+# -- steps ----------------------------------------------------------------------------------------
 
 
 class SwitchIntent(Step):
@@ -31,17 +307,53 @@ class SwitchIntent(Step):
     reads = ("qos",)
     explain = (
         "The switch ports facing both E810 ports map DSCP 24 to priority 3 / TC3 with PFC on "
-        "priority 3, and DSCP 0 to TC0 with PFC off (ECN later). The operator configures "
-        "the switch and confirms."
+        "priority 3, and DSCP 0 to TC0 with PFC off (ECN later). The operator configures the "
+        "switch from the intent sheet and confirms; the wizard records the per-priority pause "
+        "counters as the before-load baseline."
     )
+
+    def artifacts(self, site: Site, node: Node | None) -> list[Artifact]:
+        context = {"site": site, "qos": site.qos}
+        return [
+            Artifact("cluster/switch/intent.md", render("switch/intent.md.j2", **context), Target.SWITCH,
+                     "the switch ports facing every bond member", "what the switch must do"),
+            Artifact("cluster/switch/arista-eos.txt", render("switch/arista-eos.txt.j2", **context),
+                     Target.SWITCH, "Arista EOS (example)", "example configuration"),
+            Artifact("cluster/switch/cisco-nxos.txt", render("switch/cisco-nxos.txt.j2", **context),
+                     Target.SWITCH, "Cisco NX-OS (example)", "example configuration"),
+        ]  # fmt: skip
 
     def instructions(self, site: Site, node: Node | None) -> str:
         qos = site.qos
         return (
-            f"Configure the switch ports of every bond member: DSCP {qos.dscp} -> priority "
-            f"{qos.priority} -> TC{qos.traffic_class} with PFC on priority {qos.priority}; "
-            "DSCP 0 -> TC0 with PFC off. Confirm when done."
+            f"Configure the switch ports of every bond member (see cluster/switch/intent.md): DSCP "
+            f"{qos.dscp} -> priority {qos.priority} -> TC{qos.traffic_class} with PFC on priority "
+            f"{qos.priority}; DSCP 0 -> TC0 with PFC off; ECN only later. Examples for Arista EOS and "
+            "Cisco NX-OS are in cluster/switch/. Confirm when the switch is configured."
         )
+
+    async def verify(self, ctx: StepContext) -> list[Finding]:
+        report = Report("T08")
+        for node in ctx.site.nodes:
+            counters = {}
+            for port in node.bond.ports:
+                stats = await probe(ctx, ["ethtool", "-S", port], "ethtool-s", on=node.name)
+                if stats.ok:
+                    counters[port] = {p: asdict(v) for p, v in stats.fact.prio_pause.items()}
+            ctx.data.setdefault("pause_before", {})[node.name] = counters
+            prio = str(ctx.site.qos.priority)
+            if all(prio in c for c in counters.values()) and counters:
+                report.ok(
+                    f"pause-counters-{node.name}",
+                    f"{node.name}: per-priority pause counters recorded",
+                )
+            else:
+                report.warn(
+                    f"pause-counters-{node.name}",
+                    f"{node.name}: the driver shows no per-priority pause counters",
+                    "PFC cannot be observed from the host; check on the switch",
+                )
+        return report.findings
 
 
 class ApplyQos(Step):
@@ -54,31 +366,257 @@ class ApplyQos(Step):
     explain = (
         "Intel's RDMA-over-LAG needs identical QoS on both ports before bonding and blocks "
         "QoS changes after. So: confirm the window and type the node name; refuse if SSH "
-        "runs over the bond without an out-of-band address; cordon and drain; release the "
-        "ports from the bond; turn the firmware LLDP agent off; add DSCP 24 -> priority 3 "
-        "(this switches the port to DSCP mode); PFC on priority 3 only; ToS 96 in the "
-        "rdma_cm configfs; re-form the bond; verify identical QoS on both ports, LACP and "
-        "the RDMA device; uncordon. A rollback script restores the captured state."
+        "runs over the bond without an out-of-band address; cordon and drain (respecting "
+        "PodDisruptionBudgets); release the ports from the bond; turn the firmware LLDP agent "
+        "off; PFC on priority 3 only; DSCP 24 -> priority 3 (this switches the port to DSCP "
+        "mode); ToS 96 in the rdma_cm configfs; re-form the bond; verify identical QoS on both "
+        "ports, LACP and the RDMA device; uncordon. A failed verification offers the rollback "
+        "to the captured previous state."
     )
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
-        name = q(node.name) if node else "<node>"
-        bond = q(bond_name(node))
-        lines = [
-            f"kubectl cordon {name}",
-            f"kubectl drain {name} --ignore-daemonsets --delete-emptydir-data --timeout=10m",
+        if node is None:
+            return []
+        per_port = {p: port_commands(site, p, FACTORY) for p in node.bond.ports}
+        return procedure(site, node, "<rdma-dev>", per_port).splitlines()[7:]
+
+    def artifacts(self, site: Site, node: Node | None) -> list[Artifact]:
+        if node is None:
+            return []
+        base = f"nodes/{node.name}/qos"
+        per_port = {p: port_commands(site, p, FACTORY) for p in node.bond.ports}
+        files = [
+            Artifact(f"{base}/dcb-{port}.batch", dcb_batch(cmds, port), Target.SCRIPT,
+                     f"`dcb -b` on {node.name}", f"the dcb commands for {port}")
+            for port, cmds in per_port.items()
+        ]  # fmt: skip
+        device = "<rdma-dev>"
+        files += [
+            Artifact(f"{base}/apply-qos.sh", procedure(site, node, device, per_port), Target.SCRIPT,
+                     f"the change on {node.name} (maintenance window)", "the ordered procedure", mode=0o755),
+            Artifact(f"{base}/rollback-qos.sh",
+                     rollback_script(site, node, dict.fromkeys(node.bond.ports, FACTORY), device, "0"),
+                     Target.SCRIPT, f"undo on {node.name}",
+                     "restores the state captured before the change (factory state in a dry run)", mode=0o755),
+        ]  # fmt: skip
+        return files
+
+    def rollback(self, site: Site, node: Node | None) -> str | None:
+        if node is None:
+            return None
+        return rollback_script(
+            site, node, dict.fromkeys(node.bond.ports, FACTORY), "<rdma-dev>", "0"
+        )
+
+    async def preconditions(self, ctx: StepContext) -> list[Finding]:
+        assert ctx.node is not None
+        report = Report("T10")
+        connection = (await ctx.run("echo $SSH_CONNECTION")).stdout.split()
+        addrs = await probe(ctx, ["ip", "-j", "addr", "show"], "ip-addr")
+        if not addrs.ok:
+            report.unreadable("ssh-path", addrs, "the interface addresses")
+            return report.findings
+        scratch = Report("T10")
+        interface = evaluate_ssh_path(
+            ctx.node, connection[2] if len(connection) >= 4 else None, addrs.fact, scratch
+        )
+        over_bond = addrs.fact.by_name(interface or "") is not None and (
+            interface == ctx.node.bond.name
+            or addrs.fact.by_name(interface).master == ctx.node.bond.name
+        )
+        if over_bond and not ctx.node.oob_host:
+            report.fail(
+                "ssh-path",
+                f"refused: the wizard's SSH session to {ctx.node.name} runs over {ctx.node.bond.name}, "
+                "which this change takes down",
+                "set nodes[].oob_host to an address on another interface (bond0, BMC network) and run again",
+            )
+        elif over_bond:
+            ctx.use_oob = True
+            report.ok(
+                "ssh-path", f"using the out-of-band address {ctx.node.oob_host} for this change"
+            )
+        device = await rdma_device(ctx)
+        if device is None:
+            report.fail(
+                "rdma-device",
+                "no RDMA device on the bond ports",
+                "run the irdma phase first",
+                gate="T08",
+            )
+        else:
+            ctx.data["rdma_device"] = device
+        return report.findings
+
+    async def _live(self, ctx: StepContext) -> dict[str, PortQos]:
+        assert ctx.node is not None
+        return {port: (await read_port(ctx, port))[0] for port in ctx.node.bond.ports}
+
+    async def changes(self, ctx: StepContext) -> list[Change]:
+        assert ctx.node is not None
+        device = ctx.data.get("rdma_device") or await rdma_device(ctx) or "<rdma-dev>"
+        live = await self._live(ctx)
+        wanted = desired_port(ctx.site)
+        result = [
+            Change(
+                Artifact(f"nodes/{ctx.node.name}/qos/{port}.state", wanted.render(), Target.HOST_FILE,
+                         f"QoS of {port} on {ctx.node.name}", "dcb and LLDP state"),
+                live[port].render(),
+            )
+            for port in ctx.node.bond.ports
+        ]  # fmt: skip
+        tos = await read_tos(ctx, device)
+        result.append(
+            Change(
+                Artifact(f"nodes/{ctx.node.name}/qos/roce-tos", f"default_roce_tos: {ctx.site.qos.roce_tos}\n",
+                         Target.HOST_FILE, f"{tos_path(device)} on {ctx.node.name}", "RoCE ToS (DSCP 24)"),
+                None if tos is None else f"default_roce_tos: {tos}\n",
+            )
+        )  # fmt: skip
+        ctx.data["previous"] = {p: s.to_json() for p, s in live.items()}
+        ctx.data["previous_tos"] = tos
+        return result
+
+    async def apply(self, ctx: StepContext, changes: list[Change]) -> None:
+        assert ctx.node is not None
+        node = ctx.node
+        device = ctx.data["rdma_device"]
+        previous = {p: PortQos.from_json(s) for p, s in ctx.data["previous"].items()}
+        kube = ctx.services.kube
+        await kube.cordon(node.name)
+        ctx.data["evicted"] = await kube.drain(node.name, timeout=DRAIN_TIMEOUT_S)
+        await self._leave_bond(ctx)
+        for port in node.bond.ports:
+            for command in port_commands(ctx.site, port, previous[port]):
+                await ctx.run(command, check=True)
+        await ctx.run(["mkdir", "-p", f"/sys/kernel/config/rdma_cm/{device}"], check=True)
+        await ctx.run(write_value_command(tos_path(device), str(ctx.site.qos.roce_tos)), check=True)
+        await self._join_bond(ctx)
+
+    async def _leave_bond(self, ctx: StepContext) -> None:
+        assert ctx.node is not None
+        for port in ctx.node.bond.ports:
+            await ctx.run(["ip", "link", "set", "dev", port, "down"], check=True)
+            await ctx.run(["ip", "link", "set", "dev", port, "nomaster"], check=True)
+
+    async def _join_bond(self, ctx: StepContext) -> None:
+        assert ctx.node is not None
+        for port in ctx.node.bond.ports:
+            await ctx.run(
+                ["ip", "link", "set", "dev", port, "master", ctx.node.bond.name], check=True
+            )
+            await ctx.run(["ip", "link", "set", "dev", port, "up"], check=True)
+
+    async def verify(self, ctx: StepContext) -> list[Finding]:
+        assert ctx.node is not None
+        node = ctx.node
+        report = Report("T08")
+        wanted = desired_port(ctx.site)
+        states = {}
+        for port in node.bond.ports:
+            state, evidence = await read_port(ctx, port)
+            states[port] = state
+            if state == wanted:
+                report.ok(f"qos-{port}", f"{port}: LLDP agent off, PFC on {list(wanted.pfc)}, DSCP "
+                                         f"{ctx.site.qos.dscp} -> priority {ctx.site.qos.priority}")  # fmt: skip
+            else:
+                report.fail(
+                    f"qos-{port}",
+                    f"{port} QoS differs from the desired state:\n{state.render()}",
+                    "read the diff; rerun this step in the window or use the rollback script",
+                    *evidence,
+                )
+        if len(set(states.values())) > 1:
+            report.fail(
+                "qos-identical",
+                "the two bond ports have different QoS",
+                "both must match (Intel LAG)",
+            )
+        elif states:
+            report.ok("qos-identical", "both bond ports have identical QoS")
+        device = ctx.data.get("rdma_device") or await rdma_device(ctx)
+        tos = await read_tos(ctx, device) if device else None
+        if tos == str(ctx.site.qos.roce_tos):
+            report.ok("roce-tos", f"{device} default_roce_tos = {tos} (DSCP {ctx.site.qos.dscp})")
+        else:
+            report.fail("roce-tos", f"{device} default_roce_tos = {tos}, expected {ctx.site.qos.roce_tos}",
+                        f"mkdir -p /sys/kernel/config/rdma_cm/{device} and write the ToS")  # fmt: skip
+        report.findings.extend(await self._bond_and_rdma(ctx))
+        return report.findings
+
+    async def _bond_and_rdma(self, ctx: StepContext) -> list[Finding]:
+        assert ctx.node is not None
+        node = ctx.node
+        report = Report("T10")
+        deadline = time.monotonic() + LACP_WAIT_S
+        while True:
+            bonding = await probe(ctx, ["cat", f"/proc/net/bonding/{node.bond.name}"], "bonding")
+            healthy = (
+                bonding.ok
+                and len(bonding.fact.slaves) == 2
+                and all(s.mii_status == "up" for s in bonding.fact.slaves)
+            )
+            if healthy or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(2)
+        if not bonding.ok:
+            report.unreadable("lacp", bonding, f"/proc/net/bonding/{node.bond.name}")
+        else:
+            bus = ctx.recorded("e810.ice").get("bus_info") or {}
+            evaluate_bond(node, bonding.fact, bus, report, bonding)
+        links = await probe(ctx, ["rdma", "-j", "link", "show"], "rdma-link")
+        bond_ports = set(node.bond.ports) | {node.bond.name}
+        active = [
+            lk
+            for lk in (links.fact.links if links.ok else [])
+            if lk.netdev in bond_ports and lk.state == "ACTIVE"
         ]
-        lines += [f"ip link set {q(p)} nomaster" for p in ports(node)]
-        for port in ports(node):
-            lines += port_qos_commands(site, port)
-        configfs = "/sys/kernel/config/rdma_cm/<rdma-dev>"
-        lines += [
-            f"mkdir -p {configfs}",
-            f"echo {site.qos.roce_tos} > {configfs}/ports/1/default_roce_tos",
-        ]
-        lines += [f"ip link set {q(p)} master {bond}" for p in ports(node)]
-        lines += [f"cat /proc/net/bonding/{bond}", f"kubectl uncordon {name}"]
-        return lines
+        if active:
+            report.ok(
+                "rdma-back", f"{active[0].device} is ACTIVE again on {active[0].netdev}", gate="T08"
+            )
+        else:
+            report.fail("rdma-back", "the RDMA device is not ACTIVE after the change", "check dmesg for irdma/ice",
+                        links.evidence(), gate="T08")  # fmt: skip
+        return report.findings
+
+    async def finish(self, ctx: StepContext, ok: bool) -> None:
+        assert ctx.node is not None
+        if ok:
+            await ctx.services.kube.cordon(ctx.node.name, False)
+        else:
+            from wizard.events import Notice
+
+            ctx.engine.emit(
+                Notice(f"{ctx.node.name} stays cordoned: the QoS change did not verify", ctx.target)
+            )
+
+    async def undo(self, ctx: StepContext) -> list[Finding]:
+        assert ctx.node is not None
+        previous = {p: PortQos.from_json(s) for p, s in ctx.data["previous"].items()}
+        current = await self._live(ctx)
+        await self._leave_bond(ctx)
+        for port in ctx.node.bond.ports:
+            for command in restore_commands(ctx.site, port, current[port], previous[port]):
+                await ctx.run(command)
+        device = ctx.data.get("rdma_device")
+        if device and ctx.data.get("previous_tos") is not None:
+            await ctx.run(write_value_command(tos_path(device), str(ctx.data["previous_tos"])))
+        await self._join_bond(ctx)
+        findings = await self._bond_and_rdma(ctx)
+        restored = await self._live(ctx)
+        report = Report("T08")
+        if restored == previous:
+            report.warn(
+                "rollback", "rolled back to the captured previous QoS", "find the cause, then retry"
+            )
+        else:
+            report.fail(
+                "rollback",
+                "the rollback did not restore the previous QoS",
+                "use the rollback script by hand",
+            )
+        return findings + report.findings
 
 
 class BootPersistence(Step):
@@ -90,14 +628,74 @@ class BootPersistence(Step):
     reads = ("qos", "node.bond")
     explain = (
         "dcb and configfs settings do not survive a reboot: a oneshot systemd unit, ordered "
-        "after the ice driver and before the bond forms, reapplies them."
+        "after the ice driver and before the network (so before bond1 forms), reapplies them."
     )
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
         return [
-            "systemctl cat gpu-node-wizard-roce-qos.service",
-            "systemctl enable gpu-node-wizard-roce-qos.service",
+            f"cat {UNIT_PATH} {SCRIPT_PATH}",
+            "systemctl daemon-reload",
+            f"systemctl enable {UNIT}",
         ]
+
+    def _files(self, site: Site, node: Node, device: str) -> list[Artifact]:
+        base = f"nodes/{node.name}/host"
+        return [
+            Artifact(f"{base}{SCRIPT_PATH}", boot_script(site, node, device), Target.HOST_FILE,
+                     f"{SCRIPT_PATH} on {node.name}", "reapplies the QoS at boot", mode=0o755),
+            Artifact(f"{base}{UNIT_PATH}", boot_unit(node), Target.HOST_FILE,
+                     f"{UNIT_PATH} on {node.name}", "runs it after ice, before the bond"),
+        ]  # fmt: skip
+
+    def artifacts(self, site: Site, node: Node | None) -> list[Artifact]:
+        return self._files(site, node, "<rdma-dev>") if node else []
+
+    async def changes(self, ctx: StepContext) -> list[Change]:
+        assert ctx.node is not None
+        device = await rdma_device(ctx) or "<rdma-dev>"
+        result = []
+        for artifact in self._files(ctx.site, ctx.node, device):
+            result.append(
+                Change(artifact, await ctx.read_file(artifact.destination.split(" on ")[0]))
+            )
+        enabled = await ctx.run(["systemctl", "is-enabled", UNIT])
+        result.append(
+            Change(
+                Artifact(f"nodes/{ctx.node.name}/host/unit-state", "enabled\n", Target.SCRIPT,
+                         f"systemctl is-enabled {UNIT}", "enabled at boot"),
+                enabled.stdout or "disabled\n",
+            )
+        )  # fmt: skip
+        return result
+
+    async def apply(self, ctx: StepContext, changes: list[Change]) -> None:
+        for change in changes:
+            if change.artifact.target is Target.HOST_FILE:
+                path = change.artifact.destination.split(" on ")[0]
+                await ctx.write_file(path, change.artifact.content, change.artifact.mode)
+        await ctx.run(["systemctl", "daemon-reload"], check=True)
+        await ctx.run(["systemctl", "enable", UNIT], check=True)
+
+    async def verify(self, ctx: StepContext) -> list[Finding]:
+        assert ctx.node is not None
+        report = Report("T08")
+        device = await rdma_device(ctx) or "<rdma-dev>"
+        for artifact in self._files(ctx.site, ctx.node, device):
+            path = artifact.destination.split(" on ")[0]
+            if await ctx.read_file(path) == artifact.content:
+                report.ok("persist-files", f"{path} is in place")
+            else:
+                report.fail(
+                    "persist-files",
+                    f"{path} differs from what the wizard wants",
+                    "apply this step again",
+                )
+        enabled = await ctx.run(["systemctl", "is-enabled", UNIT])
+        if enabled.stdout.strip() == "enabled":
+            report.ok("persist-enabled", f"{UNIT} is enabled")
+        else:
+            report.fail("persist-enabled", f"{UNIT} is not enabled", f"systemctl enable {UNIT}")
+        return report.findings
 
 
 PHASE = Phase(
@@ -107,3 +705,5 @@ PHASE = Phase(
     summary="DSCP 24 -> priority 3 -> TC3 with PFC on priority 3, identical on both ports.",
     steps=(SwitchIntent(), ApplyQos(), BootPersistence()),
 )
+
+__all__ = ["PHASE", "bond_name", "json", "ports"]

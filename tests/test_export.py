@@ -61,7 +61,11 @@ def test_runbook_lists_every_phase_step_and_node_command(site_file, tmp_path):
         "dcb pfc set dev ens5f1np1 prio-pfc 0:off 1:off 2:off 3:on 4:off 5:off 6:off 7:off"
         in runbook
     )
-    assert "echo 96 > /sys/kernel/config/rdma_cm/<rdma-dev>/ports/1/default_roce_tos" in runbook
+    assert (
+        "printf '%s\\n' 96 > /sys/kernel/config/rdma_cm/<rdma-dev>/ports/1/default_roce_tos"
+        in runbook
+    )
+    assert "ip link set dev ens5f0np0 nomaster" in runbook
     assert "scale.yml --limit=gpu-1" in runbook
 
 

@@ -264,20 +264,31 @@ def test_demo_in_tmux_walks_to_the_report():
         seen = []
         deadline = time.monotonic() + 120
         shown = ""
+
+        def act(marker: str, *keys: list[str]) -> None:
+            seen.append(marker)
+            time.sleep(0.5)  # let the dialog finish mounting (it sets its own focus)
+            for key in keys:
+                subprocess.run([tmux, "send-keys", "-t", session, *key], check=True)
+            gone = time.monotonic() + 15  # one answer per dialog: wait until it is gone
+            while marker in screen() and time.monotonic() < gone:
+                time.sleep(0.1)
+
         while time.monotonic() < deadline:
             shown = screen()
             if "T00-T17 verdicts" in shown:
                 break
-            if "Review:" in shown:  # a change to approve: read it, then apply
-                seen.append("review")
-                subprocess.run([tmux, "send-keys", "-t", session, "a"], check=True)
+            if "Maintenance window:" in shown:  # type the node name into the box, confirm
+                act("Maintenance window:", ["BTab"], ["-l", "gpu-b300-01"], ["Enter"])
+            elif "Review:" in shown:  # a change to approve: read it, then apply
+                act("Review:", ["a"])
             elif "Your turn:" in shown:  # a manual step: done, verify it
-                seen.append("manual")
-                subprocess.run([tmux, "send-keys", "-t", session, "Enter"], check=True)
-            time.sleep(0.5)
+                act("Your turn:", ["Enter"])
+            time.sleep(0.2)
         assert "T00-T17 verdicts" in shown, shown
-        assert "review" in seen and "manual" in seen
-        assert "T00   pass" in shown and "T01   pass" in shown and "T10   pass" in shown
+        assert {"Review:", "Your turn:", "Maintenance window:"} <= set(seen)
+        for gate in ("T00", "T01", "T02", "T03", "T04", "T08", "T10", "T17"):
+            assert f"{gate}   pass" in shown, shown
         subprocess.run([tmux, "send-keys", "-t", session, "q"], check=True)
     finally:
         subprocess.run([tmux, "kill-session", "-t", session], check=False)

@@ -238,6 +238,8 @@ class Engine:
         except NotAutomated:
             return None
         if findings and worst(findings) != Severity.FAIL:
+            if step.kind is StepKind.MAINTENANCE:
+                await step.finish(ctx, True)  # e.g. uncordon what the interrupted run cordoned
             return self._finish(ctx, StepState.DONE, findings, "verified after interruption")
         return None
 
@@ -271,13 +273,17 @@ class Engine:
         return self._finish(ctx, _state_for(findings), findings)
 
     async def _apply(self, step: Step, ctx: StepContext) -> tuple[StepState, list[Finding]]:
+        refusals = self._waive(await step.preconditions(ctx))
+        if worst(refusals) is Severity.FAIL:
+            return self._finish(ctx, StepState.FAILED, refusals, "refused: a precondition failed")
         try:
             changes = await step.changes(ctx)
         except NotAutomated:
             return self._not_automated(step, ctx)
         pending = [c for c in changes if c.changed]
-        if changes and not pending:
-            self.emit(Notice(f"{step.id} on {ctx.target}: already in place, nothing to change"))
+        if not pending:
+            if changes:
+                self.emit(Notice(f"{step.id} on {ctx.target}: already in place, nothing to change"))
             return await self._check(step, ctx)
         decision = Decision(
             DecisionKind.CONFIRM_APPLY,
@@ -309,7 +315,52 @@ class Engine:
             await step.apply(ctx, pending)
         except NotAutomated:
             return self._not_automated(step, ctx)
-        return await self._check(step, ctx)
+        except TransportError as exc:
+            if step.kind is not StepKind.MAINTENANCE:
+                raise
+            # A maintenance change that broke off part-way must not leave the node half done.
+            failed = [_transport_finding(step, exc)]
+            return await self._offer_rollback(
+                step, ctx, decision, failed, "the change failed part-way"
+            )
+        if step.kind is not StepKind.MAINTENANCE:
+            return await self._check(step, ctx)
+        return await self._verify_maintenance(step, ctx, decision)
+
+    async def _verify_maintenance(
+        self, step: Step, ctx: StepContext, decision: Decision
+    ) -> tuple[StepState, list[Finding]]:
+        """Verify; on failure offer the rollback; then let the step finish (uncordon...)."""
+        findings = self._waive(await step.verify(ctx))
+        ok = worst(findings) is not Severity.FAIL
+        if ok:
+            await step.finish(ctx, True)
+            return self._finish(ctx, StepState.DONE, findings)
+        return await self._offer_rollback(step, ctx, decision, findings, "verification failed")
+
+    async def _offer_rollback(
+        self, step: Step, ctx: StepContext, decision: Decision, findings: list[Finding], why: str
+    ) -> tuple[StepState, list[Finding]]:
+        offer = Decision(
+            DecisionKind.ROLLBACK,
+            step.id,
+            step.title,
+            ctx.target,
+            f"{why} on {ctx.target}; roll back to the captured previous state?",
+            rollback=decision.rollback,
+        )
+        message = why
+        if await self._ask(offer) is Answer.PROCEED:
+            try:
+                findings = findings + self._waive(await step.undo(ctx))
+                message = f"{why}; rolled back"
+            except NotAutomated:
+                message = f"{why}; no automated rollback: use the rollback script"
+            except TransportError as exc:
+                findings = [*findings, _transport_finding(step, exc)]
+                message = f"{why}; the rollback failed too: use the rollback script by hand"
+        await step.finish(ctx, False)
+        return self._finish(ctx, StepState.FAILED, findings, message)
 
     # -- helpers -----------------------------------------------------------------------------
 

@@ -74,6 +74,7 @@ class DecisionKind(StrEnum):
     MAINTENANCE_WINDOW = "maintenance-window"
     MANUAL_DONE = "manual-done"
     RETRY_FAILED = "retry-failed"
+    ROLLBACK = "rollback"
 
 
 class Answer(StrEnum):

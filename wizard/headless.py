@@ -76,6 +76,9 @@ class HeadlessFrontEnd:
         if decision.kind is DecisionKind.MANUAL_DONE:
             # Headless: the operator has done the manual part already; verify it now.
             return Reply(Answer.PROCEED)
+        if decision.kind is DecisionKind.ROLLBACK:
+            # A failed verification of a change: restore the previous state.
+            return Reply(Answer.PROCEED)
         if decision.kind is DecisionKind.MAINTENANCE_WINDOW:
             if not self.window_open:
                 raise DecisionRequired(decision, "pass --maintenance-window-open")

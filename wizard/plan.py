@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from wizard.artifacts import Artifact
 from wizard.events import CommandFinished, CommandStarted, OutputLine
-from wizard.model import Finding, Measurement, StepKind
+from wizard.model import Finding, Measurement, StepKind, StepState
 from wizard.site import Node, Site
 from wizard.transports.base import (
     CommandResult,
@@ -104,6 +104,18 @@ class Step:
     async def measure(self, ctx: StepContext) -> list[Finding]:
         raise NotAutomated
 
+    async def preconditions(self, ctx: StepContext) -> list[Finding]:
+        """Checked before any decision is asked: a failure refuses the step outright."""
+        return []
+
+    async def finish(self, ctx: StepContext, ok: bool) -> None:
+        """After verification (maintenance steps): e.g. uncordon only when it passed."""
+        return None
+
+    async def undo(self, ctx: StepContext) -> list[Finding]:
+        """Roll back a change whose verification failed; findings describe the result."""
+        raise NotAutomated
+
 
 @dataclass(frozen=True)
 class Phase:
@@ -182,16 +194,25 @@ class StepContext:
     engine: Engine
     measurements: list[Measurement] = field(default_factory=list)
     data: dict[str, Any] = field(default_factory=dict)  # stored with the step record
+    use_oob: bool = False  # reach the node through its out-of-band address
 
     @property
     def host(self) -> HostTransport:
         return self.host_for(self.target)
 
     def host_for(self, name: str) -> HostTransport:
+        if self.use_oob and name in getattr(self.services, "oob_hosts", {}):
+            return self.services.oob_hosts[name]
         try:
             return self.services.hosts[name]
         except KeyError:
             raise KeyError(f"no transport for host {name!r}") from None
+
+    def waiting(self, message: str) -> None:
+        """Record 'waiting' (e.g. for a reboot) with the data so far; resumable elsewhere."""
+        self.engine.checkpoint.set_step(
+            self.step.id, self.target, StepState.WAITING, message=message, extra=dict(self.data)
+        )
 
     async def run(
         self,

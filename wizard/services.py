@@ -19,8 +19,11 @@ class SiteServices:
     Duck-types ``wizard.plan.Services`` (hosts, kube, helm).
     """
 
-    def __init__(self, site: Site, hosts: dict[str, SshHost]) -> None:
+    def __init__(
+        self, site: Site, hosts: dict[str, SshHost], oob_hosts: dict[str, SshHost] | None = None
+    ) -> None:
         self.hosts = hosts
+        self.oob_hosts = oob_hosts or {}
         self._site = site
         helm = site.cluster.helm
         binary = str(site.resolve_path(helm)) if "/" in helm else helm
@@ -39,7 +42,7 @@ class SiteServices:
         return self._kube
 
     async def close(self) -> None:
-        for host in self.hosts.values():
+        for host in [*self.hosts.values(), *self.oob_hosts.values()]:
             await host.close()
 
 
@@ -61,4 +64,5 @@ def build_services(site: Site) -> SiteServices:
     hosts = {n.name: _ssh_host(site, n.name, n.host, n.ssh) for n in site.nodes}
     for peer in site.aistor.peers:
         hosts[peer.name] = _ssh_host(site, peer.name, peer.host, peer.ssh)
-    return SiteServices(site, hosts)
+    oob = {n.name: _ssh_host(site, n.name, n.oob_host, n.ssh) for n in site.nodes if n.oob_host}
+    return SiteServices(site, hosts, oob)

@@ -16,6 +16,7 @@ FAULTS: dict[str, str] = {
     "ssh-over-bond1": "the wizard's SSH session reaches the node over bond1",
     "slow-ssh": "every command on the GPU node takes a second longer",
     "ssh-drop": "the SSH connection to the GPU node drops in the middle of a command",
+    "pfc-not-applied": "the second E810 port acknowledges `dcb pfc set` but keeps PFC off",
     "operator-crashloop": "the gpu-operator controller pod is in CrashLoopBackOff",
     "plugin-missing-resource": "the RDMA device plugin runs but advertises no resource",
 }

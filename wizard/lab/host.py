@@ -9,12 +9,13 @@ gives a new boot id. The output formats follow the samples in ``../shared/fixtur
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from wizard.transports.base import WRITE_FILE_SCRIPT
+from wizard.transports.base import WRITE_FILE_SCRIPT, WRITE_VALUE_SCRIPT
 
 RHEL_KERNEL = "6.12.0-124.8.1.el10_2.x86_64"
 UBUNTU_KERNEL = "6.8.0-86-generic"
@@ -60,13 +61,19 @@ class Port:
     name: str
     slot: str  # PCI address
     mac: str
-    up: bool = True
+    up: bool = True  # the link (cable, switch)
+    admin_up: bool = True
+    enslaved: bool = True
     lldp_agent: bool = True
     pfc: set[int] = field(default_factory=set)
     app: list[tuple[int, int]] = field(default_factory=list)
     prio_tc: dict[int, int] = field(default_factory=lambda: dict.fromkeys(range(8), 0))
     pause_rx: dict[int, int] = field(default_factory=lambda: dict.fromkeys(range(8), 0))
     pause_tx: dict[int, int] = field(default_factory=lambda: dict.fromkeys(range(8), 0))
+
+    @property
+    def active(self) -> bool:
+        return self.up and self.admin_up
 
 
 @dataclass
@@ -88,6 +95,7 @@ class LabHost:
     boot_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     configfs: dict[str, str] = field(default_factory=dict)
     gpu_driver: bool = False  # set once the (simulated) GPU Operator driver is running
+    enabled_units: set[str] = field(default_factory=set)
     commands: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -160,6 +168,8 @@ class LabHost:
             # What a shell does with the transport's file-writing script.
             self.write_file(argv[5], stdin)
             return Result()
+        if argv[:3] == ["sh", "-c", WRITE_VALUE_SCRIPT] and len(argv) == 6:
+            return self.write_value(argv[5], argv[4])
         if argv[:2] == ["sh", "-c"] and len(argv) >= 3:
             return self.execute(argv[2], stdin)
         if not argv:
@@ -358,17 +368,17 @@ class LabHost:
             "Aggregator selection policy (ad_select): stable\nSystem priority: 65535\n"
             f"System MAC address: {self.ports[0].mac}\nActive Aggregator Info:\n"
             "\tAggregator ID: 1\n"
-            f"\tNumber of ports: {sum(p.up for p in self.ports)}\n"
+            f"\tNumber of ports: {sum(p.active and p.enslaved for p in self.ports)}\n"
             "\tActor Key: 15\n\tPartner Key: 32783\n\tPartner Mac Address: 3c:fd:fe:9e:11:00\n"
         )
         slaves = []
-        for i, port in enumerate(self.ports):
-            aggregator = 1 if port.up else 2
+        for i, port in enumerate(p for p in self.ports if p.enslaved):
+            aggregator = 1 if port.active else 2
             slaves.append(
                 f"\nSlave Interface: {port.name}\n"
-                f"MII Status: {'up' if port.up else 'down'}\n"
-                f"Speed: {'100000 Mbps' if port.up else 'Unknown'}\n"
-                f"Duplex: {'full' if port.up else 'Unknown'}\n"
+                f"MII Status: {'up' if port.active else 'down'}\n"
+                f"Speed: {'100000 Mbps' if port.active else 'Unknown'}\n"
+                f"Duplex: {'full' if port.active else 'Unknown'}\n"
                 f"Link Failure Count: {0 if port.up else 3}\n"
                 f"Permanent HW addr: {port.mac}\nSlave queue ID: 0\n"
                 f"Aggregator ID: {aggregator}\n"
@@ -394,8 +404,8 @@ class LabHost:
                     {
                         "ifindex": 4 + i,
                         "ifname": port.name,
-                        "master": self.bond_name,
-                        "operstate": "UP" if port.up else "DOWN",
+                        **({"master": self.bond_name} if port.enslaved else {}),
+                        "operstate": "UP" if port.active else "DOWN",
                         "address": port.mac,
                         "addr_info": [],
                     }
@@ -410,6 +420,21 @@ class LabHost:
             )
             return Result(json.dumps(entries) + "\n")
         if "link" in args and "set" in args:
+            rest = [a for a in args if a not in ("link", "set", "dev")]
+            port = self._port(rest[0]) if rest else None
+            if port is None:
+                return Result(
+                    stderr=f'Cannot find device "{rest[0] if rest else ""}"\n', exit_status=1
+                )
+            words = rest[1:]
+            if "nomaster" in words:
+                port.enslaved = False
+            if "master" in words:
+                port.enslaved = True
+            if "down" in words:
+                port.admin_up = False
+            if "up" in words:
+                port.admin_up = True
             return Result()
         return Result(
             stderr='Object "' + " ".join(args) + '" is unknown, try "ip help".\n', exit_status=1
@@ -488,8 +513,8 @@ class LabHost:
         if args[0] == "link":
             entries = [
                 {"ifindex": i, "ifname": dev, "port": 1,
-                 "state": "ACTIVE" if port.up else "DOWN",
-                 "physical_state": "LINK_UP" if port.up else "DISABLED",
+                 "state": "ACTIVE" if port.active else "DOWN",
+                 "physical_state": "LINK_UP" if port.active else "DISABLED",
                  "netdev": port.name, "netdev_index": 4 + i}
                 for i, (dev, port) in enumerate(devices)
             ]  # fmt: skip
@@ -540,7 +565,7 @@ class LabHost:
                 "\thw_ver:\t\t\t\t0x2",
                 "\tphys_port_cnt:\t\t\t1",
                 "\t\tport:\t1",
-                f"\t\t\tstate:\t\t\t{'PORT_ACTIVE (4)' if port.up else 'PORT_DOWN (1)'}",
+                f"\t\t\tstate:\t\t\t{'PORT_ACTIVE (4)' if port.active else 'PORT_DOWN (1)'}",
                 "\t\t\tmax_mtu:\t\t4096 (5)",
                 "\t\t\tactive_mtu:\t\t4096 (5)",
                 "\t\t\tsm_lid:\t\t\t0",
@@ -582,6 +607,8 @@ class LabHost:
                 stderr="Error: Operation not permitted (firmware LLDP agent is on)\n", exit_status=1
             )
         if obj == "pfc":
+            if verb == "set" and "pfc-not-applied" in self.faults and port is self.ports[-1]:
+                return Result()  # a firmware that acknowledges and ignores (readback differs)
             if verb == "set":
                 for token in rest[1:]:
                     key, _, value = token.partition(":")
@@ -663,10 +690,64 @@ class LabHost:
         else:
             self.files[path] = content
 
+    def write_value(self, path: str, value: str) -> Result:
+        if path.startswith("/sys/kernel/config/rdma_cm/"):
+            device = path.split("/")[5]
+            if not any(dev == device for dev, _ in self.rdma_devices):
+                return Result(stderr=f"sh: {path}: No such file or directory\n", exit_status=1)
+            if f"/sys/kernel/config/rdma_cm/{device}/" not in self.configfs:
+                return Result(stderr=f"sh: {path}: No such file or directory\n", exit_status=1)
+        if path.startswith("/sys/kernel/config/irdma/"):
+            directory = path.rsplit("/", 1)[0] + "/"
+            if directory not in self.configfs:
+                return Result(stderr=f"sh: {path}: No such file or directory\n", exit_status=1)
+        self.configfs[path] = value + "\n"
+        return Result()
+
+    def cmd_mkdir(self, args: list[str]) -> Result:
+        for path in (a for a in args if not a.startswith("-")):
+            if path.startswith("/sys/kernel/config/rdma_cm/"):
+                device = path.rstrip("/").split("/")[-1]
+                if not any(dev == device for dev, _ in self.rdma_devices):
+                    return Result(
+                        stderr=f"mkdir: cannot create directory '{path}': No such device\n",
+                        exit_status=1,
+                    )
+                self.configfs[path.rstrip("/") + "/"] = ""
+                self.configfs.setdefault(path.rstrip("/") + "/ports/1/default_roce_tos", "0\n")
+            elif path.startswith("/sys/kernel/config/irdma/"):
+                device = path.rstrip("/").split("/")[-1]
+                if not any(dev == device for dev, _ in self.rdma_devices):
+                    return Result(
+                        stderr=f"mkdir: cannot create directory '{path}': No such device\n",
+                        exit_status=1,
+                    )
+                self.configfs[path.rstrip("/") + "/"] = ""
+                self.configfs.setdefault(path.rstrip("/") + "/roce_dcqcn_enable", "0\n")
+        return Result()
+
+    def cmd_true(self, args: list[str]) -> Result:
+        return Result()
+
     def cmd_systemctl(self, args: list[str]) -> Result:
         if args[:1] == ["reboot"]:
             self.reboot()
             return Result()
+        if args[:1] == ["enable"]:
+            for unit in args[1:]:
+                if unit.startswith("-"):
+                    continue
+                if f"/etc/systemd/system/{unit}" not in self.files:
+                    return Result(
+                        stderr=f"Failed to enable unit: Unit file {unit} does not exist.\n",
+                        exit_status=1,
+                    )
+                self.enabled_units.add(unit)
+            return Result()
+        if args[:1] == ["is-enabled"]:
+            unit = args[-1]
+            enabled = unit in self.enabled_units
+            return Result("enabled\n" if enabled else "disabled\n", "", 0 if enabled else 1)
         return Result()
 
     def reboot(self) -> None:
@@ -677,10 +758,34 @@ class LabHost:
             port.app.clear()
             port.prio_tc = dict.fromkeys(range(8), 0)
         self.configfs.clear()
+        for port in self.ports:
+            port.lldp_agent = port.lldp_agent  # the ethtool private flag persists (firmware)
+            port.enslaved, port.admin_up = True, True
         loaded = "irdma" in self.files.get("/etc/modules-load.d/irdma.conf", "")
         self.modules.discard("irdma")
         if loaded:
             self.modules.add("irdma")
+        self._run_boot_units()
+
+    def _run_boot_units(self) -> None:
+        """Run enabled oneshot units' ExecStart scripts, as systemd would at boot."""
+        for unit in sorted(self.enabled_units):
+            text = self.files.get(f"/etc/systemd/system/{unit}", "")
+            for line in text.splitlines():
+                if line.startswith("ExecStart="):
+                    self._run_script(self.files.get(line.split("=", 1)[1].strip(), ""))
+
+    def _run_script(self, script: str) -> None:
+        """Run a plain script's command lines (the lab has no shell: no pipes or branches)."""
+        for raw in script.splitlines():
+            line = raw.strip()
+            if not line or line.startswith("#") or line.startswith("set "):
+                continue
+            redirect = re.match(r"^printf '%s\\n' (\S+) > (\S+)$", line)
+            if redirect:
+                self.write_value(redirect.group(2), redirect.group(1))
+            else:
+                self.execute(line)
 
     def snapshot(self) -> dict[str, Any]:
         return {"name": self.name, "boot_id": self.boot_id, "modules": sorted(self.modules)}

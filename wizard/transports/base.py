@@ -21,6 +21,16 @@ WRITE_FILE_SCRIPT = (
 )
 
 
+# Writes "$1" into the pseudo-file "$2" (configfs, sysfs): these cannot be replaced by a
+# rename, so the value is written in place.
+WRITE_VALUE_SCRIPT = 'printf "%s\\n" "$1" > "$2"'
+
+
+def write_value_command(path: str, value: str) -> list[str]:
+    """The argv that writes one value into a configfs/sysfs attribute."""
+    return ["sh", "-c", WRITE_VALUE_SCRIPT, "sh", value, path]
+
+
 def write_file_command(path: str, mode: int) -> list[str]:
     """The argv that writes stdin to ``path`` with ``mode`` (see WRITE_FILE_SCRIPT)."""
     return ["sh", "-c", WRITE_FILE_SCRIPT, "sh", f"{mode:04o}", path]

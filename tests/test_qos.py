@@ -1,0 +1,306 @@
+"""RoCE QoS: the commands (valid iproute2 syntax), the maintenance flow in the lab with its
+refusals and rollback, the boot unit, and a reboot that survives the wizard being killed."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from steps import build_plan
+from steps.qos import FACTORY, PortQos, dcb_batch, desired_port, port_commands, restore_commands
+from tests.conftest import MINIMAL_SITE, REPO
+from wizard.engine import DecisionRequired
+from wizard.events import Answer, Reply
+from wizard.export import export
+from wizard.headless import HeadlessFrontEnd
+from wizard.lab.lab import Lab
+from wizard.model import Severity
+from wizard.runner import run_engine
+from wizard.site import load_site, parse_site
+
+SITE = parse_site(MINIMAL_SITE)
+
+
+def test_factory_port_gets_lldp_off_pfc_map_then_dscp():
+    commands = port_commands(SITE, "ens5f0np0", FACTORY)
+    assert commands == [
+        ["ethtool", "--set-priv-flags", "ens5f0np0", "fw-lldp-agent", "off"],
+        [
+            "dcb",
+            "pfc",
+            "set",
+            "dev",
+            "ens5f0np0",
+            "prio-pfc",
+            "0:off",
+            "1:off",
+            "2:off",
+            "3:on",
+            "4:off",
+            "5:off",
+            "6:off",
+            "7:off",
+        ],
+        [
+            "dcb",
+            "ets",
+            "set",
+            "dev",
+            "ens5f0np0",
+            "prio-tc",
+            "0:0",
+            "1:0",
+            "2:0",
+            "3:3",
+            "4:0",
+            "5:0",
+            "6:0",
+            "7:0",
+        ],
+        ["dcb", "app", "add", "dev", "ens5f0np0", "dscp-prio", "24:3"],
+    ]
+
+
+def test_existing_entries_are_not_added_twice_and_conflicts_are_removed():
+    live = PortQos(False, (3,), ((24, 2), (46, 5)), tuple(range(8)))
+    commands = port_commands(SITE, "p0", live)
+    assert ["dcb", "app", "del", "dev", "p0", "dscp-prio", "24:2"] in commands
+    assert ["dcb", "app", "add", "dev", "p0", "dscp-prio", "24:3"] in commands
+    assert not any(c[:2] == ["dcb", "pfc"] for c in commands)  # already right
+    assert not any(c[0] == "ethtool" for c in commands)  # LLDP agent already off
+    done = PortQos(False, (3,), ((24, 3),), tuple(range(8)))
+    assert port_commands(SITE, "p0", done) == []  # idempotent
+
+
+def test_restore_puts_back_what_was_there():
+    commands = restore_commands(SITE, "p0", desired_port(SITE), FACTORY)
+    assert ["dcb", "app", "del", "dev", "p0", "dscp-prio", "24:3"] in commands
+    assert [
+        "dcb",
+        "pfc",
+        "set",
+        "dev",
+        "p0",
+        "prio-pfc",
+        *[f"{p}:off" for p in range(8)],
+    ] in commands
+    assert commands[-1] == ["ethtool", "--set-priv-flags", "p0", "fw-lldp-agent", "on"]
+
+
+def _dcb_lines() -> list[list[str]]:
+    lines = []
+    for live in (FACTORY, PortQos(False, (3,), ((24, 2),), None)):
+        lines += [c[1:] for c in port_commands(SITE, "lo", live) if c[0] == "dcb"]
+    lines += [
+        c[1:] for c in restore_commands(SITE, "lo", desired_port(SITE), FACTORY) if c[0] == "dcb"
+    ]
+    batch = dcb_batch(port_commands(SITE, "lo", FACTORY), "lo")
+    lines += [line.split() for line in batch.splitlines() if not line.startswith("#")]
+    return lines
+
+
+def test_every_dcb_line_is_valid_iproute2_syntax():
+    """Run each line with dcb against lo in a fresh network namespace: a valid line fails
+    only because lo has no DCB ("Operation not supported"), a malformed one with a parse error."""
+    dcb = shutil.which("dcb") or "/usr/sbin/dcb"
+    probe = (
+        subprocess.run(["unshare", "-n", "true"], capture_output=True, check=False)
+        if shutil.which("unshare")
+        else None
+    )
+    if not os.path.exists(dcb) or probe is None or probe.returncode != 0:
+        if os.environ.get("CI"):
+            pytest.fail("dcb (iproute2) and unshare are needed for this test")
+        pytest.skip("dcb or unshare -n not available")
+    for words in _dcb_lines():
+        result = subprocess.run(
+            ["unshare", "-n", dcb, *words], capture_output=True, text=True, check=False
+        )
+        assert result.returncode != 0
+        assert "Operation not supported" in result.stderr, (words, result.stderr)
+        for bad in ("Usage", "What is", "Invalid", "expected"):
+            assert bad not in result.stderr, (words, result.stderr)
+
+
+def test_export_has_batches_procedure_rollback_unit_and_switch_sheets(tmp_path):
+    path = tmp_path / "site.yaml"
+    path.write_text(MINIMAL_SITE)
+    out = tmp_path / "out"
+    export(load_site(path), build_plan(), out)
+    base = out / "nodes/gpu-1"
+    batch = (base / "qos/dcb-ens5f0np0.batch").read_text()
+    assert (
+        "app add dev ens5f0np0 dscp-prio 24:3" in batch
+        and "pfc set dev ens5f0np0 prio-pfc" in batch
+    )
+    assert "nomaster" in (base / "qos/apply-qos.sh").read_text()
+    assert "fw-lldp-agent on" in (base / "qos/rollback-qos.sh").read_text()
+    unit = (base / "host/etc/systemd/system/gpu-node-wizard-roce-qos.service").read_text()
+    assert (
+        "After=sys-subsystem-net-devices-ens5f0np0.device" in unit
+        and "Before=network-pre.target" in unit
+    )
+    assert "ExecStart=/usr/local/sbin/gpu-node-wizard-roce-qos" in unit
+    assert (
+        "dcb app add dev ens5f1np1 dscp-prio 24:3"
+        in (base / "host/usr/local/sbin/gpu-node-wizard-roce-qos").read_text()
+    )
+    for sheet in ("intent.md", "arista-eos.txt", "cisco-nxos.txt"):
+        text = (out / "cluster/switch" / sheet).read_text()
+        assert "24" in text and "3" in text
+
+
+# -- the maintenance flow in the lab -------------------------------------------------------------
+
+UP_TO_QOS = (
+    "preflight",
+    "packages",
+    "e810",
+    "bond",
+    "irdma",
+    "join",
+    "gpu-operator",
+    "rdma-plugin",
+    "qos",
+)
+
+
+async def run_lab(tmp_path: Path, frontend, *faults: str):
+    plan = build_plan()
+    only = [s.id for p in plan.phases if p.id in UP_TO_QOS for s in p.steps]
+    lab = Lab(tmp_path / "lab", faults=faults)
+    await lab.start()
+    try:
+        outcome = await run_engine(
+            load_site(lab.site_path), plan, tmp_path / "state", frontend, only=only
+        )
+    finally:
+        await lab.stop()
+    return outcome, lab
+
+
+def step_findings(outcome, step: str):
+    return [f for (s, _), fs in outcome.summary.findings.items() if s == step for f in fs]
+
+
+async def test_maintenance_flow_applies_identical_qos_and_uncordons(tmp_path):
+    frontend = HeadlessFrontEnd(yes=True, window_open=True, out=io.StringIO())
+    outcome, lab = await run_lab(tmp_path, frontend)
+    assert outcome.exit_code == 0, [
+        (f.check, f.message) for _, _, f in outcome.findings if f.severity is Severity.FAIL
+    ]
+    host = lab.hosts["gpu-b300-01"]
+    for port in host.ports:
+        assert port.pfc == {3} and port.app == [(24, 3)] and not port.lldp_agent and port.enslaved
+    assert host.configfs["/sys/kernel/config/rdma_cm/irdma0/ports/1/default_roce_tos"] == "96\n"
+    assert "gpu-node-wizard-roce-qos.service" in host.enabled_units
+    node = lab.cluster.node("gpu-b300-01")
+    assert not node["spec"].get("unschedulable")
+    checks = {f.check: f for f in step_findings(outcome, "qos.apply")}
+    assert checks["T08.qos-identical"].severity is Severity.PASS
+    assert checks["T10.lacp"].severity is Severity.PASS
+    # The ports really left the bond for the change (QoS is blocked on bonded ports).
+    commands = host.commands
+    assert commands.index("ip link set dev ens5f0np0 nomaster") < commands.index(
+        "dcb app add dev ens5f0np0 dscp-prio 24:3"
+    )
+
+
+async def test_no_window_no_change(tmp_path):
+    frontend = HeadlessFrontEnd(yes=True, window_open=False, out=io.StringIO())
+    with pytest.raises(DecisionRequired, match="--maintenance-window-open"):
+        await run_lab(tmp_path, frontend)
+
+
+class Typist(HeadlessFrontEnd):
+    """Approves everything but types the wrong node name at the window."""
+
+    async def decide(self, decision):
+        if decision.kind.value == "maintenance-window":
+            return Reply(Answer.PROCEED, typed="gpu-b300-99")
+        return await super().decide(decision)
+
+
+async def test_wrong_node_name_skips_and_touches_nothing(tmp_path):
+    outcome, lab = await run_lab(tmp_path, Typist(yes=True, window_open=True, out=io.StringIO()))
+    assert outcome.summary.results[("qos.apply", "gpu-b300-01")].value == "skipped"
+    host = lab.hosts["gpu-b300-01"]
+    assert all(p.enslaved and not p.pfc and not p.app for p in host.ports)
+    assert not any(c.startswith("dcb ") and " set " in c for c in host.commands)
+
+
+async def test_ssh_over_bond1_is_refused_before_any_question(tmp_path):
+    frontend = HeadlessFrontEnd(yes=True, window_open=True, out=io.StringIO())
+    outcome, lab = await run_lab(tmp_path, frontend, "ssh-over-bond1")
+    refusal = next(f for f in step_findings(outcome, "qos.apply") if f.check == "T10.ssh-path")
+    assert refusal.severity is Severity.FAIL and refusal.message.startswith("refused:")
+    assert "oob_host" in refusal.remediation
+    host = lab.hosts["gpu-b300-01"]
+    assert all(p.enslaved for p in host.ports)
+    assert not lab.cluster.node("gpu-b300-01")["spec"].get("unschedulable")
+
+
+async def test_failed_verification_rolls_back_and_leaves_the_node_cordoned(tmp_path):
+    frontend = HeadlessFrontEnd(yes=True, window_open=True, out=io.StringIO())
+    outcome, lab = await run_lab(tmp_path, frontend, "pfc-not-applied")
+    assert outcome.summary.results[("qos.apply", "gpu-b300-01")].value == "failed"
+    findings = {f.check: f for f in step_findings(outcome, "qos.apply")}
+    assert findings["T08.qos-ens5f1np1"].severity is Severity.FAIL
+    assert findings["T08.rollback"].message == "rolled back to the captured previous QoS"
+    host = lab.hosts["gpu-b300-01"]
+    for port in host.ports:  # the factory state is back on both ports, and the bond is whole
+        assert port.pfc == set() and port.app == [] and port.enslaved and port.admin_up
+    assert lab.cluster.node("gpu-b300-01")["spec"]["unschedulable"] is True
+
+
+# -- reboot, with the wizard killed while it waits ---------------------------------------------------
+
+
+def test_reboot_survives_the_wizard_being_killed_and_resumed(tmp_path):
+    site = tmp_path / "lab" / "site.yaml"
+    lab = subprocess.Popen([sys.executable, "-m", "wizard.cli", "lab", "--write-site", str(site)],
+                           stdout=subprocess.PIPE, text=True, cwd=REPO)  # fmt: skip
+    state = tmp_path / "state"
+    command = [sys.executable, "-m", "wizard.cli", "run", str(site), "--headless", "--yes",
+               "--maintenance-window-open", "--step", "operate.reboot", "--state-dir", str(state)]  # fmt: skip
+    try:
+        for line in lab.stdout:
+            if line.startswith("try:"):
+                break
+        first = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        waiting = None
+        while time.monotonic() < deadline and waiting is None:
+            try:
+                data = json.loads((state / "lab" / "state.json").read_text())
+                record = data["steps"].get("operate.reboot", {}).get("gpu-b300-01", {})
+                if record.get("state") == "waiting":
+                    waiting = record
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.05)
+        assert waiting is not None, "the reboot step never recorded 'waiting'"
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait()
+        assert waiting["extra"]["boot_id_before"]
+        assert "waiting for gpu-b300-01 to reboot" in waiting["message"]
+        second = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert second.returncode == 0, second.stdout + second.stderr
+        assert "operate.reboot was interrupted on gpu-b300-01; verifying first" in second.stdout
+        final = json.loads((state / "lab" / "state.json").read_text())["steps"]["operate.reboot"][
+            "gpu-b300-01"
+        ]
+        assert final["state"] == "done" and final["message"] == "verified after interruption"
+        assert final["extra"]["boot_id_after"] != waiting["extra"]["boot_id_before"]
+    finally:
+        lab.terminate()
+        lab.wait(timeout=10)
