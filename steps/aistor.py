@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from wizard.model import StepKind
-from wizard.plan import Phase, Step
+from steps.bench import run_benchmark
+from wizard.model import Finding, StepKind
+from wizard.plan import Phase, Step, StepContext
+from wizard.probe import Report
 
 
 class AIStorTcp(Step):
@@ -11,8 +13,15 @@ class AIStorTcp(Step):
     title = "AIStor over TCP (S3 benchmark)"
     kind = StepKind.MEASURE
     gates = ("T13",)
-    reads = ("aistor",)
+    reads = ("measurements",)
     explain = "An operator-configured S3 benchmark against AIStor over TCP: the baseline."
+
+    async def measure(self, ctx: StepContext) -> list[Finding]:
+        report = Report("T13")
+        await run_benchmark(
+            ctx, report, "aistor-tcp", ctx.site.measurements.aistor_tcp, "AIStor over TCP"
+        )
+        return report.findings
 
 
 class AIStorDirect(Step):
@@ -20,11 +29,38 @@ class AIStorDirect(Step):
     title = "AIStor over the RDMA / direct path"
     kind = StepKind.MEASURE
     gates = ("T14",)
-    reads = ("aistor",)
+    reads = ("measurements",)
     explain = (
         "The same benchmark over the RDMA / GPU-direct path. GPUDirect being possible does "
         "not mean S3/HTTP traffic uses it: the client library must use GPU buffers."
     )
+
+    async def measure(self, ctx: StepContext) -> list[Finding]:
+        report = Report("T14")
+        direct = await run_benchmark(
+            ctx,
+            report,
+            "aistor-direct",
+            ctx.site.measurements.aistor_direct,
+            "AIStor over the direct path",
+        )
+        tcp = (
+            ctx.engine.checkpoint.record("aistor.tcp", ctx.target)
+            .get("measurements", {})
+            .get("aistor-tcp")
+        )
+        if direct is not None and tcp:
+            report.ok(
+                "aistor-vs-tcp",
+                f"direct path {direct} vs TCP {tcp['value']} {tcp['unit']} "
+                f"({direct / tcp['value']:.1f}x)",
+            )
+        report.skip(
+            "aistor-gpudirect-note",
+            "a GPUDirect-capable node does not make S3/HTTP traffic use GPU memory: only a client library "
+            "that reads into GPU buffers over RDMA does; these numbers say what the configured client achieved",
+        )
+        return report.findings
 
 
 PHASE = Phase(

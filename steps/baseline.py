@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from steps.common import first_peer_ip, q
-from wizard.model import StepKind
-from wizard.plan import Phase, Step
+from steps.host_rdma import perftest_commands
+from steps.perf import endpoints, iperf3_pair, perftest_pair, rdma_suite
+from wizard.model import Finding, StepKind
+from wizard.plan import Phase, Step, StepContext
+from wizard.probe import Report
 from wizard.site import Node, Site
 
 
@@ -13,12 +18,37 @@ class TcpBaseline(Step):
     title = "TCP baseline (iperf3)"
     kind = StepKind.MEASURE
     gates = ("T05",)
-    reads = ("aistor",)
+    reads = ("aistor", "measurements")
     explain = "iperf3 in both directions with several streams, over the bond, as the TCP baseline."
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
         peer = q(first_peer_ip(site))
-        return [f"iperf3 -c {peer} -P 8 -t 30 -J", f"iperf3 -c {peer} -P 8 -t 30 -R -J"]
+        streams = site.measurements.tcp_streams
+        return [
+            "iperf3 -s -1  # on the AIStor peer",
+            f"iperf3 -c {peer} -P {streams} -t {site.measurements.duration_s} -J",
+            f"iperf3 -c {peer} -P {streams} -t {site.measurements.duration_s} -R -J",
+        ]
+
+    async def measure(self, ctx: StepContext) -> list[Finding]:
+        report = Report("T05")
+        for reverse in (False, True):
+            direction = "peer -> node" if reverse else "node -> peer"
+            gbps, problem = await iperf3_pair(ctx, reverse=reverse)
+            key = "reverse" if reverse else "forward"
+            if gbps is None:
+                report.fail(
+                    f"tcp-{key}",
+                    f"iperf3 {direction} failed: {problem}",
+                    "is iperf3 installed on both hosts?",
+                )
+            else:
+                ctx.record(f"tcp.{key}", gbps, "Gb/s")
+                report.ok(
+                    f"tcp-{key}",
+                    f"TCP {direction}: {gbps:.1f} Gb/s with {ctx.site.measurements.tcp_streams} streams",
+                )
+        return report.findings
 
 
 class RdmaBaseline(Step):
@@ -26,30 +56,76 @@ class RdmaBaseline(Step):
     title = "RDMA bandwidth and QP scaling, PFC and ECN off"
     kind = StepKind.MEASURE
     gates = ("T06", "T07")
-    reads = ("aistor",)
+    reads = ("aistor", "measurements")
     explain = (
         "With PFC and ECN off, perftest bandwidth (1, 4 and 8 QPs) and latency are recorded "
         "as the baseline that the QoS phase is compared against, as % of line rate."
     )
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
-        peer = q(first_peer_ip(site))
-        return [
-            f"ib_write_bw -d <rdma-dev> -x <gid-index> --report_gbits -q {n} {peer}"
-            for n in (1, 4, 8)
-        ] + [f"ib_send_lat -d <rdma-dev> -x <gid-index> {peer}"]
+        return perftest_commands(site)
+
+    async def measure(self, ctx: StepContext) -> list[Finding]:
+        report = Report("T06")
+        await rdma_suite(ctx, report, series="baseline", qos=False)
+        return report.findings
 
 
 class CiliumCoexistence(Step):
     id = "baseline.coexistence"
-    title = "RDMA load and pod TCP traffic at the same time"
+    title = "RDMA load and TCP traffic at the same time"
     kind = StepKind.MEASURE
     gates = ("T09",)
-    reads = ("aistor",)
+    reads = ("aistor", "measurements")
     explain = (
-        "RDMA load and Cilium pod-to-pod TCP traffic run together; each is compared with its "
-        "solo figure, so a QoS or bond problem that starves one shows up."
+        "RDMA load (ib_write_bw, 4 QPs) and TCP traffic over the same bond (the path Cilium's "
+        "pod traffic takes) run together; each is compared with its solo figure, so a QoS or "
+        "bond problem that starves one shows up."
     )
+
+    async def measure(self, ctx: StepContext) -> list[Finding]:
+        report = Report("T09")
+        client, server, _ = await endpoints(ctx)
+        if client is None or server is None:
+            report.fail("coexistence", "no RDMA endpoint pair", "run the RDMA phases first")
+            return report.findings
+        solo_tcp, problem = await iperf3_pair(ctx)
+        solo_rdma, problem2 = await perftest_pair(ctx, "ib_write_bw", client, server, qps=4)
+        (rdma, rdma_problem), (tcp, tcp_problem) = await asyncio.gather(
+            perftest_pair(ctx, "ib_write_bw", client, server, qps=4), iperf3_pair(ctx)
+        )
+        if (
+            None in (solo_tcp, tcp)
+            or solo_rdma is None
+            or rdma is None
+            or problem
+            or problem2
+            or rdma_problem
+        ):
+            report.fail(
+                "coexistence",
+                f"a run failed: {problem or problem2 or rdma_problem or tcp_problem}",
+                "check iperf3 and perftest on both hosts",
+            )
+            return report.findings
+        rdma_solo, rdma_mixed = solo_rdma.best_bw_gbps or 0, rdma.best_bw_gbps or 0
+        ctx.record("coexistence.rdma", rdma_mixed, "Gb/s")
+        ctx.record("coexistence.tcp", tcp, "Gb/s")
+        ratio_rdma = rdma_mixed / rdma_solo if rdma_solo else 0
+        ratio_tcp = tcp / solo_tcp if solo_tcp else 0
+        text = (
+            f"together: RDMA {rdma_mixed:.1f} Gb/s ({ratio_rdma:.0%} of solo), TCP {tcp:.1f} Gb/s "
+            f"({ratio_tcp:.0%} of solo)"
+        )
+        if min(ratio_rdma, ratio_tcp) < 0.25:
+            report.warn(
+                "coexistence",
+                text + ": one traffic class starves the other",
+                "check the QoS mapping (DSCP 0 -> TC0, DSCP 24 -> TC3) on the NIC and the switch",
+            )
+        else:
+            report.ok("coexistence", text)
+        return report.findings
 
 
 PHASE = Phase(

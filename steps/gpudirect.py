@@ -2,9 +2,78 @@
 
 from __future__ import annotations
 
-from wizard.model import StepKind
-from wizard.plan import Phase, Step
+import re
+
+from steps.preflight import _IOMMU, evaluate_acs
+from wizard.facts.gpu import LINK_ORDER, NvidiaSmiTopo, link_rank
+from wizard.model import Finding, StepKind
+from wizard.plan import Phase, Step, StepContext
+from wizard.probe import Report, probe
 from wizard.site import Node, Site
+
+NCCL_DEFAULT_GDR_LEVEL = "PXB"
+
+
+def evaluate_topology(topo: NvidiaSmiTopo, device: str, report: Report) -> dict[str, str]:
+    """Each GPU's distance to the RDMA NIC, and what NCCL will do with it by default."""
+    distances = {gpu: topo.distance(gpu, device) or "?" for gpu in topo.gpus()}
+    if not distances or all(d == "?" for d in distances.values()):
+        report.fail(
+            "topology",
+            f"{device} is not in nvidia-smi topo -m (NIC legend: {topo.nic_legend})",
+            "check the RDMA device name and that the driver sees the NIC",
+        )
+        return distances
+    limit = link_rank(NCCL_DEFAULT_GDR_LEVEL)
+    close = [g for g, d in distances.items() if link_rank(d) <= limit]
+    far = [g for g, d in distances.items() if link_rank(d) > limit]
+    detail = ", ".join(f"{g}: {d}" for g, d in distances.items())
+    if not far:
+        report.ok(
+            "topology",
+            f"every GPU is within {NCCL_DEFAULT_GDR_LEVEL} of {device} ({detail}): NCCL uses "
+            "GPUDirect RDMA by default",
+        )
+    else:
+        report.warn(
+            "topology",
+            f"{', '.join(far)} are farther than {NCCL_DEFAULT_GDR_LEVEL} from {device} ({detail}): by default NCCL "
+            f"uses GPUDirect RDMA only for {', '.join(close) or 'none'}. NCCL_NET_GDR_LEVEL=SYS lifts the limit, "
+            "not the physical path (it crosses the CPU interconnect).",
+            "place the NIC under the same PCIe switch as the GPUs that use it, or add a NIC per GPU group",
+        )
+    return distances
+
+
+def evaluate_driver(version_text: str | None, kernel: str, report: Report) -> None:
+    if version_text is None:
+        report.fail(
+            "open-module",
+            "the NVIDIA driver is not loaded on the node (/proc/driver/nvidia/version)",
+            "finish the GPU Operator phase first",
+            gate="T12",
+        )
+    elif "Open Kernel Module" in version_text:
+        report.ok(
+            "open-module", "the open kernel module is loaded (needed for DMA-BUF)", gate="T12"
+        )
+    else:
+        report.fail(
+            "open-module",
+            "the proprietary kernel module is loaded: DMA-BUF GPUDirect needs the open one",
+            "set versions.kernel_module_type: open and re-apply the GPU Operator values",
+            gate="T12",
+        )
+    match = re.match(r"(\d+)\.(\d+)", kernel)
+    if match and (int(match.group(1)), int(match.group(2))) >= (5, 12):
+        report.ok("kernel-dmabuf", f"kernel {kernel} >= 5.12 (DMA-BUF)", gate="T12")
+    else:
+        report.fail(
+            "kernel-dmabuf",
+            f"kernel {kernel} is older than 5.12: no DMA-BUF",
+            "use a newer kernel",
+            gate="T12",
+        )
 
 
 class Readiness(Step):
@@ -23,12 +92,45 @@ class Readiness(Step):
     def commands(self, site: Site, node: Node | None) -> list[str]:
         return [
             "nvidia-smi topo -m",
-            "lspci -tv",
-            "dmesg | grep -i -E 'iommu|dmar|default domain'",
-            "lspci -vvv | grep -E '^[0-9a-f]|ACSCtl'",
-            "modinfo nvidia | grep -E '^(license|version)'",
+            "dmesg  # lines matching iommu|dmar",
+            "lspci -vvv  # ACSCtl",
+            "cat /proc/driver/nvidia/version",
             "uname -r",
         ]
+
+    async def verify(self, ctx: StepContext) -> list[Finding]:
+        report = Report("T11")
+        device = ctx.recorded("irdma.verify").get("rdma_device") or "irdma0"
+        topo = await probe(ctx, ["nvidia-smi", "topo", "-m"], "nvidia-smi-topo")
+        if topo.ok:
+            ctx.data["distances"] = evaluate_topology(topo.fact, str(device), report)
+        else:
+            report.unreadable("topology", topo, "the GPU/NIC topology")
+        dmesg = await probe(ctx, ["dmesg"], "iommu", keep=lambda line: bool(_IOMMU.search(line)))
+        if dmesg.ok and dmesg.fact.translated:
+            report.fail(
+                "iommu",
+                "the IOMMU default domain is Translated: GPU-NIC peer-to-peer is remapped",
+                "boot with iommu=pt (or the IOMMU off) and reboot",
+                dmesg.evidence(),
+            )
+        else:
+            report.ok("iommu", "IOMMU is not translating DMA (off or passthrough)")
+        acs = await probe(ctx, ["lspci", "-vvv"], "lspci-acs")
+        if acs.ok:
+            scratch = Report("T11")
+            evaluate_acs(acs.fact, scratch, acs)
+            for (
+                finding
+            ) in scratch.findings:  # enforced now: a warning in preflight is a failure here
+                if finding.severity.value == "warn":
+                    report.fail("acs", finding.message, finding.remediation, *finding.evidence)
+                else:
+                    report.findings.append(finding)
+        version = await ctx.read_file("/proc/driver/nvidia/version")
+        kernel = (await ctx.run(["uname", "-r"])).stdout.strip()
+        evaluate_driver(version, kernel, report)
+        return report.findings
 
 
 PHASE = Phase(
@@ -38,3 +140,5 @@ PHASE = Phase(
     summary="Is the GPU close enough to the NIC, and is the path open?",
     steps=(Readiness(),),
 )
+
+__all__ = ["LINK_ORDER", "PHASE"]

@@ -3,12 +3,28 @@
 from __future__ import annotations
 
 from steps.common import first_peer_ip, q
-from wizard.model import StepKind
-from wizard.plan import Phase, Step
+from steps.perf import QP_SWEEP, rdma_suite
+from wizard.model import Finding, StepKind
+from wizard.plan import Phase, Step, StepContext
+from wizard.probe import Report
 from wizard.site import Node, Site
 
 PERFTEST_TESTS = ("ib_write_bw", "ib_read_bw", "ib_send_bw", "ib_send_lat")
-QP_SWEEP = (1, 4, 8)
+
+
+def perftest_commands(site: Site, extra: str = "") -> list[str]:
+    peer = q(first_peer_ip(site))
+    lines = [
+        "# server on the AIStor peer first: timeout 120 <test> -d <dev> -x <gid> --report_gbits -q N -p PORT"
+    ]
+    for test in PERFTEST_TESTS:
+        gbits = "" if test.endswith("_lat") else " --report_gbits"
+        lines.append(f"{test} -d <rdma-dev> -x <gid-index>{gbits}{extra} -q 4 {peer}")
+    for qps in QP_SWEEP:
+        lines.append(
+            f"ib_write_bw -d <rdma-dev> -x <gid-index> --report_gbits{extra} -q {qps} {peer}"
+        )
+    return lines
 
 
 class HostPerftest(Step):
@@ -17,7 +33,7 @@ class HostPerftest(Step):
     kind = StepKind.MEASURE
     gates = ("T04", "T06", "T07")
     requires = ("irdma.verify",)
-    reads = ("aistor", "node.rdma_ip")
+    reads = ("aistor", "node.rdma_ip", "measurements")
     explain = (
         "A perftest server runs on the AIStor peer and the client on the GPU node: "
         "ib_write_bw, ib_read_bw, ib_send_bw and ib_send_lat with --report_gbits, device and "
@@ -26,13 +42,12 @@ class HostPerftest(Step):
     )
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
-        peer = q(first_peer_ip(site))
-        lines = ["# on the AIStor peer, per test: <test> -d <dev> -x <gid> --report_gbits -q N"]
-        for test in PERFTEST_TESTS:
-            lines.append(f"{test} -d <rdma-dev> -x <gid-index> --report_gbits {peer}")
-        for qps in QP_SWEEP:
-            lines.append(f"ib_write_bw -d <rdma-dev> -x <gid-index> --report_gbits -q {qps} {peer}")
-        return lines
+        return perftest_commands(site)
+
+    async def measure(self, ctx: StepContext) -> list[Finding]:
+        report = Report("T04")
+        await rdma_suite(ctx, report, series="host", qos=False)
+        return report.findings
 
 
 PHASE = Phase(

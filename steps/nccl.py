@@ -2,10 +2,173 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+from typing import Any
+
+import yaml
+
 from steps.common import first_peer_ip, q
-from wizard.model import StepKind
-from wizard.plan import Phase, Step
+from steps.gpu_operator import mirrored
+from steps.perf import endpoints, perftest_pair
+from wizard.artifacts import Artifact, Target
+from wizard.facts import ParseError, parse
+from wizard.facts.nccl import NcclLog
+from wizard.model import Finding, StepKind
+from wizard.plan import Phase, Step, StepContext
+from wizard.probe import Report
 from wizard.site import Node, Site
+
+JOB_NAMESPACE = "default"
+VENDOR_SUPPORTED = {"connectx"}  # NVIDIA's GPUDirect RDMA matrix: ConnectX / BlueField only
+
+
+def nccl_job(site: Site, node: Node, hca: str, qos_on: bool) -> dict[str, Any]:
+    """all_reduce_perf on every GPU of the node, forced through the NIC (P2P/SHM off)."""
+    env = [
+        {"name": "NCCL_DEBUG", "value": "INFO"},
+        {"name": "NCCL_DEBUG_SUBSYS", "value": "INIT,NET"},
+        {"name": "NCCL_IB_HCA", "value": hca},
+        # One node, all GPUs: turn off NVLink/shared memory so that the traffic crosses the NIC.
+        {"name": "NCCL_P2P_DISABLE", "value": "1"},
+        {"name": "NCCL_SHM_DISABLE", "value": "1"},
+    ]
+    if qos_on:
+        env.append({"name": "NCCL_IB_TC", "value": str(site.qos.roce_tos)})
+    image = site.measurements.nccl_tests_image
+    if site.registry.mirror:
+        registry_path, _, rest = image.partition("/")
+        image = f"{mirrored(registry_path + '/x', site.registry.mirror).rsplit('/x', 1)[0]}/{rest}"
+    pod: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "nodeSelector": {"kubernetes.io/hostname": node.name},
+        "containers": [
+            {
+                "name": "nccl-tests",
+                "image": image,
+                "command": [
+                    "all_reduce_perf",
+                    "-b",
+                    "8",
+                    "-e",
+                    "16G",
+                    "-f",
+                    "2",
+                    "-g",
+                    str(node.gpu_count),
+                ],
+                "env": env,
+                "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}},
+                "resources": {
+                    "limits": {
+                        "nvidia.com/gpu": node.gpu_count,
+                        site.device_plugin.resource_name: 1,
+                    }
+                },
+                "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}],
+            }
+        ],
+        "volumes": [{"name": "shm", "emptyDir": {"medium": "Memory"}}],
+    }
+    if site.taint.enabled:
+        pod["tolerations"] = [
+            {
+                "key": site.taint.key,
+                "operator": "Equal",
+                "value": site.taint.value,
+                "effect": site.taint.effect,
+            }
+        ]
+    if site.registry.pull_secret:
+        pod["imagePullSecrets"] = [{"name": site.registry.pull_secret}]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": f"gnw-nccl-{node.name}", "namespace": JOB_NAMESPACE},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {"metadata": {"labels": {"app": "gnw-nccl"}}, "spec": pod},
+        },
+    }
+
+
+def explain_verdict(log: NcclLog, readiness: dict[str, Any], profile: str, report: Report) -> None:
+    """Apply DOMAIN.md's verdict table to what NCCL itself said."""
+    devices = ", ".join(f"{d.name}/{d.link_layer}" for d in log.net_devices) or "none"
+    if log.verdict == "socket":
+        report.fail(
+            "nccl-path",
+            f"NCCL fell back to sockets (NET/Socket): no RDMA at all (NET/IB devices: {devices})",
+            "the pod sees no RDMA device: check NCCL_IB_HCA, the RDMA resource request and IPC_LOCK",
+            gate="T11",
+        )
+        report.fail(
+            "gdr", "no GPUDirect RDMA: the traffic never reached RDMA", "fix T11 first", gate="T12"
+        )
+        return
+    if log.verdict == "no-net":
+        report.fail(
+            "nccl-path",
+            "NCCL used no network channel",
+            "check NCCL_P2P_DISABLE/SHM_DISABLE",
+            gate="T11",
+        )
+        return
+    report.ok("nccl-path", f"NCCL used RDMA ({devices})", gate="T11")
+    far = [
+        g
+        for g, d in (readiness.get("distances") or {}).items()
+        if d not in ("X", "PIX", "PXB", "?")
+    ]
+    if log.verdict == "host-memory":
+        why = []
+        if far:
+            why.append(
+                f"{', '.join(far)} are farther than PXB from the NIC (NCCL's default GDR limit)"
+            )
+        if log.gdr_disabled:
+            why.append(
+                "NCCL says GPU Direct RDMA is disabled for "
+                + ", ".join(
+                    f"{d['hca']}{' (' + d['reason'] + ')' if d['reason'] else ''}"
+                    for d in log.gdr_disabled
+                )
+            )
+        if not log.dmabuf_gpus:
+            why.append(
+                "no 'DMA-BUF is available' line: the open kernel module / kernel >= 5.12 are missing"
+            )
+        report.fail(
+            "gdr",
+            "RDMA works but through host memory (no /GDRDMA on the channels)"
+            + (f": {'; '.join(why)}" if why else ""),
+            "see the GPUDirect readiness findings; NCCL_NET_GDR_LEVEL only lifts the distance limit",
+            gate="T12",
+        )
+        return
+    if log.verdict == "mixed":
+        report.warn(
+            "gdr",
+            "some channels use GPUDirect RDMA, some host memory",
+            "check per-GPU distances",
+            gate="T12",
+        )
+        return
+    dmabuf = "DMA-BUF" if log.dmabuf_gpus else "peermem"
+    if profile in VENDOR_SUPPORTED:
+        report.ok(
+            "gdr",
+            f"every NET channel uses GPUDirect RDMA ({dmabuf}): production candidate",
+            gate="T12",
+        )
+    else:
+        report.warn(
+            "gdr",
+            f"every NET channel uses GPUDirect RDMA ({dmabuf}) over an Intel E810: technically working, "
+            "Experimental / vendor support risk (NVIDIA supports GPUDirect RDMA with ConnectX/BlueField only)",
+            "accept as experimental, or run the same gates on a ConnectX node (Architecture B) to decide on numbers",
+            gate="T12",
+        )
 
 
 class CudaPerftest(Step):
@@ -17,13 +180,54 @@ class CudaPerftest(Step):
     explain = (
         "A CPU-memory ib_write_bw does not prove the GPU path: perftest built with CUDA runs "
         "with --use_cuda=<gpu> (T11) and --use_cuda_dmabuf (T12) when the installed perftest "
-        "supports it."
+        "supports it (detected from its --help)."
     )
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
         peer = q(first_peer_ip(site))
-        base = "ib_write_bw -d <rdma-dev> -x <gid-index> --report_gbits --use_cuda=0"
-        return [f"{base} {peer}", f"{base} --use_cuda_dmabuf {peer}"]
+        base = "ib_write_bw -d <rdma-dev> -x <gid-index> --report_gbits -q 4 --use_cuda=0"
+        return [
+            "ib_write_bw --help | grep use_cuda",
+            f"{base} {peer}",
+            f"{base} --use_cuda_dmabuf {peer}",
+        ]
+
+    async def measure(self, ctx: StepContext) -> list[Finding]:
+        report = Report("T11")
+        helptext = await ctx.run(["ib_write_bw", "--help"])
+        if "--use_cuda" not in helptext.stdout + helptext.stderr:
+            report.skip(
+                "cuda-perftest", "the installed perftest has no CUDA support (--use_cuda missing)"
+            )
+            report.skip("dmabuf-perftest", "perftest without CUDA cannot test DMA-BUF", gate="T12")
+            return report.findings
+        client, server, _ = await endpoints(ctx)
+        if client is None or server is None:
+            report.fail("cuda-perftest", "no RDMA endpoint pair", "run the RDMA phases first")
+            return report.findings
+        for name, gate, extra in (
+            ("cuda-perftest", "T11", []),
+            ("dmabuf-perftest", "T12", ["--use_cuda_dmabuf"]),
+        ):
+            fact, problem = await perftest_pair(
+                ctx, "ib_write_bw", client, server, qps=4, client_extra=["--use_cuda=0", *extra]
+            )
+            if fact is None or problem or fact.best_bw_gbps is None:
+                report.fail(
+                    name,
+                    f"GPU-memory ib_write_bw failed: {problem}",
+                    "read the perftest output",
+                    gate=gate,
+                )
+                continue
+            ctx.record(f"gpu.{name}", fact.best_bw_gbps, "Gb/s")
+            report.ok(
+                name,
+                f"ib_write_bw from GPU 0 memory{' (DMA-BUF)' if extra else ''}: "
+                f"{fact.best_bw_gbps:.1f} Gb/s",
+                gate=gate,
+            )
+        return report.findings
 
 
 class NcclTests(Step):
@@ -31,20 +235,89 @@ class NcclTests(Step):
     title = "nccl-tests all_reduce_perf with NCCL_DEBUG=INFO"
     kind = StepKind.MEASURE
     gates = ("T11", "T12")
-    reads = ("qos", "device_plugin")
+    reads = ("qos", "device_plugin", "measurements")
     explain = (
-        "all_reduce_perf -b 8 -e 16G -f 2 -g 1 runs as a Kubernetes Job (IPC_LOCK, "
-        "memory-backed /dev/shm, NCCL_IB_HCA from discovery, NCCL_IB_TC=96 with QoS on). The "
-        "log decides: every net channel 'via NET/IB/N/GDRDMA' = GPU memory direct; 'via "
-        "NET/IB/N' = through host memory; 'NET/Socket' = no RDMA at all. On an E810, a T12 "
-        "pass is 'Experimental / vendor support risk', never 'Production candidate'."
+        "all_reduce_perf -b 8 -e 16G -f 2 runs as a Kubernetes Job (IPC_LOCK, memory-backed "
+        "/dev/shm, NCCL_IB_HCA from discovery, NCCL_IB_TC=96 with QoS on). The log decides: every "
+        "net channel 'via NET/IB/N/GDRDMA' = GPU memory direct; 'via NET/IB/N' = through host "
+        "memory; 'NET/Socket' = no RDMA at all. On an E810, a T12 pass is 'Experimental / vendor "
+        "support risk', never 'Production candidate'."
     )
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
+        name = node.name if node else "<node>"
+        return ["kubectl apply -f nccl-job.yaml", f"kubectl logs job/gnw-nccl-{q(name)}"]
+
+    def artifacts(self, site: Site, node: Node | None) -> list[Artifact]:
+        if node is None:
+            return []
+        job = nccl_job(site, node, "<rdma-dev>", qos_on=True)
         return [
-            "kubectl apply -f nccl-all-reduce-job.yaml",
-            "kubectl logs job/nccl-all-reduce  # NCCL INFO lines and the result table",
+            Artifact(
+                f"nodes/{node.name}/k8s/nccl-job.yaml",
+                yaml.safe_dump(job, sort_keys=False),
+                Target.K8S_OBJECT,
+                f"Job {JOB_NAMESPACE}/gnw-nccl-{node.name}",
+                "nccl-tests all_reduce_perf with NCCL_DEBUG=INFO",
+            )
         ]
+
+    async def measure(self, ctx: StepContext) -> list[Finding]:
+        assert ctx.node is not None
+        report = Report("T11")
+        hca = str(ctx.recorded("irdma.verify").get("rdma_device") or "irdma0")
+        qos_on = ctx.engine.checkpoint.step_state("qos.apply", ctx.target).value == "done"
+        job = nccl_job(ctx.site, ctx.node, hca, qos_on)
+        kube = ctx.services.kube
+        name = job["metadata"]["name"]
+        await kube.delete_job(JOB_NAMESPACE, name)
+        await kube.create_job(JOB_NAMESPACE, job)
+        logs = None
+        try:
+            deadline = time.monotonic() + 1800
+            while time.monotonic() < deadline:
+                pods = await kube.pods(JOB_NAMESPACE, label_selector=f"job-name={name}")
+                done = [
+                    p for p in pods if p.get("status", {}).get("phase") in ("Succeeded", "Failed")
+                ]
+                if done:
+                    logs = await kube.pod_log(JOB_NAMESPACE, done[0]["metadata"]["name"])
+                    break
+                await asyncio.sleep(2)
+        finally:
+            await kube.delete_job(JOB_NAMESPACE, name)
+            for pod in await kube.pods(JOB_NAMESPACE, label_selector=f"job-name={name}"):
+                await kube.delete_pod(JOB_NAMESPACE, pod["metadata"]["name"])
+        if logs is None:
+            report.fail(
+                "nccl-path", "the nccl-tests Job did not finish", f"kubectl describe job {name}"
+            )
+            return report.findings
+        try:
+            log = parse("nccl-log", logs)
+        except ParseError as exc:
+            report.fail(
+                "nccl-path",
+                f"no NCCL INFO lines in the Job's log ({exc.reason})",
+                "check NCCL_DEBUG=INFO",
+            )
+            return report.findings
+        ctx.data["nccl_verdict"] = log.verdict
+        explain_verdict(log, ctx.recorded("gpudirect.readiness"), ctx.site.nic.profile, report)
+        try:
+            table = parse("nccl-tests", logs)
+            if table.avg_busbw is not None:
+                ctx.record("nccl.all_reduce.avg_busbw", table.avg_busbw, "GB/s")
+                if table.rows:
+                    ctx.record(
+                        "nccl.all_reduce.max_busbw",
+                        max(r["oop_busbw"] or 0 for r in table.rows),
+                        "GB/s",
+                    )
+                report.ok("nccl-busbw", f"all_reduce average bus bandwidth {table.avg_busbw} GB/s")
+        except ParseError:
+            report.warn("nccl-busbw", "no nccl-tests result table in the log", "read the Job's log")
+        return report.findings
 
 
 PHASE = Phase(

@@ -24,7 +24,15 @@ class Vllm(Step):
     title = "vLLM serving benchmark"
     kind = StepKind.MEASURE
     gates = ("T15",)
-    explain = "An operator-configured vLLM serving benchmark on the node; numbers recorded."
+    reads = ("measurements",)
+    explain = "An operator-configured vLLM serving benchmark on the node; its headline number is recorded."
+
+    async def measure(self, ctx: StepContext) -> list[Finding]:
+        from steps.bench import run_benchmark
+
+        report = Report("T15")
+        await run_benchmark(ctx, report, "vllm", ctx.site.measurements.vllm, "vLLM serving")
+        return report.findings
 
 
 class Soak(Step):
@@ -32,10 +40,71 @@ class Soak(Step):
     title = "Soak: repeated RDMA load"
     kind = StepKind.MEASURE
     gates = ("T16",)
+    reads = ("measurements", "aistor")
     explain = (
-        "Repeated RDMA load for the configured duration while error, link-flap and pause "
-        "counters are sampled; a pass needs stable bandwidth and no errors."
+        "Repeated RDMA load (ib_write_bw, 4 QPs) for measurements.soak_seconds while error, "
+        "link-flap and pause counters are sampled; a pass needs stable bandwidth (spread under "
+        "10%) and no new errors or link failures."
     )
+
+    async def measure(self, ctx: StepContext) -> list[Finding]:
+        from steps.perf import endpoints, perftest_pair
+        from wizard.probe import probe
+
+        assert ctx.node is not None
+        report = Report("T16")
+        client, server, _ = await endpoints(ctx)
+        if client is None or server is None:
+            report.fail("soak", "no RDMA endpoint pair", "run the RDMA phases first")
+            return report.findings
+
+        async def counters() -> dict[str, int]:
+            totals: dict[str, int] = {}
+            for port in ctx.node.bond.ports:
+                stats = await probe(ctx, ["ethtool", "-S", port], "ethtool-s")
+                if stats.ok:
+                    for name, value in stats.fact.counters.items():
+                        if any(word in name for word in ("error", "crc", "discard", "drop")):
+                            totals[f"{port}:{name}"] = value
+            bond = await probe(ctx, ["cat", f"/proc/net/bonding/{ctx.node.bond.name}"], "bonding")
+            if bond.ok:
+                for slave in bond.fact.slaves:
+                    totals[f"{slave.name}:link_failures"] = slave.link_failure_count or 0
+            return totals
+
+        before = await counters()
+        samples: list[float] = []
+        failures = 0
+        deadline = time.monotonic() + ctx.site.measurements.soak_seconds
+        while time.monotonic() < deadline or not samples:
+            fact, problem = await perftest_pair(ctx, "ib_write_bw", client, server, qps=4)
+            if fact is None or problem or fact.best_bw_gbps is None:
+                failures += 1
+            else:
+                samples.append(fact.best_bw_gbps)
+            if failures > 2:
+                break
+        after = await counters()
+        grown = {k: after[k] - before.get(k, 0) for k in after if after[k] > before.get(k, 0)}
+        ctx.data["soak_samples"] = samples
+        if samples:
+            mean = sum(samples) / len(samples)
+            spread = (max(samples) - min(samples)) / mean if mean else 1.0
+            ctx.record("soak.mean", mean, "Gb/s", runs=str(len(samples)))
+            ctx.record("soak.spread", spread * 100, "%")
+        else:
+            mean, spread = 0.0, 1.0
+        text = f"{len(samples)} runs, mean {mean:.1f} Gb/s, spread {spread:.1%}, {failures} failed runs"
+        if failures or spread > 0.10 or grown:
+            detail = f"; counters grew: {grown}" if grown else ""
+            report.fail(
+                "soak",
+                text + detail,
+                "look at the grown counters (errors, link flaps) and the switch logs",
+            )
+        else:
+            report.ok("soak", text + "; no new errors or link failures")
+        return report.findings
 
 
 class Reboot(Step):
@@ -70,9 +139,12 @@ class Reboot(Step):
         boot_id = (await ctx.read_file(BOOT_ID) or "").strip()
         ctx.data["boot_id_before"] = boot_id
         artifact = Artifact(
-            f"nodes/{ctx.node.name}/boot", "boot: a new boot (after systemctl reboot)\n", Target.SCRIPT,
-            f"the running system of {ctx.node.name}", "reboot",
-        )  # fmt: skip
+            f"nodes/{ctx.node.name}/boot",
+            "boot: a new boot (after systemctl reboot)\n",
+            Target.SCRIPT,
+            f"the running system of {ctx.node.name}",
+            "reboot",
+        )
         return [Change(artifact, f"boot: {boot_id}\n")]
 
     async def apply(self, ctx: StepContext, changes: list[Change]) -> None:
@@ -120,9 +192,15 @@ class Reboot(Step):
             findings = await steps.step(step_id).verify(ctx)
             for finding in findings:
                 report.findings.append(
-                    Finding(f"T17.{finding.check}", "T17", finding.severity,
-                            f"after reboot: {finding.message}", finding.remediation, finding.evidence)
-                )  # fmt: skip
+                    Finding(
+                        f"T17.{finding.check}",
+                        "T17",
+                        finding.severity,
+                        f"after reboot: {finding.message}",
+                        finding.remediation,
+                        finding.evidence,
+                    )
+                )
         return report.findings
 
     async def finish(self, ctx: StepContext, ok: bool) -> None:

@@ -698,12 +698,56 @@ class BootPersistence(Step):
         return report.findings
 
 
+class QosMeasure(Step):
+    id = "qos.measure"
+    title = "RDMA with QoS on, against the baseline; PFC counters before and after"
+    kind = StepKind.MEASURE
+    gates = ("T08",)
+    requires = ("qos.apply",)
+    reads = ("qos", "aistor", "measurements")
+    explain = (
+        "The same perftest suite as the baseline, now through the connection manager with ToS 96 "
+        "(-R -T 96), side by side with the baseline; the per-priority pause counters are read "
+        "before and after the load: pause frames on priority 3 show PFC at work."
+    )
+
+    async def measure(self, ctx: StepContext) -> list[Finding]:
+        from steps.perf import pause_counters, rdma_suite
+
+        report = Report("T08")
+        before = await pause_counters(ctx)
+        await rdma_suite(ctx, report, series="qos", qos=True)
+        after = await pause_counters(ctx)
+        prio = str(ctx.site.qos.priority)
+        delta = {
+            port: sum(after[port][prio].values())
+            - sum(before.get(port, {}).get(prio, {"rx": 0, "tx": 0}).values())
+            for port in after
+            if prio in after[port]
+        }
+        ctx.data["pause_before"], ctx.data["pause_after"] = before, after
+        for port, count in delta.items():
+            ctx.record(f"qos.pause.{port}.prio{prio}", float(count), "frames")
+        report.ok("pfc-counters", f"pause frames on priority {prio} during the load: "
+                  + ", ".join(f"{p}: {c}" for p, c in delta.items()))  # fmt: skip
+        baseline = ctx.engine.checkpoint.record("baseline.rdma", ctx.target).get("measurements", {})
+        mine = {m.name: m.value for m in ctx.measurements}
+        rows = []
+        for name, entry in baseline.items():
+            twin = name.replace("baseline.", "qos.", 1)
+            if twin in mine and entry.get("unit") == "Gb/s":
+                rows.append(f"{name.split('.', 1)[1]}: {entry['value']:.1f} -> {mine[twin]:.1f}")
+        if rows:
+            report.ok("vs-baseline", "baseline -> with QoS (Gb/s): " + "; ".join(rows))
+        return report.findings
+
+
 PHASE = Phase(
     id="qos",
     number=11,
     title="RoCE QoS (maintenance window)",
     summary="DSCP 24 -> priority 3 -> TC3 with PFC on priority 3, identical on both ports.",
-    steps=(SwitchIntent(), ApplyQos(), BootPersistence()),
+    steps=(SwitchIntent(), ApplyQos(), BootPersistence(), QosMeasure()),
 )
 
 __all__ = ["PHASE", "bond_name", "json", "ports"]

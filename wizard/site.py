@@ -226,6 +226,44 @@ class QoS(Strict):
         return self.dscp * 4 if self.tos is None else self.tos
 
 
+class Benchmark(Strict):
+    """An operator-configured benchmark command (AIStor S3 client, vLLM serving benchmark)."""
+
+    command: str = Field(description="run on the GPU node; its output is recorded")
+    metric_regex: str = Field(
+        description="a regex with a (?P<value>...) group picking the headline number from the output"
+    )
+    unit: str = "GB/s"
+
+    @field_validator("metric_regex")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        try:
+            pattern = re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"{value!r} is not a valid regex: {exc}") from None
+        if "value" not in pattern.groupindex:
+            raise ValueError(f"{value!r} needs a (?P<value>...) group")
+        return value
+
+
+class Measurements(Strict):
+    perftest_port: int = Field(18515, ge=1024, le=65000)
+    iperf3_port: int = Field(5201, ge=1024, le=65000)
+    tcp_streams: int = Field(8, ge=1, le=128)
+    duration_s: int = Field(10, ge=1, le=3600)
+    soak_seconds: int = Field(1800, ge=1, le=7 * 86400)
+    min_line_rate_percent: int = Field(
+        80, ge=1, le=100, description="below this % of line rate warns"
+    )
+    nccl_tests_image: str = (
+        "ghcr.io/coreweave/nccl-tests:12.9.1-devel-ubuntu22.04-nccl2.27.5-1-0120901"
+    )
+    aistor_tcp: Benchmark | None = None
+    aistor_direct: Benchmark | None = None
+    vllm: Benchmark | None = None
+
+
 class Taint(Strict):
     enabled: bool = False
     key: Annotated[str, _check(names.is_label_key, "taint key")] = "accelerator"
@@ -259,6 +297,7 @@ class Site(Strict):
         default_factory=lambda: {"accelerator": "nvidia-b300"}
     )
     taint: Taint = Taint()
+    measurements: Measurements = Measurements()
     max_parallel_nodes: int = Field(16, ge=1, le=256, description="nodes probed at once")
 
     _source: Path | None = PrivateAttr(default=None)

@@ -198,6 +198,11 @@ class LabHost:
         if path == "/proc/cmdline":
             iommu = "" if "iommu-translated" in self.faults else " intel_iommu=on iommu=pt"
             return f"BOOT_IMAGE=(hd0,gpt2)/vmlinuz-{self.kernel} root=/dev/mapper/rhel-root ro{iommu}\n"
+        if path == "/proc/driver/nvidia/version" and self.gpu_driver:
+            return (
+                "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  595.91.07  Release Build  "
+                "(dvs-builder@U22-I3-AE18-23-3)  Mon Sep 29 2026\nGCC version:  gcc version 11.5.0\n"
+            )
         if path == f"/proc/net/bonding/{self.bond_name}":
             return self._bonding()
         if path.startswith("/sys/kernel/config/"):
@@ -670,6 +675,10 @@ class LabHost:
     def cmd_nvidia_smi(self, args: list[str]) -> Result:
         if not self.gpu_driver or self.role != "gpu":
             return Result(stderr="bash: line 1: nvidia-smi: command not found\n", exit_status=127)
+        if args == ["topo", "-m"]:
+            from wizard.lab.perf import topo_output
+
+            return Result(topo_output(self.gpus_present))
         if args == ["-L"]:
             return Result(
                 "".join(
@@ -725,6 +734,16 @@ class LabHost:
                 self.configfs[path.rstrip("/") + "/"] = ""
                 self.configfs.setdefault(path.rstrip("/") + "/roce_dcqcn_enable", "0\n")
         return Result()
+
+    def cmd_warp(self, args: list[str]) -> Result:
+        rdma = "--rdma" in args
+        speed = 38.4 if rdma else 21.7
+        return Result(f"warp: Benchmark data written to warp-get.csv.zst\nOperation: GET\n"
+                      f"* Average: {speed} GiB/s, {speed * 1024 / 16:.2f} obj/s\n")  # fmt: skip
+
+    def cmd_vllm(self, args: list[str]) -> Result:
+        return Result("============ Serving Benchmark Result ============\nSuccessful requests:  64\n"
+                      "Output token throughput (tok/s):          18422.51\nMean TTFT (ms):   81.4\n")  # fmt: skip
 
     def cmd_true(self, args: list[str]) -> Result:
         return Result()

@@ -25,6 +25,7 @@ import yaml
 from wizard.lab.faults import check_faults
 from wizard.lab.host import LabHost
 from wizard.lab.kubeapi import ClusterState, KubeApiServer
+from wizard.lab.perf import Broker, nccl_job_log
 from wizard.lab.sshd import LabSshServer
 
 KUBERNETES_VERSION = "1.33.5"
@@ -45,6 +46,7 @@ class Lab:
     cluster: ClusterState = field(default_factory=lambda: ClusterState(KUBERNETES_VERSION))
     api: KubeApiServer | None = None
     releases: dict[str, dict[str, Any]] = field(default_factory=dict)
+    broker: Broker = field(default_factory=Broker)
 
     def __post_init__(self) -> None:
         check_faults(self.faults)
@@ -102,6 +104,7 @@ class Lab:
             client_public,
             reboot_seconds=self.reboot_seconds,
             slow_seconds=self.slow_seconds,
+            broker=self.broker,
         )
         port = await server.start()
         self.hosts[host.name] = host
@@ -193,6 +196,25 @@ class Lab:
             "nodes": nodes,
             "aistor": {"peers": peers},
             "registry": {"mirror": "nexus.lab.internal:8443/nvidia", "pull_secret": "nexus-pull"},
+            "measurements": {
+                "duration_s": 2,
+                "soak_seconds": 3,
+                "aistor_tcp": {
+                    "command": "warp get --host=aistor --duration=10s",
+                    "metric_regex": r"Average: (?P<value>[\d.]+) GiB/s",
+                    "unit": "GiB/s",
+                },
+                "aistor_direct": {
+                    "command": "warp get --host=aistor --duration=10s --rdma",
+                    "metric_regex": r"Average: (?P<value>[\d.]+) GiB/s",
+                    "unit": "GiB/s",
+                },
+                "vllm": {
+                    "command": "vllm bench serve --model lab --num-prompts 64",
+                    "metric_regex": r"Output token throughput \(tok/s\):\s+(?P<value>[\d.]+)",
+                    "unit": "tok/s",
+                },
+            },
         }
         header = (
             "# gpu-node-wizard lab site: simulated hosts on loopback, written by `lab`/`demo`.\n"
@@ -355,6 +377,17 @@ class Lab:
             }  # fmt: skip
         elif plural == "daemonsets" and "rdma" in obj["metadata"]["name"]:
             self._rdma_plugin_appears(obj)
+        elif plural == "jobs":
+            template = obj.get("spec", {}).get("template", {})
+            name = obj["metadata"]["name"]
+            pod = {
+                "metadata": {"name": f"{name}-x7k2p", "namespace": obj["metadata"]["namespace"],
+                             "labels": {"job-name": name, **template.get("metadata", {}).get("labels", {})}},
+                "spec": {**template.get("spec", {}), "restartPolicy": "Never"},
+            }  # fmt: skip
+            self._on_create("pods", pod)
+            self.cluster.put("v1", "pods", pod)
+            obj["status"] = {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}
 
     def _rdma_plugin_appears(self, daemonset: dict[str, Any]) -> None:
         if "plugin-missing-resource" in self.faults:
@@ -392,6 +425,11 @@ class Lab:
         for container in pod.get("spec", {}).get("containers", []):
             argv = list(container.get("command") or []) + list(container.get("args") or [])
             script = argv[-1] if argv[:2] in (["sh", "-c"], ["bash", "-c"]) else shlex.join(argv)
+            if "all_reduce_perf" in script:
+                env = {e["name"]: e.get("value") for e in container.get("env", [])}
+                output.append(nccl_job_log(host.name, "nccl-socket" in self.faults,
+                                           env.get("NCCL_IB_HCA") or "irdma0", env.get("NCCL_IB_TC")))  # fmt: skip
+                continue
             for part in script.replace("&&", ";").replace("\n", ";").split(";"):
                 if part.strip():
                     result = host.execute(part.strip())

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shlex
 
 import asyncssh
 
 from wizard.lab.host import LabHost
+from wizard.lab.perf import PERFTEST, Broker, iperf3_json, run_perftest, split_prefixes
 from wizard.transports.base import WRITE_FILE_SCRIPT
 
 SLOW_SSH_DELAY_S = 1.0
@@ -28,7 +30,9 @@ class LabSshServer:
         *,
         reboot_seconds: float = 2.0,
         slow_seconds: float = SLOW_SSH_DELAY_S,
+        broker: Broker | None = None,
     ) -> None:
+        self.broker = broker
         self.slow_seconds = slow_seconds
         self.host = host
         self.address = address
@@ -94,12 +98,64 @@ class LabSshServer:
             process.exit(0)
             self._reboot_task = asyncio.get_running_loop().create_task(self._reboot())
             return
+        special = await self._benchmark(command)
+        if special is not None:
+            out, err, status = special
+            if out:
+                process.stdout.write(out)
+            if err:
+                process.stderr.write(err)
+            process.exit(status)
+            return
         result = self.host.execute(command, stdin)
         if result.stdout:
             process.stdout.write(result.stdout)
         if result.stderr:
             process.stderr.write(result.stderr)
         process.exit(result.exit_status)
+
+    async def _benchmark(self, command: str) -> tuple[str, str, int] | None:
+        """perftest and iperf3 pair up across hosts through the lab's broker."""
+        if self.broker is None:
+            return None
+        try:
+            argv = split_prefixes(shlex.split(command))
+        except ValueError:
+            return None
+        if not argv:
+            return None
+        if argv[0] in PERFTEST:
+            return await run_perftest(argv, self.host, self.broker, {})
+        if argv[0] == "pkill":
+            port = next((int(a.split("-p ", 1)[1].split()[0]) for a in argv if "-p " in a), None)
+            stopped = self.broker.stop(port)
+            return "", "", 0 if stopped else 1
+        if argv[0] == "iperf3":
+            return await self._iperf3(argv)
+        return None
+
+    async def _iperf3(self, argv: list[str]) -> tuple[str, str, int]:
+        port = int(argv[argv.index("-p") + 1]) if "-p" in argv else 5201
+        if "-s" in argv:
+            future = self.broker.listen(self.host.rdma_ip, port)
+            try:
+                await asyncio.wait_for(future, 60)
+            except TimeoutError:
+                return "", "iperf3: error - no client within 60 s\n", 1
+            except asyncio.CancelledError:
+                return "", "", 143
+            return f"{'-' * 59}\nServer listening on {port}\n", "", 0
+        target = argv[argv.index("-c") + 1]
+        listener = self.broker.connect(target, port)
+        if listener is None:
+            return (
+                "",
+                "iperf3: error - unable to connect to server - server may have stopped running or use a different port, firewall issue, etc.: Connection refused\n",
+                1,
+            )
+        listener.set_result(self.host.name)
+        streams = int(argv[argv.index("-P") + 1]) if "-P" in argv else 1
+        return iperf3_json(True, streams, "-R" in argv) + "\n", "", 0
 
     async def _reboot(self) -> None:
         """Go away like a rebooting machine, then come back on the same port."""

@@ -210,6 +210,22 @@ class KubeClient:
             if exc.status != 404:
                 raise
 
+    async def create_job(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        return await self.request(
+            "POST", f"/apis/batch/v1/namespaces/{namespace}/jobs", body,
+            what=f"create job {body['metadata']['name']}",
+        )  # fmt: skip
+
+    async def delete_job(self, namespace: str, name: str) -> None:
+        try:
+            await self.request(
+                "DELETE", f"/apis/batch/v1/namespaces/{namespace}/jobs/{name}",
+                what=f"delete job {namespace}/{name}",
+            )  # fmt: skip
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+
     async def cordon(self, name: str, unschedulable: bool = True) -> None:
         await self.patch_node(name, {"spec": {"unschedulable": unschedulable or None}})
 

@@ -1,0 +1,319 @@
+"""Benchmark orchestration shared by the measure steps: perftest pairs, iperf3, line rate.
+
+A server runs on the AIStor peer (the far end), the client on the GPU node. The server is
+wrapped in ``timeout`` and killed explicitly when the client fails, so no benchmark
+process is ever left behind on either host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from wizard.facts import ParseError, parse
+from wizard.facts.perftest import Perftest
+from wizard.plan import StepContext
+from wizard.probe import Report, probe
+from wizard.site import AIStorPeer
+from wizard.transports.base import TransportError
+
+SERVER_TIMEOUT_S = 120
+LISTEN_GRACE_S = 0.5
+BW_TESTS = ("ib_write_bw", "ib_read_bw", "ib_send_bw")
+QP_SWEEP = (1, 4, 8)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    host: str  # host name in the site (transport key)
+    device: str
+    gid_index: int | None
+    address: str  # RDMA (bond1) address
+
+
+def _gid_matches(gid: str, address: str) -> bool:
+    packed = ipaddress.IPv4Address(address).packed
+    hex_tail = f"ffff:{packed[0]:02x}{packed[1]:02x}:{packed[2]:02x}{packed[3]:02x}"
+    return gid.endswith(f"::ffff:{address}") or gid.lower().endswith(hex_tail)
+
+
+async def discover(
+    ctx: StepContext, host: str, address: str, device: str | None = None
+) -> Endpoint | None:
+    """The RDMA device and RoCEv2 GID index for ``address`` on ``host``."""
+    if device is None:
+        links = await probe(ctx, ["rdma", "-j", "link", "show"], "rdma-link", on=host)
+        active = [lk for lk in (links.fact.links if links.ok else []) if lk.state == "ACTIVE"]
+        if not active:
+            return None
+        device = active[0].device
+    info = await probe(ctx, ["ibv_devinfo", "-v", "-d", device], "ibv-devinfo", on=host)
+    gid_index = None
+    if info.ok:
+        for dev in info.fact.devices:
+            for port in dev.ports:
+                for gid in port.gids:
+                    if gid.type and "v2" in gid.type.lower() and _gid_matches(gid.gid, address):
+                        gid_index = gid.index
+    return Endpoint(host, device, gid_index, address)
+
+
+async def endpoints(ctx: StepContext) -> tuple[Endpoint | None, Endpoint | None, AIStorPeer | None]:
+    """The GPU node's and the first AIStor peer's endpoints (from discovery)."""
+    assert ctx.node is not None
+    peer = ctx.site.aistor.peers[0] if ctx.site.aistor.peers else None
+    recorded = ctx.recorded("irdma.verify")
+    client = None
+    if recorded.get("rdma_device") and recorded.get("gid_index") is not None:
+        client = Endpoint(
+            ctx.target, str(recorded["rdma_device"]), int(recorded["gid_index"]), ctx.node.rdma_ip
+        )
+    else:
+        client = await discover(ctx, ctx.target, ctx.node.rdma_ip)
+    server = await discover(ctx, peer.name, peer.rdma_ip, peer.rdma_device) if peer else None
+    return client, server, peer
+
+
+_TESTS = (*BW_TESTS, "ib_write_lat", "ib_read_lat", "ib_send_lat")
+
+
+def _port(ctx: StepContext, base: int, test: str, qps: int) -> int:
+    """A port per node, test and QP count, so concurrent runs against one peer never clash."""
+    node_index = next((i for i, n in enumerate(ctx.site.nodes) if n.name == ctx.target), 0)
+    return base + 100 * node_index + 10 * _TESTS.index(test) + min(qps, 9)
+
+
+def _args(endpoint: Endpoint, qps: int, port: int, extra: list[str]) -> list[str]:
+    argv = ["-d", endpoint.device]
+    if endpoint.gid_index is not None:
+        argv += ["-x", str(endpoint.gid_index)]
+    return [*argv, "-q", str(qps), "-p", str(port), *extra]
+
+
+async def perftest_pair(
+    ctx: StepContext,
+    test: str,
+    client: Endpoint,
+    server: Endpoint,
+    *,
+    qps: int = 1,
+    extra: list[str] | None = None,
+    client_extra: list[str] | None = None,
+) -> tuple[Perftest | None, str]:
+    """Run ``test`` server-on-peer / client-on-node; return (fact, problem)."""
+    extra = list(extra or [])
+    if not test.endswith("_lat"):
+        extra.append("--report_gbits")
+    port = _port(ctx, ctx.site.measurements.perftest_port, test, qps)
+    server_argv = ["timeout", str(SERVER_TIMEOUT_S), test, *_args(server, qps, port, extra)]
+    server_task = asyncio.ensure_future(
+        ctx.run(server_argv, on=server.host, timeout=SERVER_TIMEOUT_S + 10)
+    )
+    try:
+        await asyncio.sleep(LISTEN_GRACE_S)
+        argv = [test, *_args(client, qps, port, extra + list(client_extra or [])), server.address]
+        result = await ctx.run(argv, on=client.host, timeout=SERVER_TIMEOUT_S)
+    finally:
+        if not server_task.done():
+            with contextlib.suppress(TransportError):
+                await ctx.run(["pkill", "-f", f"{test} .*-p {port}"], on=server.host)
+        with contextlib.suppress(TransportError, asyncio.CancelledError):
+            await asyncio.wait_for(server_task, 15)
+    try:
+        fact = parse("perftest", result.stdout + result.stderr)
+    except ParseError as exc:
+        return None, f"`{result.command}` printed nothing perftest-like ({exc.reason})"
+    if fact.error:
+        return fact, fact.error
+    return fact, ""
+
+
+async def line_rate_gbps(ctx: StepContext) -> tuple[float | None, float | None]:
+    """(one port, the bond aggregate) in Gb/s from /proc/net/bonding."""
+    assert ctx.node is not None
+    bond = await probe(ctx, ["cat", f"/proc/net/bonding/{ctx.node.bond.name}"], "bonding")
+    if not bond.ok:
+        return None, None
+    speeds = [s.speed_mbps for s in bond.fact.slaves if s.speed_mbps]
+    if not speeds:
+        return None, None
+    return max(speeds) / 1000, sum(speeds) / 1000
+
+
+def judge_bandwidth(
+    report: Report,
+    name: str,
+    label: str,
+    fact: Perftest,
+    port_rate: float | None,
+    minimum_percent: int,
+    gate: str,
+) -> float | None:
+    gbps = fact.best_bw_gbps
+    if gbps is None:
+        report.fail(
+            name, f"{label}: no bandwidth in the output", "read the perftest output", gate=gate
+        )
+        return None
+    if port_rate:
+        percent = 100 * gbps / port_rate
+        text = f"{label}: {gbps:.1f} Gb/s = {percent:.0f}% of one {port_rate:.0f} Gb/s port"
+        if percent >= minimum_percent:
+            report.ok(name, text, gate=gate)
+        else:
+            report.warn(
+                name,
+                text + f" (below {minimum_percent}%)",
+                "try more QPs (-q 4/8), check MTU 4096, PCIe width and the switch",
+                gate=gate,
+            )
+    else:
+        report.ok(name, f"{label}: {gbps:.1f} Gb/s (line rate unknown)", gate=gate)
+    return gbps
+
+
+async def rdma_suite(ctx: StepContext, report: Report, *, series: str, qos: bool) -> None:
+    """write/read/send bandwidth, send latency and a write QP sweep, recorded as ``series``."""
+    client, server, peer = await endpoints(ctx)
+    if peer is None or server is None or client is None:
+        report.fail(
+            "rdma-pair",
+            "no RDMA endpoint pair (AIStor peer or its RDMA device missing)",
+            "add aistor.peers to the site and make its RDMA device ACTIVE",
+            gate="T04",
+        )
+        return
+    extra = ["-R", "-T", str(ctx.site.qos.roce_tos)] if qos else []
+    port_rate, bond_rate = await line_rate_gbps(ctx)
+    if port_rate:
+        ctx.record(f"{series}.line_rate_port", port_rate, "Gb/s")
+    if bond_rate:
+        ctx.record(f"{series}.line_rate_bond", bond_rate, "Gb/s")
+    minimum = ctx.site.measurements.min_line_rate_percent
+    functional = True
+    for test in BW_TESTS:
+        fact, problem = await perftest_pair(ctx, test, client, server, qps=4, extra=extra)
+        if fact is None or problem:
+            functional = False
+            report.fail(
+                f"{series}-{test}",
+                f"{test} failed: {problem}",
+                "check the peer's RDMA device, GIDs and routes between the bond1 addresses",
+                gate="T06",
+            )
+            continue
+        gbps = judge_bandwidth(
+            report, f"{series}-{test}", f"{test} (4 QPs)", fact, port_rate, minimum, "T06"
+        )
+        if gbps is not None:
+            ctx.record(
+                f"{series}.{test}.q4",
+                gbps,
+                "Gb/s",
+                tos=str(fact.tos) if fact.tos is not None else "",
+            )
+    lat, problem = await perftest_pair(ctx, "ib_send_lat", client, server, extra=extra)
+    if lat and not problem and lat.results:
+        typical = lat.results[0].get("t_typical_us")
+        ctx.record(f"{series}.ib_send_lat.typical", float(typical), "us")
+        report.ok(
+            f"{series}-latency",
+            f"ib_send_lat typical {typical} us, p99 {lat.results[0].get('p99_us')} us",
+            gate="T06",
+        )
+    else:
+        functional = False
+        report.fail(
+            f"{series}-latency", f"ib_send_lat failed: {problem}", "see the output", gate="T06"
+        )
+    sweep = {}
+    for qps in QP_SWEEP:
+        fact, problem = await perftest_pair(
+            ctx, "ib_write_bw", client, server, qps=qps, extra=extra
+        )
+        if fact and not problem and fact.best_bw_gbps is not None:
+            sweep[qps] = fact.best_bw_gbps
+            ctx.record(f"{series}.qp_sweep.q{qps}", fact.best_bw_gbps, "Gb/s", qps=str(qps))
+    if len(sweep) == len(QP_SWEEP):
+        text = ", ".join(f"{q} QP: {v:.1f}" for q, v in sweep.items())
+        best = max(sweep, key=sweep.get)
+        report.ok(
+            f"{series}-qp-sweep", f"ib_write_bw {text} Gb/s; best with {best} QPs", gate="T07"
+        )
+    else:
+        report.fail(
+            f"{series}-qp-sweep",
+            "the QP sweep did not complete",
+            "see the perftest output",
+            gate="T07",
+        )
+    if functional:
+        report.ok(
+            "rdma-functional",
+            f"RDMA between {client.host} ({client.device}, GID {client.gid_index}) and "
+            f"{server.host} ({server.device}) works",
+            gate="T04",
+        )
+
+
+async def iperf3_pair(ctx: StepContext, *, reverse: bool = False) -> tuple[float | None, str]:
+    """TCP throughput between the GPU node and the peer over bond1 (Gb/s)."""
+    assert ctx.node is not None
+    peer = ctx.site.aistor.peers[0] if ctx.site.aistor.peers else None
+    if peer is None:
+        return None, "no AIStor peer in the site"
+    m = ctx.site.measurements
+    port = m.iperf3_port + next(
+        (i for i, n in enumerate(ctx.site.nodes) if n.name == ctx.target), 0
+    )
+    server = asyncio.ensure_future(
+        ctx.run(
+            ["timeout", str(SERVER_TIMEOUT_S), "iperf3", "-s", "-1", "-p", str(port)], on=peer.name
+        )
+    )
+    try:
+        await asyncio.sleep(LISTEN_GRACE_S)
+        argv = [
+            "iperf3",
+            "-c",
+            peer.rdma_ip,
+            "-p",
+            str(port),
+            "-P",
+            str(m.tcp_streams),
+            "-t",
+            str(m.duration_s),
+            "-J",
+            *(["-R"] if reverse else []),
+        ]
+        result = await ctx.run(argv, timeout=m.duration_s + 60)
+    finally:
+        if not server.done():
+            with contextlib.suppress(TransportError):
+                await ctx.run(["pkill", "-f", f"iperf3 -s -1 -p {port}"], on=peer.name)
+        with contextlib.suppress(TransportError, asyncio.CancelledError):
+            await asyncio.wait_for(server, 15)
+    if result.exit_status != 0:
+        return None, (
+            result.stderr.strip() or result.stdout.strip() or "iperf3 failed"
+        ).splitlines()[0]
+    try:
+        data: dict[str, Any] = json.loads(result.stdout)
+        return data["end"]["sum_received"]["bits_per_second"] / 1e9, ""
+    except (ValueError, KeyError) as exc:
+        return None, f"iperf3 printed no JSON result ({exc})"
+
+
+async def pause_counters(ctx: StepContext) -> dict[str, dict[str, dict[str, int]]]:
+    """Per-port, per-priority pause (xoff) counters from ethtool -S."""
+    assert ctx.node is not None
+    result = {}
+    for port in ctx.node.bond.ports:
+        stats = await probe(ctx, ["ethtool", "-S", port], "ethtool-s")
+        if stats.ok:
+            result[port] = {p: {"rx": v.rx, "tx": v.tx} for p, v in stats.fact.prio_pause.items()}
+    return result

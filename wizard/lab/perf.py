@@ -1,0 +1,368 @@
+"""Simulated benchmarks for the lab: perftest server/client pairs, iperf3, nvidia-smi topo
+and NCCL, printed in the real tools' formats (see ../shared/fixtures/perftest, nccl-log,
+nccl-tests, nvidia-smi-topo).
+
+A perftest server started on one simulated host waits for a client from another, like
+the real tool: the broker pairs them by (server address, port).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shlex
+from dataclasses import dataclass, field
+
+from wizard.lab.host import LabHost
+
+PERFTEST = ("ib_write_bw", "ib_read_bw", "ib_send_bw", "ib_write_lat", "ib_read_lat", "ib_send_lat")
+LINE_RATE_GBPS = 100.0
+# What one E810 100G port gives per QP count (several QPs are needed to fill it).
+BW_BY_QPS = {1: 61.84, 2: 88.12, 4: 96.37, 8: 97.42, 16: 97.51}
+TITLES = {
+    "ib_write_bw": "RDMA_Write BW Test",
+    "ib_read_bw": "RDMA_Read BW Test",
+    "ib_send_bw": "Send BW Test",
+    "ib_write_lat": "RDMA_Write Latency Test",
+    "ib_read_lat": "RDMA_Read Latency Test",
+    "ib_send_lat": "Send Latency Test",
+}
+
+
+@dataclass
+class PerftestArgs:
+    tool: str
+    device: str = "irdma0"
+    gid: int = 0
+    qps: int = 1
+    port: int = 18515
+    rdma_cm: bool = False
+    tos: int | None = None
+    gbits: bool = False
+    cuda: int | None = None
+    dmabuf: bool = False
+    duration: int | None = None
+    server: str | None = None  # the client's target address
+
+    @classmethod
+    def parse(cls, argv: list[str]) -> PerftestArgs:
+        args = cls(argv[0])
+        it = iter(argv[1:])
+        for word in it:
+            if word == "-d":
+                args.device = next(it)
+            elif word == "-x":
+                args.gid = int(next(it))
+            elif word == "-q":
+                args.qps = int(next(it))
+            elif word == "-p":
+                args.port = int(next(it))
+            elif word == "-R":
+                args.rdma_cm = True
+            elif word == "-T":
+                args.tos = int(next(it))
+            elif word == "-D":
+                args.duration = int(next(it))
+            elif word == "--report_gbits":
+                args.gbits = True
+            elif word.startswith("--use_cuda="):
+                args.cuda = int(word.split("=", 1)[1])
+            elif word == "--use_cuda_dmabuf":
+                args.dmabuf = True
+            elif not word.startswith("-"):
+                args.server = word
+        return args
+
+
+@dataclass
+class Broker:
+    """Pairs perftest servers and clients across the lab's hosts."""
+
+    listeners: dict[tuple[str, int], asyncio.Future] = field(default_factory=dict)
+
+    def listen(self, address: str, port: int) -> asyncio.Future:
+        future = asyncio.get_running_loop().create_future()
+        self.listeners[(address, port)] = future
+        return future
+
+    def connect(self, address: str, port: int) -> asyncio.Future | None:
+        return self.listeners.pop((address, port), None)
+
+    def stop(self, port: int | None = None) -> int:
+        stopped = 0
+        for key in list(self.listeners):
+            if port is None or key[1] == port:
+                future = self.listeners.pop(key)
+                if not future.done():
+                    future.cancel()
+                stopped += 1
+        return stopped
+
+
+def _header(args: PerftestArgs, host: LabHost) -> list[str]:
+    bar = "-" * 87
+    lines = [bar, f"                    {TITLES[args.tool]}"]
+    lines += [
+        f" Dual-port       : OFF\t\tDevice         : {args.device}",
+        f" Number of qps   : {args.qps}\t\tTransport type : IB",
+        " Connection type : RC\t\tUsing SRQ      : OFF",
+        " PCIe relax order: ON",
+        " ibv_wr* API     : OFF",
+        " TX depth        : 128",
+        " CQ Moderation   : 100",
+        " Mtu             : 4096[B]",
+        " Link type       : Ethernet",
+        f" GID index       : {args.gid}",
+        " Max inline data : 0[B]",
+        f" rdma_cm QPs\t : {'ON' if args.rdma_cm else 'OFF'}",
+    ]
+    if args.rdma_cm:
+        lines.append(
+            f" Data ex. method : rdma_cm \tTOS    : {args.tos if args.tos is not None else 0}"
+        )
+    else:
+        lines.append(" Data ex. method : Ethernet")
+    lines.append(bar)
+    return lines
+
+
+def client_output(args: PerftestArgs, host: LabHost, nccl_socket: bool = False) -> str:
+    lines = []
+    if args.cuda is not None:
+        lines += [
+            "initializing CUDA",
+            "Listing all CUDA devices in system:",
+            "CUDA device 0: PCIe address is 18:00",
+            f"Picking device No. {args.cuda}",
+            f"[pid = 4242, dev = {args.cuda}] device name = [NVIDIA B300 SXM6 AC]",
+            "creating CUDA Ctx",
+            "making it the current CUDA Ctx",
+            "cuMemAlloc() of a 67108864 bytes GPU buffer",
+            "allocated GPU buffer address at 00007f3fa4000000 pointer=0x7f3fa4000000",
+        ]
+        if args.dmabuf:
+            lines.append(
+                "using DMA-BUF for GPU buffer address at 0x7f3fa4000000 aligned at 0x7f3fa4000000 with aligned size 67108864"
+            )
+    lines += _header(args, host)
+    lines += [
+        " local address: LID 0x01 QPN 0x0011 PSN 0x5a1f3c RKey 0x69540273 VAddr 0x007e4ef245e000",
+        f" GID: 00:00:00:00:00:00:00:00:00:00:255:255:{host.rdma_ip.replace('.', ':')}",
+        " remote address: LID 0x01 QPN 0x0012 PSN 0x2ce2c7 RKey 0xbfde4945 VAddr 0x0075bee2e6f000",
+        " GID: 00:00:00:00:00:00:00:00:00:00:255:255:192:168:50:200",
+        "-" * 87,
+    ]
+    if args.tool.endswith("_lat"):
+        lines.append(
+            " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    "
+            "t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] "
+        )
+        base = 2.61 if args.tool == "ib_send_lat" else 2.43
+        lines.append(f" 2       1000          {base:.2f}           7.44         {base + 0.1:.2f}               "
+                     f"{base + 0.14:.2f}           0.14            3.40                   7.44   ")  # fmt: skip
+    else:
+        bw = BW_BY_QPS.get(args.qps, 97.4)
+        if args.tool == "ib_read_bw":
+            bw *= 0.97
+        if args.cuda is not None:
+            bw *= 0.92 if args.dmabuf else 0.88
+        units = "Gb/sec" if args.gbits else "MB/sec"
+        value = bw if args.gbits else bw * 1000 / 8
+        lines.append(
+            f" #bytes     #iterations    BW peak[{units}]    BW average[{units}]   MsgRate[Mpps]"
+        )
+        lines.append(f" 65536      5000             {value * 1.002:.2f}            {value:.2f}            "
+                     f"{bw * 1e9 / 8 / 65536 / 1e6:.6f}")  # fmt: skip
+    lines.append("-" * 87)
+    return "\n".join(lines) + "\n"
+
+
+def perftest_help(host: LabHost) -> str:
+    lines = [
+        "Usage:",
+        "  ib_write_bw            start a server and wait for connection",
+        "  ib_write_bw <host>     connect to server at <host>",
+        " -d, --ib-dev=<dev>  Use IB device <dev> (default first device found)",
+        " -q, --qp=<num of qp's>  Num of qp's(default 1)",
+        " -R, --rdma_cm  Connect QPs with rdma_cm and run test on those QPs",
+        " -T, --tos=<tos value>  Set <tos_value> to RDMA-CM QPs. available only with -R flag",
+        " -x, --gid-index=<index>  Test uses GID with GID index",
+        " --report_gbits  Report Max/Average BW of test in Gbit/sec (instead of MiB/sec)",
+    ]
+    if host.role == "gpu":
+        lines += [
+            " --use_cuda=<cuda device id>  Use CUDA specific device for GPUDirect RDMA testing",
+            " --use_cuda_dmabuf  Use CUDA DMA-BUF for GPUDirect RDMA testing",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def iperf3_json(sender: bool, streams: int, reverse: bool) -> str:
+    rate = 94.1e9 if not reverse else 93.6e9
+    return json.dumps(
+        {
+            "start": {
+                "test_start": {
+                    "protocol": "TCP",
+                    "num_streams": streams,
+                    "duration": 10,
+                    "reverse": int(reverse),
+                }
+            },
+            "end": {
+                "sum_sent": {
+                    "seconds": 10.0,
+                    "bytes": int(rate / 8 * 10),
+                    "bits_per_second": rate * 1.001,
+                    "retransmits": 12,
+                },
+                "sum_received": {
+                    "seconds": 10.0,
+                    "bytes": int(rate / 8 * 10),
+                    "bits_per_second": rate,
+                },
+            },
+        },
+        indent=1,
+    )
+
+
+def topo_output(gpus: int) -> str:
+    """nvidia-smi topo -m for a B300x8 node: the E810 (NIC0/NIC1) under GPU0-3's PCIe switch."""
+    labels = [f"GPU{i}" for i in range(gpus)] + ["NIC0", "NIC1"]
+    header = "\t" + "\t".join(labels) + "\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID"
+    rows = []
+    for i, row in enumerate(labels):
+        cells = []
+        for j, col in enumerate(labels):
+            if i == j:
+                cells.append(" X ")
+            elif row.startswith("GPU") and col.startswith("GPU"):
+                cells.append("NV18")
+            elif row.startswith("NIC") and col.startswith("NIC"):
+                cells.append("PIX")
+            else:
+                gpu = i if row.startswith("GPU") else j
+                cells.append("PXB" if gpu < gpus // 2 else "SYS")
+        tail = ""
+        if row.startswith("GPU"):
+            tail = "\t0-63,128-191\t0\t\tN/A" if i < gpus // 2 else "\t64-127,192-255\t1\t\tN/A"
+        rows.append(f"{row}\t" + "\t".join(cells) + tail)
+    legend = "\n\nLegend:\n\n  X    = Self\n  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)\n  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)\n  PIX  = Connection traversing at most a single PCIe bridge\n  NV#  = Connection traversing a bonded set of # NVLinks\n\nNIC Legend:\n\n  NIC0: irdma0\n  NIC1: irdma1\n"
+    return header + "\n" + "\n".join(rows) + legend
+
+
+def nccl_job_log(node: str, socket: bool, ib_hca: str, tc: str | None) -> str:
+    """An all_reduce_perf run with NCCL_DEBUG=INFO, as the Job's pod prints it."""
+    prefix = f"{node}:412:412 [0] NCCL INFO"
+    lines = [
+        "# nThread 1 nGpus 1 minBytes 8 maxBytes 17179869184 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0",
+        "#",
+        "# Using devices",
+        f"#  Rank  0 Group  0 Pid    412 on {node} device  0 [0000:18:00] NVIDIA B300 SXM6 AC",
+        "#  Rank  1 Group  0 Pid    413 on aistor-peer-gpu device  0 [0000:18:00] NVIDIA B300 SXM6 AC",
+        f"{prefix} Bootstrap : Using bond1:192.168.50.21<0>",
+        "NCCL version 2.30.3+cuda13.0",
+        f"{prefix} NCCL_IB_HCA set by environment to {ib_hca}",
+    ]
+    if tc:
+        lines.append(f"{prefix} NCCL_IB_TC set by environment to {tc}")
+    if socket:
+        lines += [
+            f"{prefix} NET/IB : No device found.",
+            f"{prefix} NET/Socket : Using [0]bond1:192.168.50.21<0>",
+            f"{prefix} Using network Socket",
+            f"{prefix} Channel 00/0 : 1[18000] -> 0[18000] [receive] via NET/Socket/0",
+            f"{prefix} Channel 00/0 : 0[18000] -> 1[18000] [send] via NET/Socket/0",
+        ]
+        busbw = 9.8
+    else:
+        lines += [
+            f"{prefix} NET/IB : Using [0]{ib_hca}:1/RoCE [RO]; OOB bond1:192.168.50.21<0>",
+            f"{prefix} Using network IB",
+            f"{prefix} DMA-BUF is available on GPU device 0",
+            f"{prefix} GPU Direct RDMA Enabled for GPU 18000 / HCA 0 (distance 4 <= 4), read 1",
+            f"{prefix} Channel 00/0 : 1[18000] -> 0[18000] [receive] via NET/IB/0/GDRDMA",
+            f"{prefix} Channel 01/0 : 1[18000] -> 0[18000] [receive] via NET/IB/0/GDRDMA",
+            f"{prefix} Channel 00/0 : 0[18000] -> 1[18000] [send] via NET/IB/0/GDRDMA",
+            f"{prefix} Channel 01/0 : 0[18000] -> 1[18000] [send] via NET/IB/0/GDRDMA",
+        ]
+        busbw = 11.6
+    lines += [
+        f"{prefix} comm 0x55f90cbfd740 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 18000 commId 0x795b968dc454cfee - Init COMPLETE",
+        "#",
+        "#                                                              out-of-place                       in-place          ",
+        "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong",
+        "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)       ",
+    ]
+    for size in (8, 1048576, 134217728, 1073741824, 17179869184):
+        algbw = min(busbw, size / 1e9 * 80) if size > 8 else 0.0
+        time_us = max(size / (algbw * 1e3) if algbw else 24.1, 24.1)
+        lines.append(f"{size:>12} {size // 4:>13}     float     sum      -1 {time_us:>8.1f} {algbw:>7.2f} {algbw:>7.2f}      0 "
+                     f"{time_us:>8.1f} {algbw:>7.2f} {algbw:>7.2f}      0")  # fmt: skip
+    lines += ["# Out of bounds values : 0 OK", f"# Avg bus bandwidth    : {busbw * 0.62:.3f} ", "#"]
+    return "\n".join(lines) + "\n"
+
+
+async def run_perftest(
+    argv: list[str], host: LabHost, broker: Broker, address_of: dict[str, str]
+) -> tuple[str, str, int]:
+    """Run one perftest command on ``host``: a server waits for its client (60 s at most)."""
+    if "--help" in argv or "-h" in argv:
+        return perftest_help(host), "", 0
+    args = PerftestArgs.parse(argv)
+    if args.cuda is None and args.dmabuf:
+        return (
+            "",
+            "CUDA DMA-BUF cannot be used without CUDA\n Parser function exited with Error\n",
+            1,
+        )
+    if args.cuda is not None and host.role != "gpu":
+        return (
+            "",
+            "Perftest was built without CUDA support\n Parser function exited with Error\n",
+            1,
+        )
+    if not any(dev == args.device for dev, _ in host.rdma_devices):
+        return (
+            "",
+            f" IB device {args.device} not found\n Unable to find the Infiniband/RoCE device\n",
+            1,
+        )
+    if args.server is None:
+        future = broker.listen(host.rdma_ip, args.port)
+        waiting = "\n************************************\n* Waiting for client to connect... *\n************************************\n"
+        try:
+            await asyncio.wait_for(future, args.duration or 60)
+        except TimeoutError:
+            broker.connect(host.rdma_ip, args.port)
+            return waiting, "Couldn't connect the client in time\n", 1
+        except asyncio.CancelledError:
+            return waiting, "", 143  # killed by pkill / timeout
+        return waiting + client_output(args, host), "", 0
+    listener = broker.connect(args.server, args.port)
+    if listener is None:
+        return "", (f"Couldn't connect to {args.server}:{args.port}\n"
+                    "Unable to open file descriptor for socket connection Unable to init the socket connection\n"), 1  # fmt: skip
+    listener.set_result(host.name)
+    if args.tos is not None:
+        for port in host.ports:  # with PFC on, a congested switch sends pause frames for prio 3
+            if 3 in port.pfc:
+                port.pause_rx[3] += 1187
+                port.pause_tx[3] += 12
+    return client_output(args, host), "", 0
+
+
+def split_prefixes(argv: list[str]) -> list[str]:
+    """Drop ``timeout N`` / ``sudo -n --`` wrappers the wizard puts in front of a tool."""
+    while argv:
+        if argv[0] == "timeout" and len(argv) > 2:
+            argv = argv[2:]
+        elif argv[0] in ("sudo", "-n", "--"):
+            argv = argv[1:]
+        else:
+            break
+    return argv
+
+
+__all__ = ["Broker", "run_perftest", "shlex"]
