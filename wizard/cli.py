@@ -86,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--fault", action="append", default=[], metavar="NAME", help="inject a lab fault"
     )
     p.add_argument("--nodes", type=int, default=1, help="simulated GPU nodes (default 1)")
+    p.add_argument(
+        "--report", type=Path, metavar="DIR", help="with --headless: write the run's report here"
+    )
     _common(p)
 
     p = sub.add_parser(
@@ -135,6 +138,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nodes", type=int, default=1, help="simulated GPU nodes (default 1)")
     p.add_argument("--fault", action="append", default=[], metavar="NAME", help="inject a fault")
     p.add_argument("--list-faults", action="store_true", help="list the faults and exit")
+    _common(p)
+
+    p = sub.add_parser(
+        "report", help="the T00-T17 report from the checkpoint: Markdown, XLSX and JSON"
+    )
+    p.add_argument("site", type=Path, help="the site file")
+    p.add_argument("--out", type=Path, required=True, help="the folder for report.md/.xlsx/.json")
+    p.add_argument(
+        "--compare",
+        type=Path,
+        metavar="REPORT_JSON",
+        help="another report.json to show side by side",
+    )
     _common(p)
 
     p = sub.add_parser(
@@ -229,6 +245,24 @@ def _state_dir(args: argparse.Namespace) -> Path:
     from wizard.checkpoint import default_state_dir
 
     return args.state_dir or default_state_dir()
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from steps import build_plan
+    from wizard.checkpoint import read_state, site_state_dir
+    from wizard.report import build_report, write_report
+    from wizard.site import load_site
+
+    site = load_site(args.site)
+    state = read_state(site_state_dir(_state_dir(args), site))
+    if state is None:
+        raise UsageError(
+            f"no checkpoint for site {site.name} yet: run `gpu-node-wizard check` or `run` first"
+        )
+    paths = write_report(build_report(state, site, build_plan()), args.out, compare=args.compare)
+    for path in paths:
+        print(f"wrote {path}")
+    return EXIT_OK
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -357,7 +391,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if args.headless:
         from wizard.demo import run_demo_headless
 
-        return asyncio.run(run_demo_headless(tuple(args.fault), args.nodes, args.state_dir))
+        return asyncio.run(
+            run_demo_headless(tuple(args.fault), args.nodes, args.state_dir, args.report)
+        )
     from wizard.demo import run_demo_tui
 
     return run_demo_tui(tuple(args.fault), args.nodes, args.state_dir)
@@ -367,6 +403,7 @@ COMMANDS = {
     "demo": cmd_demo,
     "check": cmd_check,
     "run": cmd_run,
+    "report": cmd_report,
     "lab": cmd_lab,
     "init": cmd_init,
     "export": cmd_export,

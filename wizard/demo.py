@@ -21,7 +21,9 @@ def gate_table(outcome: Outcome) -> str:
     return "\n".join(lines)
 
 
-async def run_demo_headless(faults: tuple[str, ...], nodes: int, state_dir: Path | None) -> int:
+async def run_demo_headless(
+    faults: tuple[str, ...], nodes: int, state_dir: Path | None, report_dir: Path | None = None
+) -> int:
     """Run the whole plan in the lab, auto-approved; print the gates; 0 if every gate passes."""
     with tempfile.TemporaryDirectory(prefix="gnw-demo-") as tmp:
         directory = Path(tmp)
@@ -29,9 +31,15 @@ async def run_demo_headless(faults: tuple[str, ...], nodes: int, state_dir: Path
             site = load_site(lab.site_path)
             print(f"demo: lab with {nodes} GPU node(s), faults: {', '.join(faults) or 'none'}")
             frontend = HeadlessFrontEnd(yes=True, window_open=True, out=sys.stdout)
-            outcome = await run_engine(
-                site, build_plan(), state_dir or directory / "state", frontend
-            )
+            state = state_dir or directory / "state"
+            outcome = await run_engine(site, build_plan(), state, frontend)
+            if report_dir is not None:
+                from wizard.checkpoint import read_state, site_state_dir
+                from wizard.report import build_report, write_report
+
+                data = build_report(read_state(site_state_dir(state, site)), site, build_plan())
+                for path in write_report(data, report_dir):
+                    print(f"wrote {path}")
     print()
     print(gate_table(outcome))
     if outcome.summary.stopped:
@@ -41,7 +49,7 @@ async def run_demo_headless(faults: tuple[str, ...], nodes: int, state_dir: Path
     if outcome.exit_code == 0:
         print("demo passed: no gate failed")
         if waiting:
-            print(f"not automated yet (see RUNBOOK.md from `export`): {', '.join(waiting)}")
+            print(f"no verdict (not configured or not run): {', '.join(waiting)}")
     else:
         print("demo found failures (see above)")
     return outcome.exit_code

@@ -13,7 +13,7 @@ _TITLE = re.compile(r"^\s*(?P<title>[A-Za-z_ ]+?(?:BW|Latency|Lat)[A-Za-z ]*Test
 _PAIR = re.compile(r"(?P<key>[A-Za-z][A-Za-z0-9_.* -]*?)\s*:\s*(?P<value>[^\s:]+)")
 _ERROR = re.compile(
     r"couldn't|failed|unable|error|cannot|invalid|refused|not supported|unrecognized|"
-    r"timed out|mismatch",
+    r"timed out|mismatch|not found",
     re.IGNORECASE,
 )
 # Lines perftest prints when a run cannot start or fails: enough to recognise its output
@@ -22,7 +22,7 @@ _PERFTEST_FAILURE = re.compile(
     r"^(Couldn't connect to|Unable to init the socket connection|Unable to open file descriptor"
     r"|Failed to modify QP|Failed to create QP|Couldn't get device|IB device \S+ not found"
     r"|Parser function exited with Error|.*cannot be used without CUDA|Couldn't allocate"
-    r"|Couldn't create|Failed to deallocate|Couldn't listen|Unable to create the CUDA"
+    r"|Unable to find the Infiniband|Couldn't create|Failed to deallocate|Couldn't listen|Unable to create the CUDA"
     r"|Completion with error|Problems with warm up)",
     re.IGNORECASE,
 )

@@ -100,6 +100,7 @@ class LabSshServer:
             return
         special = await self._benchmark(command)
         if special is not None:
+            self.host.commands.append(command)
             out, err, status = special
             if out:
                 process.stdout.write(out)

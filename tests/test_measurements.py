@@ -1,0 +1,167 @@
+"""Measurements, the GPUDirect verdict and the report, against the lab and real NCCL logs."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+from pathlib import Path
+
+import openpyxl
+import pytest
+
+from steps import build_plan
+from steps.nccl import explain_verdict
+from steps.perf import Endpoint, perftest_pair
+from tests.conftest import fixture_text
+from wizard.checkpoint import Checkpoint, read_state, site_state_dir
+from wizard.engine import Engine
+from wizard.facts import parse
+from wizard.headless import HeadlessFrontEnd
+from wizard.lab.lab import Lab
+from wizard.model import GATES, Severity
+from wizard.plan import StepContext
+from wizard.probe import Report
+from wizard.report import build_report, write_report
+from wizard.runner import run_engine
+from wizard.services import build_services
+from wizard.site import load_site
+
+
+async def full_run(tmp_path: Path, *faults: str):
+    lab = Lab(tmp_path / "lab", faults=faults)
+    await lab.start()
+    try:
+        site = load_site(lab.site_path)
+        frontend = HeadlessFrontEnd(yes=True, window_open=True, out=io.StringIO())
+        outcome = await run_engine(site, build_plan(), tmp_path / "state", frontend)
+    finally:
+        await lab.stop()
+    return outcome, site, lab
+
+
+def findings(outcome, step):
+    return {f.check: f for (s, _), fs in outcome.summary.findings.items() if s == step for f in fs}
+
+
+async def test_full_run_measures_every_gate_and_reports_in_three_formats(tmp_path):
+    outcome, site, lab = await full_run(tmp_path)
+    assert outcome.exit_code == 0
+    verdicts = outcome.gate_verdicts()
+    assert all(v is not None for v in verdicts.values()), verdicts
+    assert verdicts["T12"] is Severity.WARN  # E810: experimental, never production
+    state = read_state(site_state_dir(tmp_path / "state", site))
+    host = state["steps"]["host-rdma.perftest"]["gpu-b300-01"]["measurements"]
+    assert host["host.qp_sweep.q1"]["value"] < host["host.qp_sweep.q8"]["value"]
+    assert host["host.line_rate_port"]["value"] == 100.0
+    qos = findings(outcome, "qos.measure")
+    assert "pause frames on priority 3" in qos["T08.pfc-counters"].message
+    assert "baseline -> with QoS" in qos["T08.vs-baseline"].message
+    assert not lab.broker.listeners  # every perftest/iperf3 server was paired or cleaned up
+
+    report = build_report(state, site, build_plan())
+    paths = write_report(report, tmp_path / "report")
+    data = json.loads(paths[0].read_text())
+    assert [g["gate"] for g in data["gates"]] == list(GATES)
+    assert all(g["status"] != "not run" for g in data["gates"])
+    t07 = next(g for g in data["gates"] if g["gate"] == "T07")
+    assert any("qp_sweep.q8" in n for n in t07["key_numbers"])
+    markdown = paths[1].read_text()
+    assert "| T12 | DMA-BUF GPUDirect | warn |" in markdown and "## Measurements: host" in markdown
+    book = openpyxl.load_workbook(paths[2])
+    gates = book["Gates"]
+    assert gates.max_row == 1 + len(GATES)
+    assert [gates.cell(row=r, column=1).value for r in range(2, 20)] == list(GATES)
+    assert {"host", "baseline", "qos", "tcp", "nccl", "soak"} <= set(book.sheetnames)
+
+
+async def test_socket_fallback_is_explained(tmp_path):
+    outcome, _, _ = await full_run(tmp_path, "nccl-socket")
+    nccl = findings(outcome, "nccl.all-reduce")
+    assert nccl["T11.nccl-path"].severity is Severity.FAIL
+    assert "fell back to sockets" in nccl["T11.nccl-path"].message
+    assert "NCCL_IB_HCA" in nccl["T11.nccl-path"].remediation
+    assert nccl["T12.gdr"].severity is Severity.FAIL
+
+
+@pytest.mark.parametrize(
+    ("profile", "severity", "words"),
+    [
+        ("intel-e810", Severity.WARN, "Experimental / vendor support risk"),
+        ("connectx", Severity.PASS, "production candidate"),
+    ],
+)
+def test_verdict_table_on_a_real_gdr_log(profile, severity, words):
+    log = parse("nccl-log", fixture_text("nccl-log", "01.txt"))
+    report = Report("T11")
+    explain_verdict(log, {"distances": {"GPU0": "PXB"}}, profile, report)
+    gdr = next(f for f in report.findings if f.check == "T12.gdr")
+    assert gdr.severity is severity and words in gdr.message
+    assert next(f for f in report.findings if f.check == "T11.nccl-path").severity is Severity.PASS
+
+
+def test_host_memory_verdict_names_the_reason():
+    text = (
+        "h:1:2 [0] NCCL INFO NET/IB : Using [0]irdma0:1/RoCE [RO]; OOB bond1:192.168.50.21<0>\n"
+        "h:1:2 [0] NCCL INFO NET/IB : GPU Direct RDMA Disabled for HCA 0 'irdma0' (no module)\n"
+        "h:1:2 [0] NCCL INFO Channel 00/0 : 0[18000] -> 1[18000] [send] via NET/IB/0\n"
+    )
+    report = Report("T11")
+    explain_verdict(parse("nccl-log", text), {"distances": {"GPU4": "SYS"}}, "intel-e810", report)
+    gdr = next(f for f in report.findings if f.check == "T12.gdr")
+    assert gdr.severity is Severity.FAIL
+    assert (
+        "through host memory" in gdr.message
+        and "GPU4" in gdr.message
+        and "(no module)" in gdr.message
+    )
+
+
+def test_real_socket_log_fails_t11():
+    report = Report("T11")
+    explain_verdict(parse("nccl-log", fixture_text("nccl-log", "05.txt")), {}, "intel-e810", report)
+    assert {f.check: f.severity for f in report.findings}["T11.nccl-path"] is Severity.FAIL
+
+
+async def test_failed_client_leaves_no_server_behind(tmp_path):
+    async with Lab(tmp_path / "lab") as lab:
+        site = load_site(lab.site_path)
+        services = build_services(site)
+        with Checkpoint.open(tmp_path / "state", site) as checkpoint:
+            engine = Engine(
+                site, build_plan(), checkpoint, HeadlessFrontEnd(out=io.StringIO()), services
+            )
+            step = build_plan().step("host-rdma.perftest")
+            ctx = StepContext(site, step, "gpu-b300-01", site.nodes[0], services, engine)
+            client = Endpoint("gpu-b300-01", "no-such-dev", 1, site.nodes[0].rdma_ip)
+            server = Endpoint("aistor-01", "irdma0", 1, site.aistor.peers[0].rdma_ip)
+            _, problem = await perftest_pair(ctx, "ib_write_bw", client, server, qps=4)
+            assert "not found" in problem
+            await asyncio.sleep(0.1)
+            assert not lab.broker.listeners  # the server was killed, not left waiting
+            peer_commands = lab.hosts["aistor-01"].commands
+            assert any(c.startswith("timeout 120 ib_write_bw") for c in peer_commands)
+            assert any(c.startswith("pkill -f") for c in peer_commands)
+        await services.close()
+
+
+def test_compare_two_reports_side_by_side(tmp_path):
+    from tests.conftest import MINIMAL_SITE
+    from wizard.site import parse_site
+
+    site = parse_site(MINIMAL_SITE)
+    state = {"updated": "x", "steps": {"preflight.containerd": {"gpu-1": {
+        "state": "failed", "finished": "t", "findings": [
+            {"check": "T00.containerd-version", "gate": "T00", "severity": "fail", "message": "1.7", "remediation": "", "evidence": []}]}}}}  # fmt: skip
+    other = build_report({"updated": "y", "steps": {}}, site, build_plan())
+    other["site"] = "connectx-node"
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    paths = write_report(
+        build_report(state, site, build_plan()), tmp_path / "out", compare=tmp_path / "other.json"
+    )
+    markdown = paths[1].read_text()
+    assert "| gate | what | lab | connectx-node |" in markdown
+    assert "| T00 | OS / Kubernetes / containerd | fail | not run |" in markdown
+    assert json.loads(paths[0].read_text())["compared_with"]["site"] == "connectx-node"
+    sheet = openpyxl.load_workbook(paths[2])["Gates"]
+    assert sheet.cell(row=1, column=4).value == "status (connectx-node)"

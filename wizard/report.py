@@ -1,0 +1,231 @@
+"""The T00-T17 report from a checkpoint: Markdown, XLSX and JSON, optionally side by side
+with another site's report (e.g. an E810 node against a ConnectX node)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from wizard.errors import UsageError
+from wizard.model import GATES, Finding, Severity, worst
+from wizard.plan import Plan
+from wizard.redact import Redactor
+from wizard.site import Site
+
+STATUS_ORDER = {"fail": 0, "warn": 1, "pass": 2, "skip": 3, "not run": 4}
+# Which measurements are the key numbers of a gate (by name).
+KEY_NUMBERS = {
+    "T05": re.compile(r"^tcp\."),
+    "T06": re.compile(r"\.(ib_\w+_bw\.q4|ib_send_lat\.typical|line_rate_port)$"),
+    "T07": re.compile(r"\.qp_sweep\."),
+    "T08": re.compile(r"^qos\.(ib_write_bw|pause)"),
+    "T09": re.compile(r"^coexistence\."),
+    "T11": re.compile(r"^(gpu\.cuda|nccl\.)"),
+    "T12": re.compile(r"^(gpu\.dmabuf|nccl\.all_reduce\.avg)"),
+    "T13": re.compile(r"^aistor-tcp"),
+    "T14": re.compile(r"^aistor-direct"),
+    "T15": re.compile(r"^vllm"),
+    "T16": re.compile(r"^soak\."),
+}
+
+
+def build_report(state: dict[str, Any] | None, site: Site, plan: Plan) -> dict[str, Any]:
+    """One entry per gate (status, key numbers, evidence, time) and every measurement."""
+    steps = (state or {}).get("steps", {})
+    gates = []
+    measurements = []
+    for step in plan.steps():
+        for target, record in steps.get(step.id, {}).items():
+            for name, entry in (record.get("measurements") or {}).items():
+                measurements.append(
+                    {
+                        "series": name.split(".", 1)[0],
+                        "name": name,
+                        "step": step.id,
+                        "target": target,
+                        "value": entry["value"],
+                        "unit": entry["unit"],
+                        "labels": entry.get("labels", {}),
+                        "time": record.get("finished"),
+                    }
+                )
+    for gate, what in GATES.items():
+        findings: list[tuple[str, str, Finding]] = []
+        times = []
+        numbers = []
+        for step in plan.steps():
+            for target, record in steps.get(step.id, {}).items():
+                mine = [
+                    Finding.from_json(f)
+                    for f in record.get("findings", [])
+                    if f.get("gate") == gate
+                ]
+                findings += [(step.id, target, f) for f in mine]
+                if mine and record.get("finished"):
+                    times.append(record["finished"])
+                pattern = KEY_NUMBERS.get(gate)
+                if gate in step.gates and pattern is not None:
+                    numbers += [
+                        f"{m['name']} = {m['value']:.4g} {m['unit']}"
+                        for m in measurements
+                        if m["step"] == step.id
+                        and m["target"] == target
+                        and pattern.search(m["name"])
+                    ]
+        if findings:
+            status = worst([f for _, _, f in findings]).value
+            order = {Severity.FAIL: 0, Severity.WARN: 1, Severity.PASS: 2, Severity.SKIP: 3}
+            headline = sorted(
+                findings, key=lambda x: order[Severity.WARN if x[2].waived else x[2].severity]
+            )[0]
+            evidence = f"{headline[1]}: {headline[2].check}: {headline[2].message}"
+        else:
+            status, evidence = "not run", ""
+        gates.append(
+            {
+                "gate": gate,
+                "what": what,
+                "status": status,
+                "key_numbers": numbers[:8],
+                "evidence": evidence,
+                "findings": len(findings),
+                "time": max(times) if times else None,
+            }
+        )
+    return {
+        "site": site.name,
+        "nic_profile": site.nic.profile,
+        "nodes": [n.name for n in site.nodes],
+        "gpu_operator": site.versions.gpu_operator,
+        "updated": (state or {}).get("updated"),
+        "gates": gates,
+        "measurements": measurements,
+    }
+
+
+def _status_of(report: dict[str, Any] | None, gate: str) -> str:
+    if report is None:
+        return ""
+    return next((g["status"] for g in report["gates"] if g["gate"] == gate), "")
+
+
+def markdown(report: dict[str, Any], other: dict[str, Any] | None = None) -> str:
+    title = f"# T00-T17 report: {report['site']}"
+    lines = [
+        title,
+        "",
+        f"NIC profile {report['nic_profile']}, GPU Operator {report['gpu_operator']}, nodes: "
+        f"{', '.join(report['nodes'])}; checkpoint updated {report['updated']}.",
+        "",
+    ]
+    if other:
+        lines += [f"Compared with {other['site']} (NIC profile {other['nic_profile']}).", ""]
+        lines += [
+            f"| gate | what | {report['site']} | {other['site']} | key numbers | evidence |",
+            "|---|---|---|---|---|---|",
+        ]
+    else:
+        lines += [
+            "| gate | what | status | key numbers | evidence | time |",
+            "|---|---|---|---|---|---|",
+        ]
+    for gate in report["gates"]:
+        numbers = "<br>".join(gate["key_numbers"]) or ""
+        evidence = gate["evidence"].replace("|", "\\|").replace("\n", " ")
+        if other:
+            lines.append(
+                f"| {gate['gate']} | {gate['what']} | {gate['status']} | "
+                f"{_status_of(other, gate['gate'])} | {numbers} | {evidence} |"
+            )
+        else:
+            lines.append(
+                f"| {gate['gate']} | {gate['what']} | {gate['status']} | {numbers} | {evidence} | "
+                f"{gate['time'] or ''} |"
+            )
+    series = sorted({m["series"] for m in report["measurements"]})
+    for name in series:
+        lines += [
+            "",
+            f"## Measurements: {name}",
+            "",
+            "| measurement | target | value | unit |",
+            "|---|---|---|---|",
+        ]
+        for m in report["measurements"]:
+            if m["series"] == name:
+                lines.append(f"| {m['name']} | {m['target']} | {m['value']:.4g} | {m['unit']} |")
+    return "\n".join(lines) + "\n"
+
+
+def xlsx(report: dict[str, Any], path: Path, other: dict[str, Any] | None = None) -> None:
+    from openpyxl import Workbook
+    from openpyxl.styles import Font, PatternFill
+
+    fills = {
+        "pass": PatternFill("solid", fgColor="C6EFCE"),
+        "warn": PatternFill("solid", fgColor="FFEB9C"),
+        "fail": PatternFill("solid", fgColor="FFC7CE"),
+    }
+    book = Workbook()
+    sheet = book.active
+    sheet.title = "Gates"
+    header = ["gate", "what", "status"] + ([f"status ({other['site']})"] if other else [])
+    header += ["key numbers", "evidence", "time"]
+    sheet.append(header)
+    for cell in sheet[1]:
+        cell.font = Font(bold=True)
+    for gate in report["gates"]:
+        row = [gate["gate"], gate["what"], gate["status"]]
+        if other:
+            row.append(_status_of(other, gate["gate"]))
+        row += ["\n".join(gate["key_numbers"]), gate["evidence"], gate["time"] or ""]
+        sheet.append(row)
+        fill = fills.get(gate["status"])
+        if fill:
+            sheet.cell(row=sheet.max_row, column=3).fill = fill
+    for column, width in zip("ABCDEFG", (7, 30, 9, 40, 90, 26, 26), strict=False):
+        sheet.column_dimensions[column].width = width
+    for name in sorted({m["series"] for m in report["measurements"]}):
+        series = book.create_sheet(title=name[:31])
+        series.append(["measurement", "target", "value", "unit", "labels", "time"])
+        for cell in series[1]:
+            cell.font = Font(bold=True)
+        for m in report["measurements"]:
+            if m["series"] == name:
+                labels = ", ".join(f"{k}={v}" for k, v in m["labels"].items() if v)
+                series.append(
+                    [m["name"], m["target"], m["value"], m["unit"], labels, m["time"] or ""]
+                )
+    book.save(path)
+
+
+def write_report(
+    report: dict[str, Any],
+    out: Path,
+    *,
+    compare: Path | None = None,
+    redactor: Redactor | None = None,
+) -> list[Path]:
+    """Write report.md, report.xlsx and report.json into ``out``; return the paths."""
+    other = None
+    if compare is not None:
+        try:
+            other = json.loads(compare.read_text())
+            other["gates"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise UsageError(f"cannot read the report to compare with ({compare}): {exc}") from None
+    redactor = redactor or Redactor()
+    out.mkdir(parents=True, exist_ok=True)
+    data = dict(report)
+    if other:
+        data["compared_with"] = {
+            "site": other["site"],
+            "gates": {g["gate"]: g["status"] for g in other["gates"]},
+        }
+    paths = [out / "report.json", out / "report.md", out / "report.xlsx"]
+    paths[0].write_text(redactor.text(json.dumps(data, indent=2, sort_keys=True)) + "\n")
+    paths[1].write_text(redactor.text(markdown(report, other)))
+    xlsx(redactor.data(report), paths[2], other)
+    return paths
