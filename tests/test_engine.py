@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import MINIMAL_SITE
-from tests.engine_world import ScriptedFrontEnd, World, WorldCheck, world_plan
+from tests.engine_world import ScriptedFrontEnd, World, WorldCheck, WorldMaintenance, world_plan
 from wizard.checkpoint import Checkpoint
 from wizard.engine import Engine
 from wizard.events import Answer, DecisionKind, Notice, Reply, StepFinished
@@ -252,3 +252,61 @@ def test_headless_front_end_stops_at_the_first_decision_and_names_the_flag(
     )
     assert summary.ok
     assert "== 4. Fourth" in out.getvalue()
+
+
+THREE_NODES = TWO_NODES.replace(
+    "aistor:",
+    "  - name: gpu-3\n    host: 10.0.0.3\n    bond: {ports: [ens5f0np0, ens5f1np1]}\n    rdma_ip: 192.168.50.3\naistor:",
+)
+
+
+def test_maintenance_rolls_one_node_at_a_time_with_a_window_each(tmp_path, state_dir, world):
+    site = tmp_path / "three.yaml"
+    site.write_text(THREE_NODES)
+    world.update(delay=0.05)
+    active = {"now": 0, "peak": 0}
+    original = WorldMaintenance.apply
+
+    async def counting(self, ctx, changes):
+        active["now"] += 1
+        active["peak"] = max(active["peak"], active["now"])
+        try:
+            await original(self, ctx, changes)
+        finally:
+            active["now"] -= 1
+
+    WorldMaintenance.apply = counting
+    try:
+        summary, frontend, _ = run(site, state_dir, world)
+    finally:
+        WorldMaintenance.apply = original
+    assert summary.ok
+    assert active["peak"] == 1
+    windows = [d.target for d in frontend.decisions if d.kind is DecisionKind.MAINTENANCE_WINDOW]
+    assert windows == ["gpu-1", "gpu-2", "gpu-3"]
+
+
+def test_a_failed_batch_stops_the_rollout(tmp_path, state_dir, world):
+    site = tmp_path / "three.yaml"
+    site.write_text(THREE_NODES)
+    frontend = ScriptedFrontEnd()
+    original = WorldMaintenance.verify
+
+    async def broken_on_gpu1(self, ctx):
+        findings = await original(self, ctx)
+        if ctx.target == "gpu-1":
+            from wizard.model import Finding, Severity
+
+            return [Finding("T08.broken", "T08", Severity.FAIL, "broken on gpu-1")]
+        return findings
+
+    WorldMaintenance.verify = broken_on_gpu1
+    try:
+        _, _, state = run(site, state_dir, world, frontend)
+    finally:
+        WorldMaintenance.verify = original
+    assert state["steps"]["three.qos"]["gpu-1"]["state"] == "failed"
+    for node in ("gpu-2", "gpu-3"):
+        assert state["steps"]["three.qos"][node]["state"] == "blocked"
+        assert "rollout stopped" in state["steps"]["three.qos"][node]["message"]
+    assert "three.qos@gpu-2" not in world.load()["applies"]

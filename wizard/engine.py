@@ -194,10 +194,43 @@ class Engine:
             summary.results[(step.id, target)] = state
             summary.findings[(step.id, target)] = findings
 
-        results = await asyncio.gather(*(one(t) for t in targets), return_exceptions=True)
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
+        for batch in self._batches(step, targets):
+            failed_before = self._failed_nodes(summary, step)
+            if failed_before > self.site.rollout.max_failed_nodes and step.kind in _CHANGING:
+                for target in batch:
+                    reason = (
+                        f"rollout stopped: {failed_before} node(s) failed this step, more than "
+                        f"rollout.max_failed_nodes={self.site.rollout.max_failed_nodes}"
+                    )
+                    self.checkpoint.set_step(step.id, target, StepState.BLOCKED, message=reason)
+                    self.emit(StepFinished(step.id, target, StepState.BLOCKED, reason))
+                    summary.results[(step.id, target)] = StepState.BLOCKED
+                    summary.findings[(step.id, target)] = []
+                continue
+            results = await asyncio.gather(*(one(t) for t in batch), return_exceptions=True)
+            for result in results:
+                if isinstance(result, BaseException):
+                    raise result
+
+    def _batches(self, step: Step, targets: list[str]) -> list[list[str]]:
+        """Maintenance never runs on every node at once: it rolls in batches, each with its
+        own window gate; apply steps too when rollout.apply_batch is set; checks fan out."""
+        if step.scope != Scope.NODE or step.kind not in _CHANGING:
+            return [targets]
+        size = (
+            self.site.rollout.maintenance_batch
+            if step.kind is StepKind.MAINTENANCE
+            else (self.site.rollout.apply_batch or len(targets))
+        )
+        return [targets[i : i + size] for i in range(0, len(targets), size)]
+
+    @staticmethod
+    def _failed_nodes(summary: RunSummary, step: Step) -> int:
+        return sum(
+            1
+            for (s, _), state in summary.results.items()
+            if s == step.id and state is StepState.FAILED
+        )
 
     async def _run_target(
         self, step: Step, target: str, explicit: bool
@@ -463,6 +496,9 @@ class Engine:
         )
         self.emit(StepFinished(ctx.step.id, ctx.target, state, message, tuple(findings)))
         return state, findings
+
+
+_CHANGING = (StepKind.APPLY, StepKind.MAINTENANCE)
 
 
 def _transport_finding(step: Step, exc: TransportError) -> Finding:

@@ -264,6 +264,18 @@ class Measurements(Strict):
     vllm: Benchmark | None = None
 
 
+class Rollout(Strict):
+    """How changes roll across many nodes (read-only checks always run on all at once)."""
+
+    maintenance_batch: int = Field(
+        1, ge=1, le=64, description="nodes per maintenance batch (own window gate)"
+    )
+    apply_batch: int = Field(0, ge=0, le=256, description="nodes per apply batch; 0 = all at once")
+    max_failed_nodes: int = Field(
+        0, ge=0, description="stop the rollout once more nodes than this failed"
+    )
+
+
 class Taint(Strict):
     enabled: bool = False
     key: Annotated[str, _check(names.is_label_key, "taint key")] = "accelerator"
@@ -298,6 +310,7 @@ class Site(Strict):
     )
     taint: Taint = Taint()
     measurements: Measurements = Measurements()
+    rollout: Rollout = Rollout()
     max_parallel_nodes: int = Field(16, ge=1, le=256, description="nodes probed at once")
 
     _source: Path | None = PrivateAttr(default=None)

@@ -196,6 +196,7 @@ class Lab:
             "nodes": nodes,
             "aistor": {"peers": peers},
             "registry": {"mirror": "nexus.lab.internal:8443/nvidia", "pull_secret": "nexus-pull"},
+            "max_parallel_nodes": min(64, max(16, self.nodes)),
             "measurements": {
                 "duration_s": 2,
                 "soak_seconds": 3,
