@@ -76,6 +76,7 @@ class WizardApp(App[int]):
     TITLE = "gpu-node-wizard"
     BINDINGS = [
         Binding("question_mark", "help", "Help"),
+        Binding("m", "measurements", "Measurements"),
         Binding("q", "quit", "Quit"),
     ]
 
@@ -150,8 +151,20 @@ class WizardApp(App[int]):
     def action_report(self) -> None:
         self.push_screen(self._report())
 
+    def action_measurements(self) -> None:
+        from screens.measurements import MeasurementsScreen
+        from wizard.checkpoint import read_state, site_state_dir
+        from wizard.report import build_report
+
+        measurements: list = []
+        if self.session is not None:
+            state = read_state(site_state_dir(self.session.state_dir, self.session.site))
+            measurements = build_report(state, self.session.site, self.plan)["measurements"]
+        self.push_screen(MeasurementsScreen(measurements))
+
     def get_system_commands(self, screen: Screen[Any]):
         yield SystemCommand("Report", "The T00-T17 verdicts so far", self.action_report)
+        yield SystemCommand("Measurements", "Numbers and bandwidth bars", self.action_measurements)
         yield SystemCommand("Help", "Key bindings", self.action_help)
         yield SystemCommand("Quit", "Leave; the checkpoint keeps the progress", self.exit)
 

@@ -57,6 +57,7 @@ class MainScreen(Screen[None]):
         Binding("l", "focus('log')", "Log"),
         Binding("f", "focus('findings')", "Findings"),
         Binding("r", "app.report", "Report"),
+        Binding("m", "app.measurements", "Measurements"),
         Binding("question_mark", "app.help", "Help"),
         Binding("q", "app.quit", "Quit"),
     ]

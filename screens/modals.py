@@ -39,6 +39,8 @@ def render_diff(diff: str) -> Static:
 class ReviewScreen(ModalScreen[Reply]):
     """The artifacts a step will apply, each as a diff of live against desired."""
 
+    AUTO_FOCUS = "#skip"  # the safe choice
+
     BINDINGS = [
         Binding("a", "answer('proceed')", "Apply"),
         Binding("s", "answer('skip')", "Skip"),
@@ -70,9 +72,6 @@ class ReviewScreen(ModalScreen[Reply]):
                 yield Button("Skip", id="skip")
                 yield Button("Abort run", id="abort", variant="error")
 
-    def on_mount(self) -> None:
-        self.query_one("#skip", Button).focus()
-
     @on(Button.Pressed)
     def pressed(self, event: Button.Pressed) -> None:
         self.action_answer(event.button.id or "skip")
@@ -83,6 +82,8 @@ class ReviewScreen(ModalScreen[Reply]):
 
 class RollbackScreen(ModalScreen[Reply]):
     """A change failed to verify: offer the rollback to the captured previous state."""
+
+    AUTO_FOCUS = "#proceed"  # a failed change is rolled back unless the operator says otherwise
 
     BINDINGS = [Binding("escape", "answer('skip')", "Leave as is")]
 
@@ -102,9 +103,6 @@ class RollbackScreen(ModalScreen[Reply]):
                 yield Button("Roll back", id="proceed", variant="warning")
                 yield Button("Leave as is", id="skip")
 
-    def on_mount(self) -> None:
-        self.query_one("#proceed", Button).focus()
-
     @on(Button.Pressed)
     def pressed(self, event: Button.Pressed) -> None:
         self.action_answer(event.button.id or "skip")
@@ -115,6 +113,8 @@ class RollbackScreen(ModalScreen[Reply]):
 
 class MaintenanceScreen(ModalScreen[Reply]):
     """The window gate: what is disrupted, the rollback, and the node name typed in."""
+
+    AUTO_FOCUS = "#cancel"  # the safe choice
 
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
 
@@ -139,9 +139,6 @@ class MaintenanceScreen(ModalScreen[Reply]):
             with Horizontal(classes="buttons"):
                 yield Button("Cancel", id="cancel")
                 yield Button("Start maintenance", id="confirm", variant="error", disabled=True)
-
-    def on_mount(self) -> None:
-        self.query_one("#cancel", Button).focus()
 
     @on(Input.Changed, "#node-name")
     def typed(self, event: Input.Changed) -> None:
@@ -171,6 +168,8 @@ class MaintenanceScreen(ModalScreen[Reply]):
 class ManualScreen(ModalScreen[Reply]):
     """A step the operator does outside the wizard; the wizard verifies it afterwards."""
 
+    AUTO_FOCUS = "#proceed"  # "done, verify it": the wizard only verifies
+
     BINDINGS = [Binding("escape", "answer('skip')", "Skip")]
 
     def __init__(self, decision: Decision) -> None:
@@ -189,9 +188,6 @@ class ManualScreen(ModalScreen[Reply]):
                 yield Button("Skip", id="skip")
                 yield Button("Abort run", id="abort", variant="error")
 
-    def on_mount(self) -> None:
-        self.query_one("#proceed", Button).focus()
-
     @on(Button.Pressed)
     def pressed(self, event: Button.Pressed) -> None:
         self.action_answer(event.button.id or "skip")
@@ -204,7 +200,7 @@ HELP = """\
 Keys
   ?        this help
   q        quit (the checkpoint keeps everything; run again to resume)
-  r        the T00-T17 report so far
+  r        the T00-T17 report so far     m   the measurements (bars vs line rate)
   l        focus the live log        f   focus the findings
   enter    on a finding: show its evidence
   ctrl+p   command palette

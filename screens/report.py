@@ -22,7 +22,11 @@ VERDICT_STYLE = {
 
 
 class ReportScreen(Screen[None]):
-    BINDINGS = [Binding("q", "app.quit", "Quit"), Binding("escape", "back", "Back")]
+    BINDINGS = [
+        Binding("q", "app.quit", "Quit"),
+        Binding("escape", "back", "Back"),
+        Binding("m", "app.measurements", "Measurements"),
+    ]
 
     def __init__(self, findings: list[tuple[str, str, Finding]], stopped: str | None) -> None:
         super().__init__()

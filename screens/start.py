@@ -59,6 +59,8 @@ def checkpoint_summary(status: Status) -> str:
 class StartScreen(Screen[str]):
     """Returns ``resume``, ``restart`` or ``quit``."""
 
+    AUTO_FOCUS = "#resume"
+
     BINDINGS = [
         Binding("enter", "choose('resume')", "Resume / start", show=False),
         Binding("q", "choose('quit')", "Quit"),
@@ -88,7 +90,6 @@ class StartScreen(Screen[str]):
     def on_mount(self) -> None:
         self.title = "gpu-node-wizard"
         self.sub_title = f"site {self.site.name}"
-        self.query_one("#resume", Button).focus()
 
     @on(Button.Pressed)
     def pressed(self, event: Button.Pressed) -> None:

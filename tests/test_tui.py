@@ -295,3 +295,26 @@ def test_demo_in_tmux_walks_to_the_report():
 
 
 __all__ = ["Path", "asyncio"]
+
+
+async def test_measurements_view_after_a_run(tmp_path):
+    app = WizardApp(lambda: open_lab((), 1, tmp_path / "state"), auto_start=True)
+    async with app.run_test(size=SIZE) as pilot:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not app.finished:
+            name = screen_name(app)
+            if name == "ReviewScreen":
+                await pilot.press("a")
+            elif name == "ManualScreen":
+                await pilot.click("#proceed")
+            elif name == "MaintenanceScreen":
+                app.screen.query_one("#node-name", Input).value = app.screen.decision.confirm_text
+                await pilot.click("#confirm")
+            await pilot.pause(0.1)
+        assert app.finished and screen_name(app) == "ReportScreen"
+        await pilot.press("m")
+        await wait_for(pilot, lambda: screen_name(app) == "MeasurementsScreen")
+        chart = str(app.screen.query_one("#chart", Static).content)
+        assert "host.qp_sweep.q1" in chart and "█" in chart
+        assert "with QoS" in chart  # the baseline next to the run with QoS
+        assert app.screen.query_one("#measurements").row_count > 20

@@ -110,8 +110,18 @@ def parse_nccl_log(text: str) -> NcclLog:
     channels: list[NcclChannel] = []
     network: set[str] = set()
     for line in text.splitlines():
-        if version is None and (m := _VERSION.search(line)):
+        # Cheap substring tests first: most log lines match none of the patterns below.
+        if "NCCL" not in line and " via " not in line:
+            continue
+        if version is None and "NCCL version" in line and (m := _VERSION.search(line)):
             version, cuda = m["version"], m["cuda"]
+        if " via " in line:
+            if m := _CHANNEL.search(line):
+                channels.append(_channel(m))
+            continue
+        if "NET/IB" not in line and "Using network" not in line and "environment" not in line \
+                and "DMA-BUF" not in line and "Disabled for HCA" not in line:  # fmt: skip
+            continue
         if m := _NET_IB.search(line):
             for d in _NET_DEVICE.finditer(m["devices"]):
                 key = (int(d["index"]), d["name"])
@@ -131,8 +141,6 @@ def parse_nccl_log(text: str) -> NcclLog:
             disabled.setdefault(
                 m["hca"], {"hca": m["hca"], "index": int(m["index"]), "reason": m["reason"]}
             )
-        if m := _CHANNEL.search(line):
-            channels.append(_channel(m))
     socket_only = "Socket" in network and not (network - {"Socket"})
     return NcclLog(
         version=version,
