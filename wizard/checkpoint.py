@@ -151,8 +151,12 @@ class Checkpoint:
     # -- state -------------------------------------------------------------------------
 
     def save(self) -> None:
+        # Everything is redacted as it enters the state (set_step, add_waiver), so a save is
+        # a plain dump: its cost does not grow with redaction work over the whole history.
         self.state["updated"] = now()
-        blob = json.dumps(self.redactor.data(self.state), indent=1, sort_keys=True)
+        # Compact on purpose: json's C encoder (no indent) keeps a write cheap on a big fleet;
+        # `gpu-node-wizard status` is the readable view.
+        blob = json.dumps(self.state, sort_keys=True, separators=(",", ":"))
         atomic_write(self.directory / "state.json", blob.encode())
 
     def record(self, step: str, target: str) -> dict[str, Any]:
@@ -182,13 +186,13 @@ class Checkpoint:
         else:
             record["finished"] = stamp
         record["state"] = state.value
-        record["message"] = message
+        record["message"] = self.redactor.text(message)
         if findings is not None:
-            record["findings"] = [f.to_json() for f in findings]
+            record["findings"] = self.redactor.data([f.to_json() for f in findings])
         if measurements is not None:
-            record["measurements"] = measurements
+            record["measurements"] = self.redactor.data(measurements)
         if extra is not None:
-            record.setdefault("extra", {}).update(extra)
+            record.setdefault("extra", {}).update(self.redactor.data(extra))
         self.save()
 
     def findings(self, step: str, target: str) -> list[Finding]:
@@ -211,7 +215,7 @@ class Checkpoint:
     def add_waiver(self, check: str, reason: str) -> None:
         self.state["waivers"] = [w for w in self.state["waivers"] if w["check"] != check]
         self.state["waivers"].append(
-            {"check": check, "reason": reason, "at": now(), "by": _who_am_i()}
+            {"check": check, "reason": self.redactor.text(reason), "at": now(), "by": _who_am_i()}
         )
         self.save()
 
