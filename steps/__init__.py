@@ -49,4 +49,6 @@ PHASE_MODULES = (
 
 @cache
 def build_plan() -> Plan:
-    return Plan(tuple(module.PHASE for module in PHASE_MODULES))
+    from steps.ansible import ansible_artifacts
+
+    return Plan(tuple(module.PHASE for module in PHASE_MODULES), (ansible_artifacts,))

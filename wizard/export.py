@@ -92,6 +92,8 @@ def export(
     """Write the export into ``out``; return {relative path: sha256}."""
     redactor = redactor or Redactor(site.secret_values())
     artifacts, blocks = collect(site, plan)
+    for extra in plan.extra_artifacts:
+        artifacts += extra(site)
     artifacts.append(
         Artifact(RUNBOOK, runbook(site, plan, blocks), Target.DOCUMENT, RUNBOOK, "the runbook")
     )

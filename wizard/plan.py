@@ -9,7 +9,7 @@ per phase; they never import Textual.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -129,6 +129,8 @@ class Phase:
 @dataclass(frozen=True)
 class Plan:
     phases: tuple[Phase, ...]
+    # Artifacts that span phases (the Ansible hand-off), rendered from the site alone.
+    extra_artifacts: tuple[Callable[[Site], list[Artifact]], ...] = ()
 
     def steps(self) -> list[Step]:
         return [step for phase in self.phases for step in phase.steps]
