@@ -36,7 +36,22 @@ def render_diff(diff: str) -> Static:
     )
 
 
-class ReviewScreen(ModalScreen[Reply]):
+class AnswerScreen(ModalScreen[Reply]):
+    """A dialog about one decision whose buttons are named after the answers (proceed/skip/abort)."""
+
+    def __init__(self, decision: Decision) -> None:
+        super().__init__()
+        self.decision = decision
+
+    @on(Button.Pressed)
+    def pressed(self, event: Button.Pressed) -> None:
+        self.action_answer(event.button.id or "skip")
+
+    def action_answer(self, answer: str) -> None:
+        self.dismiss(Reply(Answer(answer)))
+
+
+class ReviewScreen(AnswerScreen):
     """The artifacts a step will apply, each as a diff of live against desired."""
 
     AUTO_FOCUS = "#skip"  # the safe choice
@@ -47,10 +62,6 @@ class ReviewScreen(ModalScreen[Reply]):
         Binding("escape", "answer('skip')", "Skip", show=False),
         Binding("ctrl+x", "answer('abort')", "Abort run"),
     ]
-
-    def __init__(self, decision: Decision) -> None:
-        super().__init__()
-        self.decision = decision
 
     def compose(self) -> ComposeResult:
         d = self.decision
@@ -72,24 +83,13 @@ class ReviewScreen(ModalScreen[Reply]):
                 yield Button("Skip", id="skip")
                 yield Button("Abort run", id="abort", variant="error")
 
-    @on(Button.Pressed)
-    def pressed(self, event: Button.Pressed) -> None:
-        self.action_answer(event.button.id or "skip")
 
-    def action_answer(self, answer: str) -> None:
-        self.dismiss(Reply(Answer(answer)))
-
-
-class RollbackScreen(ModalScreen[Reply]):
+class RollbackScreen(AnswerScreen):
     """A change failed to verify: offer the rollback to the captured previous state."""
 
     AUTO_FOCUS = "#proceed"  # a failed change is rolled back unless the operator says otherwise
 
     BINDINGS = [Binding("escape", "answer('skip')", "Leave as is")]
-
-    def __init__(self, decision: Decision) -> None:
-        super().__init__()
-        self.decision = decision
 
     def compose(self) -> ComposeResult:
         d = self.decision
@@ -102,13 +102,6 @@ class RollbackScreen(ModalScreen[Reply]):
             with Horizontal(classes="buttons"):
                 yield Button("Roll back", id="proceed", variant="warning")
                 yield Button("Leave as is", id="skip")
-
-    @on(Button.Pressed)
-    def pressed(self, event: Button.Pressed) -> None:
-        self.action_answer(event.button.id or "skip")
-
-    def action_answer(self, answer: str) -> None:
-        self.dismiss(Reply(Answer(answer)))
 
 
 class MaintenanceScreen(ModalScreen[Reply]):
@@ -165,16 +158,12 @@ class MaintenanceScreen(ModalScreen[Reply]):
         self.dismiss(Reply(Answer.SKIP))
 
 
-class ManualScreen(ModalScreen[Reply]):
+class ManualScreen(AnswerScreen):
     """A step the operator does outside the wizard; the wizard verifies it afterwards."""
 
     AUTO_FOCUS = "#proceed"  # "done, verify it": the wizard only verifies
 
     BINDINGS = [Binding("escape", "answer('skip')", "Skip")]
-
-    def __init__(self, decision: Decision) -> None:
-        super().__init__()
-        self.decision = decision
 
     def compose(self) -> ComposeResult:
         d = self.decision
@@ -187,13 +176,6 @@ class ManualScreen(ModalScreen[Reply]):
                 yield Button("Done, verify it", id="proceed", variant="primary")
                 yield Button("Skip", id="skip")
                 yield Button("Abort run", id="abort", variant="error")
-
-    @on(Button.Pressed)
-    def pressed(self, event: Button.Pressed) -> None:
-        self.action_answer(event.button.id or "skip")
-
-    def action_answer(self, answer: str) -> None:
-        self.dismiss(Reply(Answer(answer)))
 
 
 HELP = """\

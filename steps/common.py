@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+from typing import Any
 
 from wizard.site import Node, Site
 
@@ -23,3 +24,48 @@ def bond_name(node: Node | None) -> str:
 def first_peer_ip(site: Site) -> str:
     """The RDMA address of the first AIStor peer (the default perftest server)."""
     return site.aistor.peers[0].rdma_ip if site.aistor.peers else "<aistor-peer-rdma-ip>"
+
+
+def pod_placement(site: Site) -> dict[str, Any]:
+    """What every pod the wizard runs on a GPU node needs: the taint toleration, pull secret."""
+    extras: dict[str, Any] = {}
+    if site.taint.enabled:
+        t = site.taint
+        extras["tolerations"] = [
+            {"key": t.key, "operator": "Equal", "value": t.value, "effect": t.effect}
+        ]
+    if site.registry.pull_secret:
+        extras["imagePullSecrets"] = [{"name": site.registry.pull_secret}]
+    return extras
+
+
+def node_pod(
+    site: Site,
+    node: Node,
+    name: str,
+    namespace: str,
+    container: dict[str, Any],
+    volumes: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """A run-once pod pinned to ``node`` (labelled as the wizard's, so it can be found)."""
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "nodeSelector": {"kubernetes.io/hostname": node.name},
+        "containers": [container],
+        **({"volumes": volumes} if volumes else {}),
+        **pod_placement(site),
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/managed-by": "gpu-node-wizard"},
+        },
+        "spec": spec,
+    }
+
+
+SHM_VOLUME = {"name": "shm", "emptyDir": {"medium": "Memory"}}
+SHM_MOUNT = {"name": "shm", "mountPath": "/dev/shm"}

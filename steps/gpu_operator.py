@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from steps.common import q
+from steps.common import node_pod, q
 from wizard.artifacts import Artifact, Target, render
 from wizard.facts import ParseError, parse
 from wizard.model import Finding, StepKind
@@ -400,39 +400,13 @@ def evaluate_pods(pods: list[dict[str, Any]], report: Report) -> None:
 def gpu_test_pod(site: Site, node: Node) -> dict[str, Any]:
     """A pod asking for every GPU of the node that runs nvidia-smi -L (and tolerates the taint)."""
     image = f"{mirrored('nvcr.io/nvidia', site.registry.mirror)}/cuda:12.9.1-base-ubi9"
-    pod: dict[str, Any] = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": f"gnw-gpu-test-{node.name}",
-            "namespace": NAMESPACE,
-            "labels": {"app.kubernetes.io/managed-by": "gpu-node-wizard"},
-        },
-        "spec": {
-            "restartPolicy": "Never",
-            "nodeSelector": {"kubernetes.io/hostname": node.name},
-            "containers": [
-                {
-                    "name": "nvidia-smi",
-                    "image": image,
-                    "command": ["nvidia-smi", "-L"],
-                    "resources": {"limits": {"nvidia.com/gpu": node.gpu_count}},
-                }
-            ],
-        },
+    container = {
+        "name": "nvidia-smi",
+        "image": image,
+        "command": ["nvidia-smi", "-L"],
+        "resources": {"limits": {"nvidia.com/gpu": node.gpu_count}},
     }
-    if site.taint.enabled:
-        pod["spec"]["tolerations"] = [
-            {
-                "key": site.taint.key,
-                "operator": "Equal",
-                "value": site.taint.value,
-                "effect": site.taint.effect,
-            }
-        ]
-    if site.registry.pull_secret:
-        pod["spec"]["imagePullSecrets"] = [{"name": site.registry.pull_secret}]
-    return pod
+    return node_pod(site, node, f"gnw-gpu-test-{node.name}", NAMESPACE, container)
 
 
 async def run_test_pod(

@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from steps.common import first_peer_ip, q
+from steps.common import SHM_MOUNT, SHM_VOLUME, first_peer_ip, node_pod, q
 from steps.gpu_operator import mirrored
 from steps.perf import endpoints, perftest_pair
 from wizard.artifacts import Artifact, Target
@@ -39,48 +39,28 @@ def nccl_job(site: Site, node: Node, hca: str, qos_on: bool) -> dict[str, Any]:
     if site.registry.mirror:
         registry_path, _, rest = image.partition("/")
         image = f"{mirrored(registry_path + '/x', site.registry.mirror).rsplit('/x', 1)[0]}/{rest}"
-    pod: dict[str, Any] = {
-        "restartPolicy": "Never",
-        "nodeSelector": {"kubernetes.io/hostname": node.name},
-        "containers": [
-            {
-                "name": "nccl-tests",
-                "image": image,
-                "command": [
-                    "all_reduce_perf",
-                    "-b",
-                    "8",
-                    "-e",
-                    "16G",
-                    "-f",
-                    "2",
-                    "-g",
-                    str(node.gpu_count),
-                ],
-                "env": env,
-                "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}},
-                "resources": {
-                    "limits": {
-                        "nvidia.com/gpu": node.gpu_count,
-                        site.device_plugin.resource_name: 1,
-                    }
-                },
-                "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}],
-            }
+    container = {
+        "name": "nccl-tests",
+        "image": image,
+        "command": [
+            "all_reduce_perf",
+            "-b",
+            "8",
+            "-e",
+            "16G",
+            "-f",
+            "2",
+            "-g",
+            str(node.gpu_count),
         ],
-        "volumes": [{"name": "shm", "emptyDir": {"medium": "Memory"}}],
+        "env": env,
+        "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}},
+        "resources": {
+            "limits": {"nvidia.com/gpu": node.gpu_count, site.device_plugin.resource_name: 1}
+        },
+        "volumeMounts": [SHM_MOUNT],
     }
-    if site.taint.enabled:
-        pod["tolerations"] = [
-            {
-                "key": site.taint.key,
-                "operator": "Equal",
-                "value": site.taint.value,
-                "effect": site.taint.effect,
-            }
-        ]
-    if site.registry.pull_secret:
-        pod["imagePullSecrets"] = [{"name": site.registry.pull_secret}]
+    pod = node_pod(site, node, "unused", JOB_NAMESPACE, container, [SHM_VOLUME])["spec"]
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

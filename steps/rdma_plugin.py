@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from steps.common import q
+from steps.common import SHM_MOUNT, SHM_VOLUME, node_pod, pod_placement, q
 from steps.gpu_operator import mirrored, run_test_pod
 from wizard.artifacts import Artifact, Target
 from wizard.facts import ParseError, parse
@@ -87,17 +87,7 @@ def daemonset(site: Site) -> dict[str, Any]:
             }
         ],
     }
-    if site.taint.enabled:
-        spec["tolerations"] = [
-            {
-                "key": site.taint.key,
-                "operator": "Equal",
-                "value": site.taint.value,
-                "effect": site.taint.effect,
-            }
-        ]
-    if site.registry.pull_secret:
-        spec["imagePullSecrets"] = [{"name": site.registry.pull_secret}]
+    spec.update(pod_placement(site))
     return {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
@@ -128,43 +118,17 @@ def nic_cluster_policy(site: Site, netdevs: list[str]) -> dict[str, Any]:
 
 def rdma_test_pod(site: Site, node: Node) -> dict[str, Any]:
     """A pod with the RDMA resource, IPC_LOCK and a memory-backed /dev/shm that lists the device."""
-    image = f"{mirrored('docker.io/mellanox', site.registry.mirror)}/rping-test"
-    pod: dict[str, Any] = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": f"gnw-rdma-test-{node.name}",
-            "namespace": TEST_NAMESPACE,
-            "labels": {"app.kubernetes.io/managed-by": "gpu-node-wizard"},
-        },
-        "spec": {
-            "restartPolicy": "Never",
-            "nodeSelector": {"kubernetes.io/hostname": node.name},
-            "containers": [
-                {
-                    "name": "rdma",
-                    "image": image,
-                    "command": ["sh", "-c", "rdma link show; ibv_devinfo"],
-                    "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}},
-                    "resources": {"limits": {site.device_plugin.resource_name: 1}},
-                    "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}],
-                }
-            ],
-            "volumes": [{"name": "shm", "emptyDir": {"medium": "Memory"}}],
-        },
+    container = {
+        "name": "rdma",
+        "image": f"{mirrored('docker.io/mellanox', site.registry.mirror)}/rping-test",
+        "command": ["sh", "-c", "rdma link show; ibv_devinfo"],
+        "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}},
+        "resources": {"limits": {site.device_plugin.resource_name: 1}},
+        "volumeMounts": [SHM_MOUNT],
     }
-    if site.taint.enabled:
-        pod["spec"]["tolerations"] = [
-            {
-                "key": site.taint.key,
-                "operator": "Equal",
-                "value": site.taint.value,
-                "effect": site.taint.effect,
-            }
-        ]
-    if site.registry.pull_secret:
-        pod["spec"]["imagePullSecrets"] = [{"name": site.registry.pull_secret}]
-    return pod
+    return node_pod(
+        site, node, f"gnw-rdma-test-{node.name}", TEST_NAMESPACE, container, [SHM_VOLUME]
+    )
 
 
 def project(live: Any, desired: Any) -> Any:
