@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -51,3 +54,22 @@ def site_file(tmp_path: Path) -> Path:
 @pytest.fixture
 def state_dir(tmp_path: Path) -> Path:
     return tmp_path / "state"
+
+
+@contextlib.contextmanager
+def served_lab(site: Path, *faults: str):
+    """`gpu-node-wizard lab --write-site SITE` in its own process, until the block ends."""
+    argv = [sys.executable, "-m", "wizard.cli", "lab", "--write-site", str(site)]
+    for fault in faults:
+        argv += ["--fault", fault]
+    lab = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        for line in lab.stdout:
+            if line.startswith("try:"):
+                break
+        else:
+            raise RuntimeError("the lab did not start")
+        yield lab
+    finally:
+        lab.terminate()
+        lab.wait(timeout=10)

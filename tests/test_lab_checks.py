@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from steps import build_plan
-from tests.conftest import REPO
+from tests.conftest import REPO, served_lab
 from wizard.headless import HeadlessFrontEnd
 from wizard.lab.faults import FAULTS
 from wizard.lab.lab import Lab
@@ -149,25 +149,7 @@ def test_faults_are_listed():
 
 def test_lab_then_check_from_another_process(tmp_path):
     site = tmp_path / "lab" / "site.yaml"
-    lab = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "wizard.cli",
-            "lab",
-            "--write-site",
-            str(site),
-            "--fault",
-            "gpu-missing",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-    )
-    try:
-        for line in lab.stdout:
-            if line.startswith("try:"):
-                break
+    with served_lab(site, "gpu-missing"):
         result = subprocess.run(
             [
                 sys.executable,
@@ -184,9 +166,6 @@ def test_lab_then_check_from_another_process(tmp_path):
             cwd=REPO,
             timeout=120,
         )
-    finally:
-        lab.terminate()
-        lab.wait(timeout=10)
     assert result.returncode == 1, result.stderr
     data = json.loads(result.stdout)
     assert data["gates"]["T00"] == "fail" and data["gates"]["T10"] == "pass"
@@ -225,21 +204,6 @@ def test_check_on_an_unreachable_host_exits_2_naming_it(tmp_path):
 
 def test_run_headless_stops_at_the_first_decision_then_applies_with_yes(tmp_path):
     site = tmp_path / "lab" / "site.yaml"
-    lab = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "wizard.cli",
-            "lab",
-            "--write-site",
-            str(site),
-            "--fault",
-            "irdma-not-loaded",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-    )
     state = str(tmp_path / "state")
 
     def run(*extra: str) -> subprocess.CompletedProcess[str]:
@@ -263,10 +227,7 @@ def test_run_headless_stops_at_the_first_decision_then_applies_with_yes(tmp_path
             timeout=120,
         )
 
-    try:
-        for line in lab.stdout:
-            if line.startswith("try:"):
-                break
+    with served_lab(site, "irdma-not-loaded"):
         first = run()
         assert first.returncode == 1
         assert (
@@ -279,6 +240,3 @@ def test_run_headless_stops_at_the_first_decision_then_applies_with_yes(tmp_path
         assert "irdma.verify: done" in second.stdout
         third = run("--yes")  # idempotent: nothing left to change
         assert "irdma.enable: done - already done (checkpoint)" in third.stdout
-    finally:
-        lab.terminate()
-        lab.wait(timeout=10)

@@ -17,7 +17,7 @@ import pytest
 
 from steps import build_plan
 from steps.qos import FACTORY, PortQos, dcb_batch, desired_port, port_commands, restore_commands
-from tests.conftest import MINIMAL_SITE, REPO
+from tests.conftest import MINIMAL_SITE, REPO, served_lab
 from wizard.engine import DecisionRequired
 from wizard.events import Answer, Reply
 from wizard.export import export
@@ -267,15 +267,10 @@ async def test_failed_verification_rolls_back_and_leaves_the_node_cordoned(tmp_p
 
 def test_reboot_survives_the_wizard_being_killed_and_resumed(tmp_path):
     site = tmp_path / "lab" / "site.yaml"
-    lab = subprocess.Popen([sys.executable, "-m", "wizard.cli", "lab", "--write-site", str(site)],
-                           stdout=subprocess.PIPE, text=True, cwd=REPO)  # fmt: skip
     state = tmp_path / "state"
     command = [sys.executable, "-m", "wizard.cli", "run", str(site), "--headless", "--yes",
                "--maintenance-window-open", "--step", "operate.reboot", "--state-dir", str(state)]  # fmt: skip
-    try:
-        for line in lab.stdout:
-            if line.startswith("try:"):
-                break
+    with served_lab(site):
         first = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 60
         waiting = None
@@ -301,6 +296,3 @@ def test_reboot_survives_the_wizard_being_killed_and_resumed(tmp_path):
         ]
         assert final["state"] == "done" and final["message"] == "verified after interruption"
         assert final["extra"]["boot_id_after"] != waiting["extra"]["boot_id_before"]
-    finally:
-        lab.terminate()
-        lab.wait(timeout=10)

@@ -244,18 +244,27 @@ class _Handler(BaseHTTPRequestHandler):
             hook(plural, obj)
         self._send(201, obj)
 
-    def do_PUT(self) -> None:
+    def _existing(self) -> tuple[tuple[str, str, str, str], dict[str, Any]] | None:
+        """The addressed object's key and value, or None after answering 404."""
         routed = self._route()
         if routed is None:
             self._status(404, "NotFound", "unknown resource")
-            return
+            return None
         match, _ = routed
         api = match["core"] or f"{match['group']}/{match['version']}"
-        plural, ns, name = match["plural"], match["ns"], match["name"]
-        current = self.state.get(api, plural, ns or "" if KINDS[plural][1] else "", name)
+        plural, name = match["plural"], match["name"]
+        ns = (match["ns"] or "") if KINDS[plural][1] else ""
+        current = self.state.get(api, plural, ns, name)
         if current is None:
             self._status(404, "NotFound", f'{plural} "{name}" not found')
+            return None
+        return (api, plural, ns, name), current
+
+    def do_PUT(self) -> None:
+        found = self._existing()
+        if found is None:
             return
+        (api, plural, ns, _), current = found
         body = self._body()
         body.setdefault("metadata", {})["uid"] = current["metadata"]["uid"]
         body["metadata"]["creationTimestamp"] = current["metadata"]["creationTimestamp"]
@@ -264,33 +273,18 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, self.state.put(api, plural, body))
 
     def do_PATCH(self) -> None:
-        routed = self._route()
-        if routed is None:
-            self._status(404, "NotFound", "unknown resource")
-            return
-        match, _ = routed
-        api = match["core"] or f"{match['group']}/{match['version']}"
-        plural, ns, name = match["plural"], match["ns"], match["name"]
         with self.state.lock:
-            current = self.state.get(api, plural, ns or "" if KINDS[plural][1] else "", name)
-            if current is None:
-                self._status(404, "NotFound", f'{plural} "{name}" not found')
+            found = self._existing()
+            if found is None:
                 return
-            patched = merge_patch(current, self._body())
-            self._send(200, self.state.put(api, plural, patched))
+            (api, plural, _, _), current = found
+            self._send(200, self.state.put(api, plural, merge_patch(current, self._body())))
 
     def do_DELETE(self) -> None:
-        routed = self._route()
-        if routed is None:
-            self._status(404, "NotFound", "unknown resource")
+        found = self._existing()
+        if found is None:
             return
-        match, _ = routed
-        api = match["core"] or f"{match['group']}/{match['version']}"
-        plural, ns, name = match["plural"], match["ns"], match["name"]
-        obj = self.state.delete(api, plural, ns or "" if KINDS[plural][1] else "", name)
-        if obj is None:
-            self._status(404, "NotFound", f'{plural} "{name}" not found')
-            return
+        self.state.delete(*found[0])
         self._send(200, {"kind": "Status", "apiVersion": "v1", "status": "Success", "metadata": {}})
 
     def _evict(self, api: str, ns: str, name: str) -> None:
