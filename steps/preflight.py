@@ -357,7 +357,7 @@ class ClusterFacts(Step):
             version = await ctx.services.kube.version()
         except TransportError as exc:
             report.fail(
-                "kubernetes-api",
+                "reachable",
                 f"cannot use the cluster: {exc}",
                 "check cluster.kubeconfig / cluster.context and that the API server is reachable",
             )

@@ -240,3 +240,19 @@ def test_run_headless_stops_at_the_first_decision_then_applies_with_yes(tmp_path
         assert "irdma.verify: done" in second.stdout
         third = run("--yes")  # idempotent: nothing left to change
         assert "irdma.enable: done - already done (checkpoint)" in third.stdout
+
+
+async def test_unreachable_cluster_is_a_connection_error(tmp_path):
+    async with Lab(tmp_path / "lab") as lab:
+        (lab.directory / "kubeconfig").write_text(
+            "apiVersion: v1\nkind: Config\nclusters: [{name: x, cluster: {server: 'http://127.0.0.1:9'}}]\n"
+            "users: [{name: u, user: {token: t}}]\ncontexts: [{name: c, context: {cluster: x, user: u}}]\n"
+            "current-context: c\n"
+        )
+        site = load_site(lab.site_path)
+        outcome = await run_checks(
+            site, build_plan(), tmp_path / "state", HeadlessFrontEnd(out=io.StringIO())
+        )
+    api = by_check(outcome)["T00.reachable"][0][1]
+    assert "cannot reach the API server http://127.0.0.1:9" in api.message
+    assert outcome.exit_code == 2
