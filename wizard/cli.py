@@ -28,8 +28,11 @@ RDMA device plugin, RoCE QoS, GPUDirect proof, AIStor, soak and reboot.
 
 EPILOG = """\
 start here:
+  gpu-node-wizard demo                      the wizard against the simulated lab
   gpu-node-wizard init site.yaml            write an example site file, then edit it
   gpu-node-wizard export site.yaml --out x  every artifact and RUNBOOK.md, offline
+  gpu-node-wizard check site.yaml           read-only preflight of the real site
+  gpu-node-wizard run site.yaml             the guided install (resumes)
   gpu-node-wizard status site.yaml          what the checkpoint holds
 exit codes: 0 ok, 1 a check failed, 2 usage/site/connection error, 130 interrupted
 """
