@@ -69,8 +69,9 @@ class MainScreen(Screen[None]):
         self.findings: list[tuple[str, str, Finding]] = []
         self.states: dict[tuple[str, str], StepState] = {}
         self.transcript: list[str] = []
-        node_names = [n.name for n in site.nodes]
-        self.node_columns = node_names[:MAX_NODE_COLUMNS]
+        self.node_names = [n.name for n in site.nodes]
+        self.node_columns = self.node_names[:MAX_NODE_COLUMNS]
+        self.fleet = len(self.node_names) > MAX_NODE_COLUMNS
         self.total = sum(len(plan.targets(s, site)) for s in plan.steps())
 
     def compose(self) -> ComposeResult:
@@ -97,12 +98,16 @@ class MainScreen(Screen[None]):
         phases.add_column("cl", key="cluster", width=2)
         for name in self.node_columns:
             phases.add_column(_short(name), key=name, width=max(2, len(_short(name))))
+        if self.fleet:  # more nodes than columns: a per-phase count over all of them
+            phases.add_column(f"all {len(self.node_names)}", key="fleet", width=12)
         phases.add_column("phase", key="phase")
         for phase in self.plan.phases:
             has_cluster = any(s.scope.value == "cluster" for s in phase.steps)
             cells = [GLYPHS[StepState.PENDING] if has_cluster else ""]
             has_node = any(s.scope.value == "node" for s in phase.steps)
             cells += [GLYPHS[StepState.PENDING] if has_node else ""] * len(self.node_columns)
+            if self.fleet:
+                cells.append("")
             cells.append(f"{phase.number:>2} {phase.title}")
             phases.add_row(*cells, key=phase.id)
         findings = self.query_one("#findings", DataTable)
@@ -157,6 +162,17 @@ class MainScreen(Screen[None]):
             ]
             if states:
                 table.update_cell(phase.id, target, _phase_glyph(states))
+        if self.fleet and any(s.scope.value == "node" for s in phase.steps):
+            glyphs = [
+                _phase_glyph(
+                    [self.states.get((s.id, n)) for s in phase.steps if s.scope.value == "node"]
+                )
+                for n in self.node_names
+            ]
+            counts = " ".join(
+                f"{g}{glyphs.count(g)}" for g in ("✔", "✖", "…", "⊘") if glyphs.count(g)
+            )
+            table.update_cell(phase.id, "fleet", counts or GLYPHS[StepState.PENDING])
 
     def _add_finding(self, step: str, target: str, finding: Finding) -> None:
         self.findings.append((step, target, finding))

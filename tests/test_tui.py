@@ -318,3 +318,22 @@ async def test_measurements_view_after_a_run(tmp_path):
         assert "host.qp_sweep.q1" in chart and "█" in chart
         assert "with QoS" in chart  # the baseline next to the run with QoS
         assert app.screen.query_one("#measurements").row_count > 20
+
+
+async def test_a_fleet_gets_a_count_column(tmp_path):
+    holder = {}
+
+    async def opener():
+        holder["session"] = await open_lab((), 8, tmp_path / "state")
+        return holder["session"]
+
+    app = WizardApp(opener, auto_start=True)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await wait_for(
+            pilot,
+            lambda: screen_name(app) == "ReviewScreen" or screen_name(app) == "ManualScreen",
+            60,
+        )
+        phases = app.main_screen.query_one("#phases")
+        assert "fleet" in [str(c.key.value) for c in phases.columns.values()]
+        assert phases.get_cell("preflight", "fleet") == "✔8"
