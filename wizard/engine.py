@@ -298,7 +298,9 @@ class Engine:
         return await self._apply(step, ctx)
 
     async def _check(self, step: Step, ctx: StepContext) -> tuple[StepState, list[Finding]]:
-        self.checkpoint.set_step(step.id, ctx.target, StepState.RUNNING)
+        # A read-only check has no effect to protect, so no 'running' record is written
+        # before it (on a fleet that halves the checkpoint writes); a change's verification
+        # runs after apply() has already recorded 'running'.
         try:
             findings = self._waive(await step.verify(ctx))
         except NotAutomated:
