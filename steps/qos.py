@@ -315,13 +315,28 @@ class SwitchIntent(Step):
     def artifacts(self, site: Site, node: Node | None) -> list[Artifact]:
         context = {"site": site, "qos": site.qos}
         return [
-            Artifact("cluster/switch/intent.md", render("switch/intent.md.j2", **context), Target.SWITCH,
-                     "the switch ports facing every bond member", "what the switch must do"),
-            Artifact("cluster/switch/arista-eos.txt", render("switch/arista-eos.txt.j2", **context),
-                     Target.SWITCH, "Arista EOS (example)", "example configuration"),
-            Artifact("cluster/switch/cisco-nxos.txt", render("switch/cisco-nxos.txt.j2", **context),
-                     Target.SWITCH, "Cisco NX-OS (example)", "example configuration"),
-        ]  # fmt: skip
+            Artifact(
+                "cluster/switch/intent.md",
+                render("switch/intent.md.j2", **context),
+                Target.SWITCH,
+                "the switch ports facing every bond member",
+                "what the switch must do",
+            ),
+            Artifact(
+                "cluster/switch/arista-eos.txt",
+                render("switch/arista-eos.txt.j2", **context),
+                Target.SWITCH,
+                "Arista EOS (example)",
+                "example configuration",
+            ),
+            Artifact(
+                "cluster/switch/cisco-nxos.txt",
+                render("switch/cisco-nxos.txt.j2", **context),
+                Target.SWITCH,
+                "Cisco NX-OS (example)",
+                "example configuration",
+            ),
+        ]
 
     def instructions(self, site: Site, node: Node | None) -> str:
         qos = site.qos
@@ -378,7 +393,18 @@ class ApplyQos(Step):
         if node is None:
             return []
         per_port = {p: port_commands(site, p, FACTORY) for p in node.bond.ports}
-        return procedure(site, node, "<rdma-dev>", per_port).splitlines()[7:]
+        on_node = [
+            line
+            for line in procedure(site, node, "<rdma-dev>", per_port).splitlines()[7:]
+            if not line.startswith("# then")
+        ]
+        name = q(node.name)
+        return [
+            f"# from the jump host: kubectl cordon {name}",
+            f"# from the jump host: kubectl drain {name} --ignore-daemonsets --delete-emptydir-data --timeout=10m",
+            *on_node,
+            f"# from the jump host, once verified: kubectl uncordon {name}",
+        ]
 
     def artifacts(self, site: Site, node: Node | None) -> list[Artifact]:
         if node is None:
@@ -386,19 +412,34 @@ class ApplyQos(Step):
         base = f"nodes/{node.name}/qos"
         per_port = {p: port_commands(site, p, FACTORY) for p in node.bond.ports}
         files = [
-            Artifact(f"{base}/dcb-{port}.batch", dcb_batch(cmds, port), Target.SCRIPT,
-                     f"`dcb -b` on {node.name}", f"the dcb commands for {port}")
+            Artifact(
+                f"{base}/dcb-{port}.batch",
+                dcb_batch(cmds, port),
+                Target.SCRIPT,
+                f"`dcb -b` on {node.name}",
+                f"the dcb commands for {port}",
+            )
             for port, cmds in per_port.items()
-        ]  # fmt: skip
+        ]
         device = "<rdma-dev>"
         files += [
-            Artifact(f"{base}/apply-qos.sh", procedure(site, node, device, per_port), Target.SCRIPT,
-                     f"the change on {node.name} (maintenance window)", "the ordered procedure", mode=0o755),
-            Artifact(f"{base}/rollback-qos.sh",
-                     rollback_script(site, node, dict.fromkeys(node.bond.ports, FACTORY), device, "0"),
-                     Target.SCRIPT, f"undo on {node.name}",
-                     "restores the state captured before the change (factory state in a dry run)", mode=0o755),
-        ]  # fmt: skip
+            Artifact(
+                f"{base}/apply-qos.sh",
+                procedure(site, node, device, per_port),
+                Target.SCRIPT,
+                f"the change on {node.name} (maintenance window)",
+                "the ordered procedure",
+                mode=0o755,
+            ),
+            Artifact(
+                f"{base}/rollback-qos.sh",
+                rollback_script(site, node, dict.fromkeys(node.bond.ports, FACTORY), device, "0"),
+                Target.SCRIPT,
+                f"undo on {node.name}",
+                "restores the state captured before the change (factory state in a dry run)",
+                mode=0o755,
+            ),
+        ]
         return files
 
     def rollback(self, site: Site, node: Node | None) -> str | None:
@@ -459,20 +500,30 @@ class ApplyQos(Step):
         wanted = desired_port(ctx.site)
         result = [
             Change(
-                Artifact(f"nodes/{ctx.node.name}/qos/{port}.state", wanted.render(), Target.HOST_FILE,
-                         f"QoS of {port} on {ctx.node.name}", "dcb and LLDP state"),
+                Artifact(
+                    f"nodes/{ctx.node.name}/qos/{port}.state",
+                    wanted.render(),
+                    Target.HOST_FILE,
+                    f"QoS of {port} on {ctx.node.name}",
+                    "dcb and LLDP state",
+                ),
                 live[port].render(),
             )
             for port in ctx.node.bond.ports
-        ]  # fmt: skip
+        ]
         tos = await read_tos(ctx, device)
         result.append(
             Change(
-                Artifact(f"nodes/{ctx.node.name}/qos/roce-tos", f"default_roce_tos: {ctx.site.qos.roce_tos}\n",
-                         Target.HOST_FILE, f"{tos_path(device)} on {ctx.node.name}", "RoCE ToS (DSCP 24)"),
+                Artifact(
+                    f"nodes/{ctx.node.name}/qos/roce-tos",
+                    f"default_roce_tos: {ctx.site.qos.roce_tos}\n",
+                    Target.HOST_FILE,
+                    f"{tos_path(device)} on {ctx.node.name}",
+                    "RoCE ToS (DSCP 24)",
+                ),
                 None if tos is None else f"default_roce_tos: {tos}\n",
             )
-        )  # fmt: skip
+        )
         ctx.data["previous"] = {p: s.to_json() for p, s in live.items()}
         ctx.data["previous_tos"] = tos
         return result
@@ -517,8 +568,11 @@ class ApplyQos(Step):
             state, evidence = await read_port(ctx, port)
             states[port] = state
             if state == wanted:
-                report.ok(f"qos-{port}", f"{port}: LLDP agent off, PFC on {list(wanted.pfc)}, DSCP "
-                                         f"{ctx.site.qos.dscp} -> priority {ctx.site.qos.priority}")  # fmt: skip
+                report.ok(
+                    f"qos-{port}",
+                    f"{port}: LLDP agent off, PFC on {list(wanted.pfc)}, DSCP "
+                    f"{ctx.site.qos.dscp} -> priority {ctx.site.qos.priority}",
+                )
             else:
                 report.fail(
                     f"qos-{port}",
@@ -539,8 +593,11 @@ class ApplyQos(Step):
         if tos == str(ctx.site.qos.roce_tos):
             report.ok("roce-tos", f"{device} default_roce_tos = {tos} (DSCP {ctx.site.qos.dscp})")
         else:
-            report.fail("roce-tos", f"{device} default_roce_tos = {tos}, expected {ctx.site.qos.roce_tos}",
-                        f"mkdir -p /sys/kernel/config/rdma_cm/{device} and write the ToS")  # fmt: skip
+            report.fail(
+                "roce-tos",
+                f"{device} default_roce_tos = {tos}, expected {ctx.site.qos.roce_tos}",
+                f"mkdir -p /sys/kernel/config/rdma_cm/{device} and write the ToS",
+            )
         report.findings.extend(await self._bond_and_rdma(ctx))
         return report.findings
 
@@ -576,8 +633,13 @@ class ApplyQos(Step):
                 "rdma-back", f"{active[0].device} is ACTIVE again on {active[0].netdev}", gate="T08"
             )
         else:
-            report.fail("rdma-back", "the RDMA device is not ACTIVE after the change", "check dmesg for irdma/ice",
-                        links.evidence(), gate="T08")  # fmt: skip
+            report.fail(
+                "rdma-back",
+                "the RDMA device is not ACTIVE after the change",
+                "check dmesg for irdma/ice",
+                links.evidence(),
+                gate="T08",
+            )
         return report.findings
 
     async def finish(self, ctx: StepContext, ok: bool) -> None:
@@ -641,11 +703,22 @@ class BootPersistence(Step):
     def _files(self, site: Site, node: Node, device: str) -> list[Artifact]:
         base = f"nodes/{node.name}/host"
         return [
-            Artifact(f"{base}{SCRIPT_PATH}", boot_script(site, node, device), Target.HOST_FILE,
-                     f"{SCRIPT_PATH} on {node.name}", "reapplies the QoS at boot", mode=0o755),
-            Artifact(f"{base}{UNIT_PATH}", boot_unit(node), Target.HOST_FILE,
-                     f"{UNIT_PATH} on {node.name}", "runs it after ice, before the bond"),
-        ]  # fmt: skip
+            Artifact(
+                f"{base}{SCRIPT_PATH}",
+                boot_script(site, node, device),
+                Target.HOST_FILE,
+                f"{SCRIPT_PATH} on {node.name}",
+                "reapplies the QoS at boot",
+                mode=0o755,
+            ),
+            Artifact(
+                f"{base}{UNIT_PATH}",
+                boot_unit(node),
+                Target.HOST_FILE,
+                f"{UNIT_PATH} on {node.name}",
+                "runs it after ice, before the bond",
+            ),
+        ]
 
     def artifacts(self, site: Site, node: Node | None) -> list[Artifact]:
         return self._files(site, node, "<rdma-dev>") if node else []
@@ -661,11 +734,16 @@ class BootPersistence(Step):
         enabled = await ctx.run(["systemctl", "is-enabled", UNIT])
         result.append(
             Change(
-                Artifact(f"nodes/{ctx.node.name}/host/unit-state", "enabled\n", Target.SCRIPT,
-                         f"systemctl is-enabled {UNIT}", "enabled at boot"),
+                Artifact(
+                    f"nodes/{ctx.node.name}/host/unit-state",
+                    "enabled\n",
+                    Target.SCRIPT,
+                    f"systemctl is-enabled {UNIT}",
+                    "enabled at boot",
+                ),
                 enabled.stdout or "disabled\n",
             )
-        )  # fmt: skip
+        )
         return result
 
     async def apply(self, ctx: StepContext, changes: list[Change]) -> None:
@@ -728,8 +806,11 @@ class QosMeasure(Step):
         ctx.data["pause_before"], ctx.data["pause_after"] = before, after
         for port, count in delta.items():
             ctx.record(f"qos.pause.{port}.prio{prio}", float(count), "frames")
-        report.ok("pfc-counters", f"pause frames on priority {prio} during the load: "
-                  + ", ".join(f"{p}: {c}" for p, c in delta.items()))  # fmt: skip
+        report.ok(
+            "pfc-counters",
+            f"pause frames on priority {prio} during the load: "
+            + ", ".join(f"{p}: {c}" for p, c in delta.items()),
+        )
         baseline = ctx.engine.checkpoint.record("baseline.rdma", ctx.target).get("measurements", {})
         mine = {m.name: m.value for m in ctx.measurements}
         rows = []
