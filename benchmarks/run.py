@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import asyncio
-import io
 import os
 import platform
 import shutil
@@ -227,6 +226,3 @@ def main() -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-
-
-__all__ = ["io"]

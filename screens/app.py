@@ -9,7 +9,6 @@ SSH or Kubernetes.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 from textual import work
@@ -173,6 +172,3 @@ def run_tui(opener: SessionOpener) -> int:
     app = WizardApp(opener)
     result = app.run()
     return result if isinstance(result, int) else 0
-
-
-__all__ = ["Path", "WizardApp", "run_tui"]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 
-from wizard.model import Finding
 from wizard.plan import StepContext
 from wizard.probe import Report
 from wizard.site import Benchmark
@@ -44,6 +43,3 @@ async def run_benchmark(
     ctx.record(f"{name}", value, bench.unit)
     report.ok(name, f"{what}: {value} {bench.unit}")
     return value
-
-
-__all__ = ["Finding", "run_benchmark"]

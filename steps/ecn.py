@@ -89,5 +89,3 @@ PHASE = Phase(
     summary="Turn on ECN / DCQCN only once PFC works on its own.",
     steps=(EnableEcn(),),
 )
-
-__all__ = ["PHASE", "Artifact"]

@@ -7,7 +7,6 @@ of the deployed release, and installed with ``helm upgrade --install --wait``.
 
 from __future__ import annotations
 
-import json
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -521,5 +520,3 @@ PHASE = Phase(
     summary="Install the pinned GPU Operator with Helm and prove the GPUs are schedulable.",
     steps=(OperatorPreflight(), InstallGpuOperator(), VerifyGpuOperator()),
 )
-
-__all__ = ["PHASE", "json"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from steps.preflight import _IOMMU, evaluate_acs
-from wizard.facts.gpu import LINK_ORDER, NvidiaSmiTopo, link_rank
+from wizard.facts.gpu import NvidiaSmiTopo, link_rank
 from wizard.model import Finding, StepKind
 from wizard.plan import Phase, Step, StepContext
 from wizard.probe import Report, probe
@@ -140,5 +140,3 @@ PHASE = Phase(
     summary="Is the GPU close enough to the NIC, and is the path open?",
     steps=(Readiness(),),
 )
-
-__all__ = ["LINK_ORDER", "PHASE"]

@@ -15,7 +15,7 @@ from wizard.facts.host import IpAddr
 from wizard.facts.pci import Iommu, Lspci, LspciAcs
 from wizard.facts.system import ContainerdVersion, OsRelease
 from wizard.model import Finding, StepKind
-from wizard.plan import CLUSTER, Phase, Scope, Step, StepContext
+from wizard.plan import Phase, Scope, Step, StepContext
 from wizard.probe import Probe, Report, probe
 from wizard.site import Node, Site
 from wizard.support import support_for
@@ -478,5 +478,3 @@ PHASE = Phase(
     summary="Read-only checks of the GPU node and the cluster; nothing changes.",
     steps=(HostFacts(), Containerd(), Gpus(), ClusterFacts(), GpuDirectReadiness(), SshPath()),
 )
-
-__all__ = ["CLUSTER", "PHASE"]

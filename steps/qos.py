@@ -9,7 +9,6 @@ and rejoin it, with the node cordoned and drained around it.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -17,7 +16,7 @@ from typing import Any
 import yaml
 
 from steps.bond import evaluate_bond
-from steps.common import bond_name, ports, q
+from steps.common import q
 from steps.preflight import evaluate_ssh_path
 from wizard.artifacts import Artifact, Target, render
 from wizard.facts.dcb import DcbApp, DcbEts, DcbPfc
@@ -830,5 +829,3 @@ PHASE = Phase(
     summary="DSCP 24 -> priority 3 -> TC3 with PFC on priority 3, identical on both ports.",
     steps=(SwitchIntent(), ApplyQos(), BootPersistence(), QosMeasure()),
 )
-
-__all__ = ["PHASE", "bond_name", "json", "ports"]

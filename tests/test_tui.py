@@ -3,13 +3,11 @@ apply, the maintenance modal, the error panel, snapshots, and a tmux smoke test.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from textual.app import App
@@ -292,9 +290,6 @@ def test_demo_in_tmux_walks_to_the_report():
         subprocess.run([tmux, "send-keys", "-t", session, "q"], check=True)
     finally:
         subprocess.run([tmux, "kill-session", "-t", session], check=False)
-
-
-__all__ = ["Path", "asyncio"]
 
 
 async def test_measurements_view_after_a_run(tmp_path):

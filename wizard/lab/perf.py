@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shlex
 from dataclasses import dataclass, field
 
 from wizard.lab.host import LabHost
@@ -126,7 +125,7 @@ def _header(args: PerftestArgs, host: LabHost) -> list[str]:
     return lines
 
 
-def client_output(args: PerftestArgs, host: LabHost, nccl_socket: bool = False) -> str:
+def client_output(args: PerftestArgs, host: LabHost) -> str:
     lines = []
     if args.cuda is not None:
         lines += [
@@ -197,7 +196,7 @@ def perftest_help(host: LabHost) -> str:
     return "\n".join(lines) + "\n"
 
 
-def iperf3_json(sender: bool, streams: int, reverse: bool) -> str:
+def iperf3_json(streams: int, reverse: bool) -> str:
     rate = 94.1e9 if not reverse else 93.6e9
     return json.dumps(
         {
@@ -304,9 +303,7 @@ def nccl_job_log(node: str, socket: bool, ib_hca: str, tc: str | None) -> str:
     return "\n".join(lines) + "\n"
 
 
-async def run_perftest(
-    argv: list[str], host: LabHost, broker: Broker, address_of: dict[str, str]
-) -> tuple[str, str, int]:
+async def run_perftest(argv: list[str], host: LabHost, broker: Broker) -> tuple[str, str, int]:
     """Run one perftest command on ``host``: a server waits for its client (60 s at most)."""
     if "--help" in argv or "-h" in argv:
         return perftest_help(host), "", 0
@@ -363,6 +360,3 @@ def split_prefixes(argv: list[str]) -> list[str]:
         else:
             break
     return argv
-
-
-__all__ = ["Broker", "run_perftest", "shlex"]

@@ -126,7 +126,7 @@ class LabSshServer:
         if not argv:
             return None
         if argv[0] in PERFTEST:
-            return await run_perftest(argv, self.host, self.broker, {})
+            return await run_perftest(argv, self.host, self.broker)
         if argv[0] == "pkill":
             port = next((int(a.split("-p ", 1)[1].split()[0]) for a in argv if "-p " in a), None)
             stopped = self.broker.stop(port)
@@ -156,7 +156,7 @@ class LabSshServer:
             )
         listener.set_result(self.host.name)
         streams = int(argv[argv.index("-P") + 1]) if "-P" in argv else 1
-        return iperf3_json(True, streams, "-R" in argv) + "\n", "", 0
+        return iperf3_json(streams, "-R" in argv) + "\n", "", 0
 
     async def _reboot(self) -> None:
         """Go away like a rebooting machine, then come back on the same port."""
