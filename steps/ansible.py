@@ -30,8 +30,7 @@ def host_vars(site: Site, node: Node) -> dict:
         "gnw_bond": node.bond.name,
         "gnw_bond_ports": list(node.bond.ports),
         "gnw_files": [
-            {"dest": a.destination.split(" on ")[0], "content": a.content, "mode": f"{a.mode:04o}"}
-            for a in irdma
+            {"dest": a.host_path, "content": a.content, "mode": f"{a.mode:04o}"} for a in irdma
         ],
         "gnw_qos_commands": [
             c for port in node.bond.ports for c in port_commands(site, port, FACTORY)

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import shlex
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from wizard.artifacts import Artifact
+from wizard.plan import Change
 from wizard.site import Node, Site
+
+if TYPE_CHECKING:
+    from wizard.plan import StepContext
+    from wizard.probe import Report
 
 
 def q(value: object) -> str:
@@ -69,3 +75,36 @@ def node_pod(
 
 SHM_VOLUME = {"name": "shm", "emptyDir": {"medium": "Memory"}}
 SHM_MOUNT = {"name": "shm", "mountPath": "/dev/shm"}
+
+
+async def host_file_changes(ctx: StepContext, artifacts: list[Artifact]) -> list[Change]:
+    """Each host file against what is on the node now (None: absent)."""
+    return [Change(a, await ctx.read_file(a.host_path)) for a in artifacts if a.host_path]
+
+
+async def write_host_files(ctx: StepContext, changes: list[Change]) -> list[str]:
+    """Write the changed host files (atomically, with their modes); return their paths."""
+    written = []
+    for change in changes:
+        artifact = change.artifact
+        if artifact.host_path and change.changed:
+            await ctx.write_file(artifact.host_path, artifact.content, artifact.mode)
+            written.append(artifact.host_path)
+    return written
+
+
+async def check_host_files(
+    ctx: StepContext, report: Report, name: str, artifacts: list[Artifact]
+) -> None:
+    """A finding per host file: in place, or different from what the wizard wants."""
+    for artifact in artifacts:
+        if not artifact.host_path:
+            continue
+        if await ctx.read_file(artifact.host_path) == artifact.content:
+            report.ok(name, f"{artifact.host_path} is in place")
+        else:
+            report.fail(
+                name,
+                f"{artifact.host_path} differs from what the wizard wants",
+                "apply this step again",
+            )

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import ipaddress
 
-from steps.common import ports, q
+from steps.common import check_host_files, host_file_changes, ports, q, write_host_files
 from steps.packages import missing_packages
-from wizard.artifacts import Artifact, Target, render
+from wizard.artifacts import Artifact, Target, host_file, render
 from wizard.facts.host import PrivFlags
 from wizard.facts.rdma import IbvDevinfo, RdmaLinks
 from wizard.facts.system import Lsmod
@@ -21,20 +21,14 @@ REQUIRED_MODULES = ("ice", "irdma", "ib_core", "ib_uverbs", "rdma_cm")
 
 
 def irdma_artifacts(node: Node) -> list[Artifact]:
-    base = f"nodes/{node.name}/host"
     return [
-        Artifact(
-            f"{base}{MODULES_LOAD}",
-            render("host/irdma-modules-load.conf.j2"),
-            Target.HOST_FILE,
-            f"{MODULES_LOAD} on {node.name}",
-            "load irdma at boot",
+        host_file(
+            node.name, MODULES_LOAD, render("host/irdma-modules-load.conf.j2"), "load irdma at boot"
         ),
-        Artifact(
-            f"{base}{MODPROBE_OPTIONS}",
+        host_file(
+            node.name,
+            MODPROBE_OPTIONS,
             render("host/irdma-modprobe.conf.j2"),
-            Target.HOST_FILE,
-            f"{MODPROBE_OPTIONS} on {node.name}",
             "RoCEv2 mode for Intel's irdma",
         ),
     ]
@@ -66,10 +60,7 @@ class EnableIrdma(Step):
 
     async def changes(self, ctx: StepContext) -> list[Change]:
         assert ctx.node is not None
-        result = []
-        for artifact in irdma_artifacts(ctx.node):
-            path = artifact.destination.split(" on ")[0]
-            result.append(Change(artifact, await ctx.read_file(path)))
+        result = await host_file_changes(ctx, irdma_artifacts(ctx.node))
         lsmod = await probe(ctx, ["lsmod"], "lsmod")
         if lsmod.ok and not lsmod.fact.loaded("irdma"):
             # The files may be in place while the module is not loaded: still a change.
@@ -78,13 +69,7 @@ class EnableIrdma(Step):
         return result
 
     async def apply(self, ctx: StepContext, changes: list[Change]) -> None:
-        options_changed = False
-        for change in changes:
-            if change.artifact.target is not Target.HOST_FILE:
-                continue
-            path = change.artifact.destination.split(" on ")[0]
-            await ctx.write_file(path, change.artifact.content, 0o644)
-            options_changed |= path == MODPROBE_OPTIONS
+        options_changed = MODPROBE_OPTIONS in await write_host_files(ctx, changes)
         lsmod = await probe(ctx, ["lsmod"], "lsmod")
         loaded = lsmod.ok and lsmod.fact.loaded("irdma")
         if loaded and options_changed:
@@ -105,16 +90,7 @@ class EnableIrdma(Step):
             report.fail(
                 "irdma-loaded", "irdma is not loaded", "modprobe irdma; check dmesg for errors"
             )
-        for artifact in irdma_artifacts(ctx.node):
-            path = artifact.destination.split(" on ")[0]
-            if await ctx.read_file(path) == artifact.content:
-                report.ok("irdma-persistent", f"{path} is in place")
-            else:
-                report.fail(
-                    "irdma-persistent",
-                    f"{path} differs from what the wizard wants",
-                    "run the irdma.enable step again",
-                )
+        await check_host_files(ctx, report, "irdma-persistent", irdma_artifacts(ctx.node))
         return report.findings
 
 

@@ -16,9 +16,9 @@ from typing import Any
 import yaml
 
 from steps.bond import evaluate_bond
-from steps.common import q
+from steps.common import check_host_files, host_file_changes, q, write_host_files
 from steps.preflight import evaluate_ssh_path
-from wizard.artifacts import Artifact, Target, render
+from wizard.artifacts import Artifact, Target, host_file, render
 from wizard.facts.dcb import DcbApp, DcbEts, DcbPfc
 from wizard.model import Finding, StepKind
 from wizard.plan import Change, Phase, Scope, Step, StepContext
@@ -700,23 +700,15 @@ class BootPersistence(Step):
         ]
 
     def _files(self, site: Site, node: Node, device: str) -> list[Artifact]:
-        base = f"nodes/{node.name}/host"
         return [
-            Artifact(
-                f"{base}{SCRIPT_PATH}",
+            host_file(
+                node.name,
+                SCRIPT_PATH,
                 boot_script(site, node, device),
-                Target.HOST_FILE,
-                f"{SCRIPT_PATH} on {node.name}",
                 "reapplies the QoS at boot",
-                mode=0o755,
+                0o755,
             ),
-            Artifact(
-                f"{base}{UNIT_PATH}",
-                boot_unit(node),
-                Target.HOST_FILE,
-                f"{UNIT_PATH} on {node.name}",
-                "runs it after ice, before the bond",
-            ),
+            host_file(node.name, UNIT_PATH, boot_unit(node), "runs it after ice, before the bond"),
         ]
 
     def artifacts(self, site: Site, node: Node | None) -> list[Artifact]:
@@ -725,11 +717,7 @@ class BootPersistence(Step):
     async def changes(self, ctx: StepContext) -> list[Change]:
         assert ctx.node is not None
         device = await rdma_device(ctx) or "<rdma-dev>"
-        result = []
-        for artifact in self._files(ctx.site, ctx.node, device):
-            result.append(
-                Change(artifact, await ctx.read_file(artifact.destination.split(" on ")[0]))
-            )
+        result = await host_file_changes(ctx, self._files(ctx.site, ctx.node, device))
         enabled = await ctx.run(["systemctl", "is-enabled", UNIT])
         result.append(
             Change(
@@ -746,10 +734,7 @@ class BootPersistence(Step):
         return result
 
     async def apply(self, ctx: StepContext, changes: list[Change]) -> None:
-        for change in changes:
-            if change.artifact.target is Target.HOST_FILE:
-                path = change.artifact.destination.split(" on ")[0]
-                await ctx.write_file(path, change.artifact.content, change.artifact.mode)
+        await write_host_files(ctx, changes)
         await ctx.run(["systemctl", "daemon-reload"], check=True)
         await ctx.run(["systemctl", "enable", UNIT], check=True)
 
@@ -757,16 +742,9 @@ class BootPersistence(Step):
         assert ctx.node is not None
         report = Report("T08")
         device = await rdma_device(ctx) or "<rdma-dev>"
-        for artifact in self._files(ctx.site, ctx.node, device):
-            path = artifact.destination.split(" on ")[0]
-            if await ctx.read_file(path) == artifact.content:
-                report.ok("persist-files", f"{path} is in place")
-            else:
-                report.fail(
-                    "persist-files",
-                    f"{path} differs from what the wizard wants",
-                    "apply this step again",
-                )
+        await check_host_files(
+            ctx, report, "persist-files", self._files(ctx.site, ctx.node, device)
+        )
         enabled = await ctx.run(["systemctl", "is-enabled", UNIT])
         if enabled.stdout.strip() == "enabled":
             report.ok("persist-enabled", f"{UNIT} is enabled")

@@ -38,10 +38,26 @@ class Artifact:
     destination: str  # "/etc/modules-load.d/irdma.conf on gpu-1", "ConfigMap kube-system/x"
     description: str
     mode: int = 0o644
+    host_path: str | None = None  # for host files: the absolute path on the node
 
     @property
     def sha256(self) -> str:
         return hashlib.sha256(self.content.encode()).hexdigest()
+
+
+def host_file(
+    node_name: str, path: str, content: str, description: str, mode: int = 0o644
+) -> Artifact:
+    """A file that belongs at ``path`` on a node (exported under nodes/<node>/host<path>)."""
+    return Artifact(
+        f"nodes/{node_name}/host{path}",
+        content,
+        Target.HOST_FILE,
+        f"{path} on {node_name}",
+        description,
+        mode,
+        host_path=path,
+    )
 
 
 @cache
