@@ -72,12 +72,10 @@ class ReportScreen(Screen[None]):
     @on(DataTable.RowHighlighted, "#gates")
     def detail(self, event: DataTable.RowHighlighted) -> None:
         gate = str(event.row_key.value)
-        lines = [
-            f"[{f.severity.value}] {target}: {f.check}: {f.message}"
-            for _, target, f in self.findings
-            if f.gate == gate
-            and (f.severity is not Severity.PASS or len(lines_for(gate, self.findings)) < 8)
-        ]
+        mine = [(target, f) for _, target, f in self.findings if f.gate == gate]
+        if len(mine) > 8:  # a long list: only what needs attention
+            mine = [(target, f) for target, f in mine if f.severity is not Severity.PASS]
+        lines = [f"[{f.severity.value}] {target}: {f.check}: {f.message}" for target, f in mine]
         self.query_one("#gate-detail", Static).update(
             Content("\n".join(lines) or "no findings for this gate yet")
         )
@@ -89,7 +87,3 @@ class ReportScreen(Screen[None]):
     @on(Button.Pressed, "#quit")
     def quit_pressed(self) -> None:
         self.app.exit(0)
-
-
-def lines_for(gate: str, findings: list[tuple[str, str, Finding]]) -> list[Finding]:
-    return [f for _, _, f in findings if f.gate == gate]

@@ -101,12 +101,13 @@ class HostPackages(Step):
     async def changes(self, ctx: StepContext) -> list[Change]:
         assert ctx.node is not None
         missing, _ = await missing_packages(ctx)
+        ctx.data["missing"] = missing  # what apply() installs: no second query
         installed = sorted(set(PACKAGES[ctx.node.os]) - set(missing))
         return [Change(self._artifact(ctx.node), "".join(f"{n}\n" for n in installed))]
 
     async def apply(self, ctx: StepContext, changes: list[Change]) -> None:
         assert ctx.node is not None
-        missing, _ = await missing_packages(ctx)
+        missing = ctx.data["missing"]
         if missing:
             await ctx.run(
                 install_command(ctx.node.os, missing), sudo=None, check=True, timeout=1800
