@@ -73,3 +73,37 @@ def served_lab(site: Path, *faults: str):
     finally:
         lab.terminate()
         lab.wait(timeout=10)
+
+
+async def run_in_lab(
+    tmp_path: Path, frontend, *faults: str, phases: tuple[str, ...] | None = None, prepare=None
+):
+    """Run the plan (or only ``phases``) against a fresh in-process lab; return (outcome, lab).
+
+    The lab is stopped afterwards but its host models and cluster state stay readable.
+    """
+    from steps import build_plan
+    from wizard.lab.lab import Lab
+    from wizard.runner import run_engine
+    from wizard.site import load_site
+
+    plan = build_plan()
+    only = (
+        None if phases is None else [s.id for p in plan.phases if p.id in phases for s in p.steps]
+    )
+    lab = Lab(tmp_path / "lab", faults=faults)
+    await lab.start()
+    try:
+        if prepare is not None:
+            prepare(lab)
+        outcome = await run_engine(
+            load_site(lab.site_path), plan, tmp_path / "state", frontend, only=only
+        )
+    finally:
+        await lab.stop()
+    return outcome, lab
+
+
+def findings_of(outcome, step: str) -> dict:
+    """The findings a step produced, by check name."""
+    return {f.check: f for (s, _), fs in outcome.summary.findings.items() if s == step for f in fs}

@@ -20,12 +20,12 @@ from steps.gpu_operator import (
     nvidia_driver_resource,
 )
 from steps.rdma_plugin import configmap, daemonset, plugin_config, rdma_test_pod
-from tests.conftest import MINIMAL_SITE, REFS
+from tests.conftest import MINIMAL_SITE, REFS, run_in_lab
 from wizard.export import export
 from wizard.headless import HeadlessFrontEnd
 from wizard.lab.lab import Lab
 from wizard.model import Severity
-from wizard.runner import Outcome, run_engine
+from wizard.runner import Outcome
 from wizard.site import load_site, parse_site
 
 MIRRORED = MINIMAL_SITE + (
@@ -183,19 +183,8 @@ K8S_PHASES = (
 
 
 async def run_lab(tmp_path: Path, *faults: str, prepare=None) -> tuple[Outcome, Lab]:
-    plan = build_plan()
-    only = [s.id for p in plan.phases if p.id in K8S_PHASES for s in p.steps]
-    lab = Lab(tmp_path / "lab", faults=faults)
-    await lab.start()
-    try:
-        if prepare:
-            prepare(lab)
-        site = load_site(lab.site_path)
-        frontend = HeadlessFrontEnd(yes=True, out=io.StringIO())
-        outcome = await run_engine(site, plan, tmp_path / "state", frontend, only=only)
-    finally:
-        await lab.stop()
-    return outcome, lab
+    frontend = HeadlessFrontEnd(yes=True, out=io.StringIO())
+    return await run_in_lab(tmp_path, frontend, *faults, phases=K8S_PHASES, prepare=prepare)
 
 
 def finding(outcome: Outcome, check: str):
@@ -259,7 +248,31 @@ async def test_second_nfd_fails_before_the_install(tmp_path):
     assert "gpu-operator/gpu-operator" not in lab.releases  # nothing installed
 
 
-async def test_containerd_17_on_the_joined_node_fails_the_join(tmp_path):
-    outcome, _ = await run_lab(tmp_path, "containerd-1.7")
-    # Preflight already stops the flow; the join check says the same from the API.
-    assert finding(outcome, "T00.containerd-version").severity is Severity.FAIL
+def test_join_check_reads_runtime_kubelet_and_readiness_from_the_api():
+    from steps.join import evaluate_joined
+    from wizard.probe import Report
+
+    site = parse_site(MINIMAL_SITE)
+
+    def node(runtime: str, ready: str = "True", kubelet: str = "v1.33.5") -> dict:
+        return {"metadata": {"name": "gpu-1"}, "status": {
+            "conditions": [{"type": "Ready", "status": ready, "reason": "KubeletNotReady"}],
+            "nodeInfo": {"kubeletVersion": kubelet, "containerRuntimeVersion": runtime}}}  # fmt: skip
+
+    def judge(nodes: dict) -> dict:
+        report = Report("T00")
+        evaluate_joined(site, nodes, report)
+        return {f.check: f for f in report.findings}
+
+    ok = judge({"gpu-1": node("containerd://2.1.4")})
+    assert ok["T00.joined-gpu-1"].severity is Severity.PASS
+    old = judge({"gpu-1": node("containerd://1.7.27")})
+    assert old["T00.runtime-gpu-1"].severity is Severity.FAIL
+    assert "needs containerd >= 2.0" in old["T00.runtime-gpu-1"].message
+    absent = judge({})
+    assert "is not in the cluster" in absent["T00.joined-gpu-1"].message
+    assert "scale.yml" in absent["T00.joined-gpu-1"].remediation
+    not_ready = judge({"gpu-1": node("containerd://2.1.4", ready="False")})
+    assert "not Ready (KubeletNotReady)" in not_ready["T00.joined-gpu-1"].message
+    skew = judge({"gpu-1": node("containerd://2.1.4", kubelet="v1.32.9")})
+    assert skew["T00.kubelet-gpu-1"].severity is Severity.WARN

@@ -256,3 +256,20 @@ async def test_unreachable_cluster_is_a_connection_error(tmp_path):
     api = by_check(outcome)["T00.reachable"][0][1]
     assert "cannot reach the API server http://127.0.0.1:9" in api.message
     assert outcome.exit_code == 2
+
+
+async def test_packages_step_installs_only_what_is_missing(tmp_path):
+    from tests.conftest import findings_of, run_in_lab
+
+    def remove_perftest(lab: Lab) -> None:
+        lab.hosts["gpu-b300-01"].packages.discard("perftest")
+
+    frontend = HeadlessFrontEnd(yes=True, out=io.StringIO())
+    outcome, lab = await run_in_lab(
+        tmp_path, frontend, phases=("packages",), prepare=remove_perftest
+    )
+    host = lab.hosts["gpu-b300-01"]
+    assert "perftest" in host.packages
+    installs = [c for c in host.commands if c.startswith("dnf install")]
+    assert installs == ["dnf install -y perftest"]
+    assert findings_of(outcome, "packages.install")["T02.packages"].severity is Severity.PASS

@@ -13,7 +13,7 @@ import pytest
 from steps import build_plan
 from steps.nccl import explain_verdict
 from steps.perf import Endpoint, perftest_pair
-from tests.conftest import fixture_text
+from tests.conftest import findings_of, fixture_text, run_in_lab
 from wizard.checkpoint import Checkpoint, read_state, site_state_dir
 from wizard.engine import Engine
 from wizard.facts import parse
@@ -23,25 +23,17 @@ from wizard.model import GATES, Severity
 from wizard.plan import StepContext
 from wizard.probe import Report
 from wizard.report import build_report, write_report
-from wizard.runner import run_engine
 from wizard.services import build_services
 from wizard.site import load_site
 
 
 async def full_run(tmp_path: Path, *faults: str):
-    lab = Lab(tmp_path / "lab", faults=faults)
-    await lab.start()
-    try:
-        site = load_site(lab.site_path)
-        frontend = HeadlessFrontEnd(yes=True, window_open=True, out=io.StringIO())
-        outcome = await run_engine(site, build_plan(), tmp_path / "state", frontend)
-    finally:
-        await lab.stop()
-    return outcome, site, lab
+    frontend = HeadlessFrontEnd(yes=True, window_open=True, out=io.StringIO())
+    outcome, lab = await run_in_lab(tmp_path, frontend, *faults)
+    return outcome, load_site(lab.site_path), lab
 
 
-def findings(outcome, step):
-    return {f.check: f for (s, _), fs in outcome.summary.findings.items() if s == step for f in fs}
+findings = findings_of
 
 
 async def test_full_run_measures_every_gate_and_reports_in_three_formats(tmp_path):

@@ -17,14 +17,12 @@ import pytest
 
 from steps import build_plan
 from steps.qos import FACTORY, PortQos, dcb_batch, desired_port, port_commands, restore_commands
-from tests.conftest import MINIMAL_SITE, REPO, served_lab
+from tests.conftest import MINIMAL_SITE, REPO, run_in_lab, served_lab
 from wizard.engine import DecisionRequired
 from wizard.events import Answer, Reply
 from wizard.export import export
 from wizard.headless import HeadlessFrontEnd
-from wizard.lab.lab import Lab
 from wizard.model import Severity
-from wizard.runner import run_engine
 from wizard.site import load_site, parse_site
 
 SITE = parse_site(MINIMAL_SITE)
@@ -175,17 +173,7 @@ UP_TO_QOS = (
 
 
 async def run_lab(tmp_path: Path, frontend, *faults: str):
-    plan = build_plan()
-    only = [s.id for p in plan.phases if p.id in UP_TO_QOS for s in p.steps]
-    lab = Lab(tmp_path / "lab", faults=faults)
-    await lab.start()
-    try:
-        outcome = await run_engine(
-            load_site(lab.site_path), plan, tmp_path / "state", frontend, only=only
-        )
-    finally:
-        await lab.stop()
-    return outcome, lab
+    return await run_in_lab(tmp_path, frontend, *faults, phases=UP_TO_QOS)
 
 
 def step_findings(outcome, step: str):
