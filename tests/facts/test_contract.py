@@ -147,10 +147,13 @@ def _cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[st
 
 
 def test_parse_cli_prints_json():
-    kind, path = next(f for f in FIXTURES if f[0] == "bonding")
-    result = _cli("parse", kind, str(path))
+    path = next(path for kind, path in FIXTURES if kind == "bonding" and path.name == "01.txt")
+    result = _cli("parse", "bonding", str(path))
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout)["is_8023ad"] in (True, False)
+    printed = json.loads(result.stdout)
+    assert printed == parse("bonding", path.read_text()).to_json()
+    assert (printed["is_8023ad"], printed["transmit_hash_policy"]) == (True, "layer3+4")
+    assert [slave["name"] for slave in printed["slaves"]] == ["enp1s0f0", "enp1s0f1"]
 
 
 def test_parse_cli_reads_stdin():
