@@ -56,6 +56,13 @@ class Result:
     exit_status: int = 0
 
 
+def _json_or_lines(entries: list[dict[str, object]], json_out: bool, line: str) -> Result:
+    """Answer like iproute2's `rdma`: the entries as JSON with -j, else one line each."""
+    if json_out:
+        return Result(json.dumps(entries) + "\n")
+    return Result("".join(line.format(**entry) + "\n" for entry in entries))
+
+
 @dataclass
 class Port:
     name: str
@@ -523,28 +530,21 @@ class LabHost:
                  "netdev": port.name, "netdev_index": 4 + i}
                 for i, (dev, port) in enumerate(devices)
             ]  # fmt: skip
-            if json_out:
-                return Result(json.dumps(entries) + "\n")
-            return Result(
-                "".join(
-                    f"link {e['ifname']}/1 state {e['state']} physical_state "
-                    f"{e['physical_state']} netdev {e['netdev']}\n"
-                    for e in entries
-                )
+            return _json_or_lines(
+                entries,
+                json_out,
+                "link {ifname}/1 state {state} physical_state {physical_state} netdev {netdev}",
             )
         entries = [
             {"ifindex": i, "ifname": dev, "node_type": "ca", "fw": "1.72",
              "node_guid": "b683:51ff:fe02:7a30", "sys_image_guid": "b683:51ff:fe02:7a30"}
             for i, (dev, _) in enumerate(devices)
         ]  # fmt: skip
-        if json_out:
-            return Result(json.dumps(entries) + "\n")
-        return Result(
-            "".join(
-                f"{e['ifindex']}: {e['ifname']}: node_type ca fw 1.72 node_guid "
-                f"{e['node_guid']} sys_image_guid {e['sys_image_guid']}\n"
-                for e in entries
-            )
+        return _json_or_lines(
+            entries,
+            json_out,
+            "{ifindex}: {ifname}: node_type ca fw 1.72 node_guid {node_guid} "
+            "sys_image_guid {sys_image_guid}",
         )
 
     def cmd_ibv_devices(self, args: list[str]) -> Result:
