@@ -75,6 +75,20 @@ def served_lab(site: Path, *faults: str):
         lab.wait(timeout=10)
 
 
+# The phases that take a node from bare to a schedulable RDMA worker (host-rdma's slow
+# perftest to an AIStor node is left out: no check under test reads it).
+K8S_PHASES = (
+    "preflight",
+    "packages",
+    "e810",
+    "bond",
+    "irdma",
+    "join",
+    "gpu-operator",
+    "rdma-plugin",
+)
+
+
 async def run_in_lab(
     tmp_path: Path, frontend, *faults: str, phases: tuple[str, ...] | None = None, prepare=None
 ):

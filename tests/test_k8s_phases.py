@@ -20,7 +20,7 @@ from steps.gpu_operator import (
     nvidia_driver_resource,
 )
 from steps.rdma_plugin import configmap, daemonset, plugin_config, rdma_test_pod
-from tests.conftest import MINIMAL_SITE, REFS, run_in_lab
+from tests.conftest import K8S_PHASES, MINIMAL_SITE, REFS, run_in_lab
 from wizard.export import export
 from wizard.headless import HeadlessFrontEnd
 from wizard.lab.lab import Lab
@@ -169,17 +169,6 @@ def test_connectx_profile_renders_a_nicclusterpolicy_instead(tmp_path):
 
 
 # -- the flow against the lab -----------------------------------------------------------------
-
-K8S_PHASES = (
-    "preflight",
-    "packages",
-    "e810",
-    "bond",
-    "irdma",
-    "join",
-    "gpu-operator",
-    "rdma-plugin",
-)
 
 
 async def run_lab(tmp_path: Path, *faults: str, prepare=None) -> tuple[Outcome, Lab]:

@@ -17,7 +17,7 @@ import pytest
 
 from steps import build_plan
 from steps.qos import FACTORY, PortQos, dcb_batch, desired_port, port_commands, restore_commands
-from tests.conftest import MINIMAL_SITE, REPO, run_in_lab, served_lab
+from tests.conftest import K8S_PHASES, MINIMAL_SITE, REPO, run_in_lab, served_lab
 from wizard.engine import DecisionRequired
 from wizard.events import Answer, Reply
 from wizard.export import export
@@ -159,17 +159,7 @@ def test_export_has_batches_procedure_rollback_unit_and_switch_sheets(tmp_path):
 
 # -- the maintenance flow in the lab -------------------------------------------------------------
 
-UP_TO_QOS = (
-    "preflight",
-    "packages",
-    "e810",
-    "bond",
-    "irdma",
-    "join",
-    "gpu-operator",
-    "rdma-plugin",
-    "qos",
-)
+UP_TO_QOS = (*K8S_PHASES, "qos")
 
 
 async def run_lab(tmp_path: Path, frontend, *faults: str):
