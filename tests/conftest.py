@@ -56,6 +56,21 @@ def state_dir(tmp_path: Path) -> Path:
     return tmp_path / "state"
 
 
+def run_cli(
+    *args: str, cwd: Path = REPO, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`gpu-node-wizard ARGS` in a fresh process, as an operator's shell would run it."""
+    return subprocess.run(
+        [sys.executable, "-m", "wizard.cli", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
+        check=False,
+    )
+
+
 @contextlib.contextmanager
 def served_lab(site: Path, *faults: str):
     """`gpu-node-wizard lab --write-site SITE` in its own process, until the block ends."""

@@ -6,14 +6,13 @@ import hashlib
 import json
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from steps import build_plan
-from tests.conftest import MINIMAL_SITE, REFS, REPO
+from tests.conftest import MINIMAL_SITE, REFS, run_cli
 from wizard.cli import main
 from wizard.export import MANIFEST, RUNBOOK, export
 from wizard.site import load_site
@@ -155,11 +154,8 @@ def test_planted_secret_never_reaches_an_exported_file(tmp_path, monkeypatch):
 
 
 def test_cli_init_export_status_as_a_new_user_would(tmp_path):
-    def cli(*args):
-        return subprocess.run(
-            [sys.executable, "-m", "wizard.cli", *args],
-            capture_output=True, text=True, cwd=tmp_path, check=False,
-        )  # fmt: skip
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return run_cli(*args, cwd=tmp_path)
 
     assert cli("init").returncode == 0
     assert cli("init").returncode == 2  # will not overwrite
@@ -183,18 +179,12 @@ def test_status_shows_states_interruptions_and_site_changes(site_file, state_dir
         checkpoint.set_step("preflight.host", "gpu-1", StepState.DONE, message="ok")
         checkpoint.set_step("bond.lacp", "gpu-1", StepState.RUNNING)
     site_file.write_text(site_file.read_text().replace("ens5f1np1", "ens5f1np9"))
-    result = subprocess.run(
-        [sys.executable, "-m", "wizard.cli", "status", str(site_file), "--state-dir", str(state_dir)],
-        capture_output=True, text=True, cwd=REPO, check=False,
-    )  # fmt: skip
+    result = run_cli("status", str(site_file), "--state-dir", str(state_dir))
     assert result.returncode == 0, result.stderr
     assert "done     preflight.host on gpu-1" in result.stdout
     assert "interrupted (re-verified first on resume): bond.lacp on gpu-1" in result.stdout
     assert "site file changed since the checkpoint: nodes.gpu-1.bond" in result.stdout
     assert "the next run resets: bond.lacp on gpu-1" in result.stdout
-    as_json = subprocess.run(
-        [sys.executable, "-m", "wizard.cli", "status", str(site_file), "--state-dir", str(state_dir), "--json"],
-        capture_output=True, text=True, cwd=REPO, check=False,
-    )  # fmt: skip
+    as_json = run_cli("status", str(site_file), "--state-dir", str(state_dir), "--json")
     data = json.loads(as_json.stdout)
     assert {"step": "bond.lacp", "target": "gpu-1"} in data["would_reset"]

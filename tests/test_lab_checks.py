@@ -6,14 +6,13 @@ from __future__ import annotations
 import io
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from steps import build_plan
-from tests.conftest import REPO, served_lab
+from tests.conftest import run_cli, served_lab
 from wizard.headless import HeadlessFrontEnd
 from wizard.lab.faults import FAULTS
 from wizard.lab.lab import Lab
@@ -137,35 +136,15 @@ async def test_two_nodes_are_checked_concurrently(tmp_path):
 
 
 def test_faults_are_listed():
-    result = subprocess.run(
-        [sys.executable, "-m", "wizard.cli", "lab", "--list-faults"],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=REPO,
-    )
+    result = run_cli("lab", "--list-faults")
+    assert result.returncode == 0, result.stderr
     assert {line.split()[0] for line in result.stdout.splitlines()} == set(FAULTS)
 
 
 def test_lab_then_check_from_another_process(tmp_path):
     site = tmp_path / "lab" / "site.yaml"
     with served_lab(site, "gpu-missing"):
-        result = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "wizard.cli",
-                "check",
-                str(site),
-                "--json",
-                "--state-dir",
-                str(tmp_path / "state"),
-            ],
-            capture_output=True,
-            text=True,
-            cwd=REPO,
-            timeout=120,
-        )
+        result = run_cli("check", str(site), "--json", "--state-dir", str(tmp_path / "state"))
     assert result.returncode == 1, result.stderr
     data = json.loads(result.stdout)
     assert data["gates"]["T00"] == "fail" and data["gates"]["T10"] == "pass"
@@ -182,21 +161,7 @@ def test_check_on_an_unreachable_host_exits_2_naming_it(tmp_path):
         "cluster: {kubeconfig: nope}\nnodes:\n  - name: gpu-1\n    host: 127.0.0.1\n"
         "    ssh: {port: 1}\n    bond: {ports: [p0, p1]}\n    rdma_ip: 192.168.50.1\n"
     )
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "wizard.cli",
-            "check",
-            str(site),
-            "--state-dir",
-            str(tmp_path / "s"),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-    )
+    result = run_cli("check", str(site), "--state-dir", str(tmp_path / "s"))
     assert result.returncode == 2
     assert "cannot reach root@127.0.0.1:1" in result.stdout
     assert "Traceback" not in result.stderr
@@ -207,24 +172,8 @@ def test_run_headless_stops_at_the_first_decision_then_applies_with_yes(tmp_path
     state = str(tmp_path / "state")
 
     def run(*extra: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "wizard.cli",
-                "run",
-                str(site),
-                "--headless",
-                "--state-dir",
-                state,
-                "--phase",
-                "irdma",
-                *extra,
-            ],
-            capture_output=True,
-            text=True,
-            cwd=REPO,
-            timeout=120,
+        return run_cli(
+            "run", str(site), "--headless", "--state-dir", state, "--phase", "irdma", *extra
         )
 
     with served_lab(site, "irdma-not-loaded"):

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
-from tests.conftest import MINIMAL_SITE
+from tests.conftest import MINIMAL_SITE, run_cli
 from wizard.artifacts import render
 from wizard.errors import SiteError
 from wizard.site import load_site, parse_site
@@ -160,12 +157,7 @@ def test_relative_paths_resolve_next_to_the_site_file(site_file):
 def test_cli_bad_site_exits_2_naming_the_field(tmp_path):
     bad = tmp_path / "site.yaml"
     bad.write_text(MINIMAL_SITE.replace("rdma_ip: 192.168.50.1\n", "rdma_ip: 300.1.1.1\n"))
-    result = subprocess.run(
-        [sys.executable, "-m", "wizard.cli", "export", str(bad), "--out", str(tmp_path / "o")],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    result = run_cli("export", str(bad), "--out", str(tmp_path / "o"))
     assert result.returncode == 2
     assert "nodes[0].rdma_ip: '300.1.1.1'" in result.stderr
     assert "Traceback" not in result.stderr

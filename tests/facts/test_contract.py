@@ -4,14 +4,12 @@ kinds' output and garbage fail with ParseError only, and the `parse` command beh
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import fixture_files
+from tests.conftest import fixture_files, run_cli
 from wizard.facts import KINDS, ParseError, parse
 
 # The keys FACTS.md promises for each kind (a parser may add more).
@@ -136,19 +134,9 @@ def test_random_text_only_raises_parse_error(kind, text):
     json.dumps(fact.to_json())
 
 
-def _cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "wizard.cli", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-
-
 def test_parse_cli_prints_json():
     path = next(path for kind, path in FIXTURES if kind == "bonding" and path.name == "01.txt")
-    result = _cli("parse", "bonding", str(path))
+    result = run_cli("parse", "bonding", str(path))
     assert result.returncode == 0, result.stderr
     printed = json.loads(result.stdout)
     assert printed == parse("bonding", path.read_text()).to_json()
@@ -157,13 +145,13 @@ def test_parse_cli_prints_json():
 
 
 def test_parse_cli_reads_stdin():
-    result = _cli("parse", "containerd-version", "-", stdin="containerd x v2.1.4 abc\n")
+    result = run_cli("parse", "containerd-version", "-", stdin="containerd x v2.1.4 abc\n")
     assert result.returncode == 0
     assert json.loads(result.stdout)["version"] == "2.1.4"
 
 
 def test_parse_cli_unusable_input_is_one_line_exit_1():
-    result = _cli("parse", "lsmod", "-", stdin="this is not lsmod output\n")
+    result = run_cli("parse", "lsmod", "-", stdin="this is not lsmod output\n")
     assert result.returncode == 1
     assert result.stdout == ""
     assert len(result.stderr.strip().splitlines()) == 1
@@ -171,13 +159,13 @@ def test_parse_cli_unusable_input_is_one_line_exit_1():
 
 
 def test_parse_cli_list_and_unknown_kind():
-    listing = _cli("parse", "--list")
+    listing = run_cli("parse", "--list")
     assert listing.returncode == 0
     assert {line.split()[0] for line in listing.stdout.splitlines()} == set(KINDS)
-    unknown = _cli("parse", "nope", "-", stdin="x")
+    unknown = run_cli("parse", "nope", "-", stdin="x")
     assert unknown.returncode == 2 and "parse --list" in unknown.stderr
 
 
 def test_parse_cli_missing_file():
-    result = _cli("parse", "lsmod", "/nonexistent/file")
+    result = run_cli("parse", "lsmod", "/nonexistent/file")
     assert result.returncode == 2 and "cannot read" in result.stderr
