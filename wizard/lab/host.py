@@ -56,6 +56,14 @@ class Result:
     exit_status: int = 0
 
 
+# The configfs folders where `mkdir DEVICE` makes a per-device directory, and the attribute
+# the kernel then shows in it (the one the wizard reads back).
+CONFIGFS_DEVICE_ATTRIBUTES = {
+    "/sys/kernel/config/rdma_cm/": "ports/1/default_roce_tos",
+    "/sys/kernel/config/irdma/": "roce_dcqcn_enable",
+}
+
+
 def _json_or_lines(entries: list[dict[str, object]], json_out: bool, line: str) -> Result:
     """Answer like iproute2's `rdma`: the entries as JSON with -j, else one line each."""
     if json_out:
@@ -715,24 +723,18 @@ class LabHost:
 
     def cmd_mkdir(self, args: list[str]) -> Result:
         for path in (a for a in args if not a.startswith("-")):
-            if path.startswith("/sys/kernel/config/rdma_cm/"):
-                device = path.rstrip("/").split("/")[-1]
-                if not any(dev == device for dev, _ in self.rdma_devices):
-                    return Result(
-                        stderr=f"mkdir: cannot create directory '{path}': No such device\n",
-                        exit_status=1,
-                    )
-                self.configfs[path.rstrip("/") + "/"] = ""
-                self.configfs.setdefault(path.rstrip("/") + "/ports/1/default_roce_tos", "0\n")
-            elif path.startswith("/sys/kernel/config/irdma/"):
-                device = path.rstrip("/").split("/")[-1]
-                if not any(dev == device for dev, _ in self.rdma_devices):
-                    return Result(
-                        stderr=f"mkdir: cannot create directory '{path}': No such device\n",
-                        exit_status=1,
-                    )
-                self.configfs[path.rstrip("/") + "/"] = ""
-                self.configfs.setdefault(path.rstrip("/") + "/roce_dcqcn_enable", "0\n")
+            directory = path.rstrip("/")
+            parent, _, device = directory.rpartition("/")
+            attribute = CONFIGFS_DEVICE_ATTRIBUTES.get(parent + "/")
+            if attribute is None:
+                continue
+            if not any(dev == device for dev, _ in self.rdma_devices):
+                return Result(
+                    stderr=f"mkdir: cannot create directory '{path}': No such device\n",
+                    exit_status=1,
+                )
+            self.configfs[directory + "/"] = ""
+            self.configfs.setdefault(f"{directory}/{attribute}", "0\n")
         return Result()
 
     def cmd_warp(self, args: list[str]) -> Result:
