@@ -94,6 +94,19 @@ def _args(endpoint: Endpoint, qps: int, port: int, extra: list[str]) -> list[str
     return [*argv, "-q", str(qps), "-p", str(port), *extra]
 
 
+async def _stop_server(ctx: StepContext, task: asyncio.Task, host: str, pattern: str) -> None:
+    """End a one-shot server the client never reached (it would wait forever), then reap it.
+
+    Runs in a `finally`, so neither a failed pkill nor the task's own error may mask the
+    result or error of the client that ran before it.
+    """
+    if not task.done():
+        with contextlib.suppress(TransportError):
+            await ctx.run(["pkill", "-f", pattern], on=host)
+    with contextlib.suppress(TransportError, asyncio.CancelledError):
+        await asyncio.wait_for(task, 15)
+
+
 async def perftest_pair(
     ctx: StepContext,
     test: str,
@@ -118,11 +131,7 @@ async def perftest_pair(
         argv = [test, *_args(client, qps, port, extra + list(client_extra or [])), server.address]
         result = await ctx.run(argv, on=client.host, timeout=SERVER_TIMEOUT_S)
     finally:
-        if not server_task.done():
-            with contextlib.suppress(TransportError):
-                await ctx.run(["pkill", "-f", f"{test} .*-p {port}"], on=server.host)
-        with contextlib.suppress(TransportError, asyncio.CancelledError):
-            await asyncio.wait_for(server_task, 15)
+        await _stop_server(ctx, server_task, server.host, f"{test} .*-p {port}")
     try:
         fact = parse("perftest", result.stdout + result.stderr)
     except ParseError as exc:
@@ -292,11 +301,7 @@ async def iperf3_pair(ctx: StepContext, *, reverse: bool = False) -> tuple[float
         ]
         result = await ctx.run(argv, timeout=m.duration_s + 60)
     finally:
-        if not server.done():
-            with contextlib.suppress(TransportError):
-                await ctx.run(["pkill", "-f", f"iperf3 -s -1 -p {port}"], on=peer.name)
-        with contextlib.suppress(TransportError, asyncio.CancelledError):
-            await asyncio.wait_for(server, 15)
+        await _stop_server(ctx, server, peer.name, f"iperf3 -s -1 -p {port}")
     if result.exit_status != 0:
         return None, (
             result.stderr.strip() or result.stdout.strip() or "iperf3 failed"

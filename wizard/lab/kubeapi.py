@@ -185,7 +185,7 @@ class _Handler(BaseHTTPRequestHandler):
                              "platform": "linux/amd64"})  # fmt: skip
             return
         if url.path.startswith("/lab/v1/"):
-            self._lab_get(url.path)
+            self._lab("GET", url.path)
             return
         routed = self._route()
         if routed is None:
@@ -217,7 +217,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         if urlparse(self.path).path.startswith("/lab/v1/"):
-            self._lab_post(urlparse(self.path).path, self._body())
+            self._lab("POST", urlparse(self.path).path, self._body())
             return
         routed = self._route()
         if routed is None:
@@ -308,16 +308,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- lab-only endpoints (the helm stand-in talks to these) ------------------------------------
 
-    def _lab_get(self, path: str) -> None:
-        handler = self.server.lab_handlers.get(("GET", path))  # type: ignore[attr-defined]
-        if handler is None:
-            self._status(404, "NotFound", path)
-            return
-        code, body = handler(None)
-        self._send(code, body)
-
-    def _lab_post(self, path: str, body: Any) -> None:
-        handler = self.server.lab_handlers.get(("POST", path))  # type: ignore[attr-defined]
+    def _lab(self, method: str, path: str, body: Any = None) -> None:
+        handler = self.server.lab_handlers.get((method, path))  # type: ignore[attr-defined]
         if handler is None:
             self._status(404, "NotFound", path)
             return
