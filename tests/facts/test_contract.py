@@ -94,6 +94,13 @@ def test_empty_and_binary_input_is_refused(kind, text):
         parse(kind, text)
 
 
+def test_colour_codes_and_crlf_are_text_but_control_bytes_are_not():
+    coloured = "# source: x\r\n\x1b[32mh:1:2 [0] NCCL INFO NCCL version 2.21.5\x1b[0m\r\n"
+    assert parse("nccl-log", coloured).version == "2.21.5"
+    with pytest.raises(ParseError, match="binary"):
+        parse("nccl-log", "h:1:2 [0] NCCL INFO NCCL version 2.21.5\n\x07")
+
+
 def _mangle(text: str, data: st.DataObject) -> str:
     lines = text.splitlines(keepends=True)
     operation = data.draw(st.sampled_from(["truncate", "drop", "shuffle", "insert", "tabs"]))

@@ -163,6 +163,45 @@ def test_nccl_mixed_verdict():
     assert fact.gdr_disabled == [{"hca": "irdma0", "index": 0, "reason": "no module"}]
 
 
+def test_nccl_large_log_keeps_every_channel_in_order():
+    """A long multi-rank log: each line counts, in order, and one odd line changes the verdict."""
+    gdr = "h:1:2 [0] NCCL INFO Channel 00/0 : 0[1] -> 1[1] [send] via NET/IB/0/GDRDMA\n"
+    receive = "h:1:3 [1] NCCL INFO Channel 01/0 : 1[1] -> 0[1] [receive] via NET/IB/1/GDRDMA\n"
+    noise = "h:1:2 [0] NCCL INFO Connected all rings\n"
+    host_memory = "h:9:9 [3] NCCL INFO Channel 02/0 : 3[1] -> 0[1] [send] via NET/IB/1\n"
+    text = (gdr + noise + receive) * 5000 + host_memory + gdr * 10
+    fact = parse("nccl-log", text)
+    assert len(fact.channels) == 10_011
+    assert [(c.channel, c.direction) for c in fact.channels[:3]] == [(0, "send"), (1, "receive"),
+                                                                     (0, "send")]  # fmt: skip
+    assert fact.channels[10_000].device_index == 1 and not fact.channels[10_000].gdr
+    assert fact.verdict == "mixed"
+    assert parse("nccl-log", (gdr + noise + receive) * 5000).verdict == "gdr"
+
+
+def test_nccl_channel_is_read_within_one_line():
+    text = (
+        "h:1:2 [0] NCCL INFO Channel 00/0 : 0[1] -> 1[1] [send]\n"
+        "h:1:2 [0] NCCL INFO via NET/IB/0/GDRDMA\n"
+        "h:1:2 [0] NCCL INFO Channel 01/0 : 0[1] -> 1[1] [send] via NET/Socket/0\n"
+    )
+    fact = parse("nccl-log", text)
+    assert [(c.channel, c.transport) for c in fact.channels] == [(1, "NET/Socket")]
+    assert fact.verdict == "socket"
+
+
+def test_nccl_first_version_line_wins_and_later_env_overrides():
+    text = (
+        "h:1:2 [0] NCCL INFO NCCL version 2.21.5+cuda12.4\n"
+        "h:1:2 [0] NCCL INFO NCCL_IB_HCA set by environment to irdma0.\n"
+        "h:1:3 [1] NCCL INFO NCCL version 2.19.3+cuda12.2\n"
+        "h:1:3 [1] NCCL INFO NCCL_IB_HCA set by environment to irdma1\n"
+    )
+    fact = parse("nccl-log", text)
+    assert (fact.version, fact.cuda) == ("2.21.5", "12.4")
+    assert fact.env == {"NCCL_IB_HCA": "irdma1"}
+
+
 def test_nccl_tests_full_table():
     fact = parse("nccl-tests", fixture_text("nccl-tests", "01.txt"))
     assert len(fact.rows) == 31
