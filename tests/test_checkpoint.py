@@ -22,7 +22,7 @@ from tests.engine_world import ScriptedFrontEnd, World, world_plan
 from wizard.checkpoint import Checkpoint, read_state
 from wizard.engine import Engine
 from wizard.errors import LockHeldError
-from wizard.model import StepState
+from wizard.model import Evidence, Finding, Severity, StepState
 from wizard.redact import REDACTED
 from wizard.site import load_site
 
@@ -167,3 +167,51 @@ def test_survives_kill_minus_nine_at_any_point(site_file, state_dir, tmp_path):
     # Every journal line that was fully written parses.
     for entry in _journal_entries(state_dir / "lab")[:-1]:
         assert "at" in entry
+
+
+def test_check_results_are_group_committed_and_changes_are_not(site_file, state_dir):
+    """A read-only result may wait in memory for the next write; a change's record may not."""
+    site = load_site(site_file)
+    with Checkpoint.open(state_dir, site) as checkpoint:
+        checkpoint.set_step("one.check", "gpu-1", StepState.DONE, durable=False)
+        assert "one.check" not in read_state(checkpoint.directory)["steps"]
+        checkpoint.set_step("two.apply", "gpu-1", StepState.RUNNING)
+        on_disk = read_state(checkpoint.directory)["steps"]
+        assert on_disk["one.check"]["gpu-1"]["state"] == "done"  # rode along
+        assert on_disk["two.apply"]["gpu-1"]["state"] == "running"
+        checkpoint.set_step("four.check", "gpu-1", StepState.FAILED, durable=False)
+        directory = checkpoint.directory
+    assert read_state(directory)["steps"]["four.check"]["gpu-1"]["state"] == "failed"
+
+
+def test_engine_writes_each_steps_check_results_when_its_fan_out_ends(
+    site_file, state_dir, tmp_path
+):
+    site = load_site(site_file)
+    world = World(tmp_path / "world.json")
+    with Checkpoint.open(state_dir, site) as checkpoint:
+        engine = Engine(site, world_plan(world), checkpoint, ScriptedFrontEnd())
+        summary = asyncio.run(engine.run(phase="one"))
+        assert summary.ok
+        # Still inside the open checkpoint: the result is on disk, not only in memory.
+        on_disk = read_state(checkpoint.directory)["steps"]
+        assert {t: r["state"] for t, r in on_disk["one.check"].items()} == {
+            n.name: "done" for n in site.nodes
+        }
+
+
+def test_findings_survive_the_checkpoint_unchanged(site_file, state_dir):
+    site = load_site(site_file)
+    finding = Finding(
+        "T10.lacp-partner",
+        "T10",
+        Severity.WARN,
+        "partner churned",
+        "check the switch",
+        (Evidence("cat /proc/net/bonding/bond1", "Partner Churn State: churned"),),
+        waived="known flapping port, ticket 42",
+    )
+    with Checkpoint.open(state_dir, site) as checkpoint:
+        checkpoint.set_step("bond.lacp", "gpu-1", StepState.DONE, findings=[finding])
+    with Checkpoint.open(state_dir, site) as checkpoint:
+        assert checkpoint.findings("bond.lacp", "gpu-1") == [finding]

@@ -3,10 +3,16 @@
 Layout under ``<state dir>/<site name>/``:
 
 - ``state.json``: the whole state, rewritten atomically (temp file, fsync, rename, fsync of
-  the directory) on every step transition, so that a kill -9 at any instant leaves either
-  the old or the new file, never a torn one.
-- ``journal.jsonl``: append-only, one JSON object per command run (output redacted).
-  Kept apart from ``state.json`` so that a state write does not grow with the journal.
+  the directory), so that a kill -9 at any instant leaves either the old or the new file,
+  never a torn one. A transition that guards an effect (running, done, failed of a change or
+  a measurement, blocked, waiting) is written before anything else happens. The result of a
+  read-only check is group-committed: written with the next durable transition, at the end
+  of its step's fan-out (``flush``), or after FLUSH_INTERVAL_S, whichever comes first. A kill
+  loses at most that much read-only work, which a resume simply re-checks; on 64 nodes it
+  turns 500 whole-state writes into a handful.
+- ``journal.jsonl``: append-only, one JSON object per command run (output redacted),
+  flushed to the kernel per entry (it survives a killed wizard) and fsynced with every state
+  write. Kept apart from ``state.json`` so that a state write does not grow with the journal.
 - ``lock``: an exclusive ``flock`` held while a wizard works on the site; the file holds
   who took it (pid, host, since) so that the refusal names the holder. The kernel drops
   the lock when its holder dies, however it dies.
@@ -37,6 +43,8 @@ from wizard.site import Site
 
 FORMAT = 1
 APP_NAME = "gpu-node-wizard"
+# The longest a read-only result waits in memory before it is written (see the docstring).
+FLUSH_INTERVAL_S = 1.0
 
 
 def default_state_dir() -> Path:
@@ -117,6 +125,8 @@ class Checkpoint:
         self.state = state
         self._lock_fd = lock_fd
         self.redactor = redactor
+        self._pending = False  # read-only results not yet on disk
+        self._last_save = time.monotonic()
         self._journal = open(  # noqa: SIM115 - kept open for the life of the checkpoint
             os.open(directory / "journal.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600),
             "a",
@@ -143,6 +153,7 @@ class Checkpoint:
                 if not (directory / "state.json").exists():
                     checkpoint.save()
                 yield checkpoint
+                checkpoint.flush()
             finally:
                 checkpoint._journal.close()
         finally:
@@ -157,7 +168,16 @@ class Checkpoint:
         # Compact on purpose: json's C encoder (no indent) keeps a write cheap on a big fleet;
         # `gpu-node-wizard status` is the readable view.
         blob = json.dumps(self.state, sort_keys=True, separators=(",", ":"))
+        # The journal reaches the disk no later than the state that points past it.
+        os.fsync(self._journal.fileno())
         atomic_write(self.directory / "state.json", blob.encode())
+        self._pending = False
+        self._last_save = time.monotonic()
+
+    def flush(self) -> None:
+        """Write group-committed read-only results now (no-op when there are none)."""
+        if self._pending:
+            self.save()
 
     def record(self, step: str, target: str) -> dict[str, Any]:
         """The stored record of ``step`` on ``target`` (empty dict if never run)."""
@@ -176,8 +196,13 @@ class Checkpoint:
         findings: list[Finding] | None = None,
         measurements: dict[str, Any] | None = None,
         extra: dict[str, Any] | None = None,
+        durable: bool = True,
     ) -> None:
-        """Record a transition and write it before anything else happens."""
+        """Record a transition and write it before anything else happens.
+
+        ``durable=False`` is for the results of read-only checks: they are group-committed
+        (see the module docstring), because losing one costs only a re-check.
+        """
         record = self.state["steps"].setdefault(step, {}).setdefault(target, {})
         stamp = now()
         if state == StepState.RUNNING:
@@ -193,7 +218,10 @@ class Checkpoint:
             record["measurements"] = self.redactor.data(measurements)
         if extra is not None:
             record.setdefault("extra", {}).update(self.redactor.data(extra))
-        self.save()
+        if durable or time.monotonic() - self._last_save >= FLUSH_INTERVAL_S:
+            self.save()
+        else:
+            self._pending = True
 
     def findings(self, step: str, target: str) -> list[Finding]:
         return [Finding.from_json(f) for f in self.record(step, target).get("findings", [])]
@@ -235,11 +263,14 @@ class Checkpoint:
     # -- journal -----------------------------------------------------------------------
 
     def journal(self, entry: dict[str, Any]) -> None:
-        """Append one entry (redacted) to the journal and flush it to disk."""
+        """Append one entry (redacted) to the journal and hand it to the kernel.
+
+        Flushed, not fsynced: a killed wizard loses nothing; the fsync rides on the next state
+        write, so a fleet's hundreds of probe lines cost no disk flush each.
+        """
         line = json.dumps({"at": now(), **self.redactor.data(entry)}, sort_keys=True)
         self._journal.write(line + "\n")
         self._journal.flush()
-        os.fsync(self._journal.fileno())
 
 
 def changed_sections(state: dict[str, Any], site: Site) -> list[str]:

@@ -208,6 +208,7 @@ class Engine:
                     summary.findings[(step.id, target)] = []
                 continue
             results = await asyncio.gather(*(one(t) for t in batch), return_exceptions=True)
+            self.checkpoint.flush()  # the batch's read-only results, in one write
             for result in results:
                 if isinstance(result, BaseException):
                     raise result
@@ -495,6 +496,9 @@ class Engine:
             findings=findings,
             measurements=measurements,
             extra=ctx.data or None,
+            # A check's result is group-committed (cheap to redo); anything that guards an
+            # effect or an operator's answer is written before the run goes on.
+            durable=ctx.step.kind is not StepKind.CHECK,
         )
         self.emit(StepFinished(ctx.step.id, ctx.target, state, message, tuple(findings)))
         return state, findings
