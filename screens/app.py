@@ -35,6 +35,8 @@ SessionOpener = Callable[[], Awaitable[Session]]
 class TuiFrontEnd:
     """The engine's front end inside the TUI."""
 
+    wants_output_lines = True  # the live log shows them
+
     def __init__(self, app: WizardApp, main: MainScreen) -> None:
         self.app = app
         self.main = main

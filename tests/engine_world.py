@@ -152,6 +152,8 @@ def world_plan(world: World) -> Plan:
 class ScriptedFrontEnd:
     """Records events; answers decisions from a script (default: proceed, typing the name)."""
 
+    wants_output_lines = True
+
     def __init__(self, answers: dict[str, Reply] | None = None) -> None:
         self.events: list[Event] = []
         self.decisions: list[Decision] = []

@@ -259,6 +259,18 @@ async def test_openssh_streams_lines_and_writes_files(openssh, tmp_path):
     await openssh.close()
 
 
+async def test_openssh_prefers_aes_gcm_unless_the_ssh_config_sets_ciphers(openssh, tmp_path):
+    connection = await openssh.connection()
+    assert connection.get_extra_info("send_cipher") == "aes128-gcm@openssh.com"
+    await openssh.close()
+    config = tmp_path / "ssh_config"
+    config.write_text("Host *\n    Ciphers aes256-ctr\n")
+    openssh.ssh_config = [str(config)]
+    connection = await openssh.connection()
+    assert connection.get_extra_info("send_cipher") == "aes256-ctr"
+    await openssh.close()
+
+
 async def test_openssh_command_timeout(openssh):
     started = time.monotonic()
     with pytest.raises(CommandTimeoutError, match=r"did not finish within 0\.5s"):

@@ -114,6 +114,10 @@ class Reply:
 
 
 class FrontEnd(Protocol):
+    # Whether OutputLine events are wanted. Without a reader, command output is read in
+    # chunks rather than line by line: a fleet's check reads tens of thousands of lines.
+    wants_output_lines: bool
+
     def emit(self, event: Event) -> None:
         """Show or record an event. Must not block."""
 

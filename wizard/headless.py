@@ -42,6 +42,7 @@ class HeadlessFrontEnd:
         self.yes = yes
         self.window_open = window_open
         self.verbose = verbose
+        self.wants_output_lines = verbose  # lines are printed only with --verbose
         self.out = out or sys.stdout
         self.events: list[Event] = []
 

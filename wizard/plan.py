@@ -242,7 +242,11 @@ class StepContext:
                 timeout=timeout,
                 check=check,
                 stdin=stdin,
-                on_line=lambda stream, line: emit(OutputLine(name, line, stream)),
+                on_line=(
+                    (lambda stream, line: emit(OutputLine(name, line, stream)))
+                    if self.engine.frontend.wants_output_lines
+                    else None
+                ),
             )
         except Exception as exc:
             self.engine.journal(
