@@ -7,7 +7,7 @@ from wizard.facts.nic import Bonding
 from wizard.facts.pci import split_function
 from wizard.model import Finding, StepKind
 from wizard.plan import Phase, Step, StepContext
-from wizard.probe import Probe, Report, probe
+from wizard.probe import Probe, Read, Report, read_all
 from wizard.site import Node, Site
 
 
@@ -134,14 +134,19 @@ class Lacp(Step):
     async def verify(self, ctx: StepContext) -> list[Finding]:
         assert ctx.node is not None
         report = Report("T10")
-        p = await probe(ctx, ["cat", f"/proc/net/bonding/{ctx.node.bond.name}"], "bonding")
+        ports = list(ctx.node.bond.ports)
+        p, *infos = await read_all(
+            ctx,
+            Read(["cat", f"/proc/net/bonding/{ctx.node.bond.name}"], "bonding"),
+            *(Read(["ethtool", "-i", port], "ethtool-i") for port in ports),
+        )
         if not p.ok:
             report.unreadable("mode", p, f"/proc/net/bonding/{ctx.node.bond.name}")
             return report.findings
-        bus_info = {}
-        for port in ctx.node.bond.ports:
-            info = await probe(ctx, ["ethtool", "-i", port], "ethtool-i")
-            bus_info[port] = info.fact.bus_info if info.ok else None
+        bus_info = {
+            port: info.fact.bus_info if info.ok else None
+            for port, info in zip(ports, infos, strict=True)
+        }
         evaluate_bond(ctx.node, p.fact, bus_info, report, p)
         return report.findings
 

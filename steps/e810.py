@@ -8,7 +8,7 @@ from wizard.facts.pci import Lspci
 from wizard.facts.system import ModInfo
 from wizard.model import Finding, StepKind
 from wizard.plan import Phase, Step, StepContext
-from wizard.probe import Probe, Report, probe
+from wizard.probe import Probe, Read, Report, read_all
 from wizard.site import Node, Site
 
 IN_TREE_EXPLANATION = (
@@ -115,21 +115,22 @@ class IceDriver(Step):
     async def verify(self, ctx: StepContext) -> list[Finding]:
         assert ctx.node is not None
         report = Report("T02")
-        pci = await probe(ctx, ["lspci", "-nn"], "lspci")
+        ports = list(ctx.node.bond.ports)
+        modules = ("ice", "irdma")
+        pci, *rest = await read_all(
+            ctx,
+            Read(["lspci", "-nn"], "lspci"),
+            *(Read(["ethtool", "-i", port], "ethtool-i") for port in ports),
+            *(Read(["modinfo", module], "modinfo") for module in modules),
+        )
         if not pci.ok:
             report.unreadable("e810-present", pci, "the PCI devices")
             return report.findings
-        infos = {}
-        for port in ctx.node.bond.ports:
-            p = await probe(ctx, ["ethtool", "-i", port], "ethtool-i")
-            infos[port] = (p.fact, p)
+        infos = {port: (p.fact, p) for port, p in zip(ports, rest[: len(ports)], strict=True)}
         ctx.data["bus_info"] = {
             port: (info.bus_info if info else None) for port, (info, _) in infos.items()
         }
-        modinfo = {}
-        for module in ("ice", "irdma"):
-            m = await probe(ctx, ["modinfo", module], "modinfo")
-            modinfo[module] = m.fact
+        modinfo = {m: p.fact for m, p in zip(modules, rest[len(ports) :], strict=True)}
         evaluate_e810(ctx.site, ctx.node, pci.fact, infos, modinfo, report)
         return report.findings
 

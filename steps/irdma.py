@@ -5,14 +5,14 @@ from __future__ import annotations
 import ipaddress
 
 from steps.common import check_host_files, host_file_changes, ports, q, write_host_files
-from steps.packages import missing_packages
+from steps.packages import evaluate_packages, packages_read
 from wizard.artifacts import Artifact, Target, host_file, render
 from wizard.facts.host import PrivFlags
 from wizard.facts.rdma import IbvDevinfo, RdmaLinks
 from wizard.facts.system import Lsmod
 from wizard.model import Finding, StepKind
 from wizard.plan import Change, Phase, Step, StepContext
-from wizard.probe import Report, probe
+from wizard.probe import Read, Report, probe, read_all
 from wizard.site import Node, Site
 
 MODULES_LOAD = "/etc/modules-load.d/irdma.conf"
@@ -229,19 +229,22 @@ class VerifyRdma(Step):
     async def verify(self, ctx: StepContext) -> list[Finding]:
         assert ctx.node is not None
         report = Report("T02")
-        lsmod = await probe(ctx, ["lsmod"], "lsmod")
+        ports = list(ctx.node.bond.ports)
+        lsmod, links, devinfo, package_list, *flag_reads = await read_all(
+            ctx,
+            Read(["lsmod"], "lsmod"),
+            Read(["rdma", "-j", "link", "show"], "rdma-link"),
+            Read(["ibv_devinfo", "-v"], "ibv-devinfo"),
+            packages_read(ctx.node),
+            *(Read(["ethtool", "--show-priv-flags", port], "ethtool-priv-flags") for port in ports),
+        )
         if not lsmod.ok:
             report.unreadable("modules", lsmod, "the loaded modules")
             return report.findings
-        links = await probe(ctx, ["rdma", "-j", "link", "show"], "rdma-link")
-        devinfo = await probe(ctx, ["ibv_devinfo", "-v"], "ibv-devinfo")
-        flags = {}
-        for port in ctx.node.bond.ports:
-            p = await probe(ctx, ["ethtool", "--show-priv-flags", port], "ethtool-priv-flags")
-            flags[port] = p.fact
+        flags = {port: p.fact for port, p in zip(ports, flag_reads, strict=True)}
         discovered = evaluate_rdma(ctx.node, lsmod.fact, links.fact, devinfo.fact, flags, report)
         ctx.data.update(discovered)
-        _, packages = await missing_packages(ctx)
+        _, packages = evaluate_packages(ctx.node, package_list)
         report.findings.extend(packages.findings)
         return report.findings
 

@@ -7,7 +7,7 @@ import shlex
 from wizard.artifacts import Artifact, Target
 from wizard.model import Finding, StepKind
 from wizard.plan import Change, Phase, Step, StepContext
-from wizard.probe import Report, probe
+from wizard.probe import Probe, Read, Report, probe
 from wizard.site import Node, Site
 
 # Air-gapped friendly: the wizard shows and runs these; the site's own mirrors serve them.
@@ -48,24 +48,35 @@ def query_argv(os_profile: str) -> list[str]:
     return ["rpm", "-q", *names]
 
 
+def packages_read(node: Node) -> Read:
+    """The read that lists which of the node's required packages are installed (so that
+    irdma.verify can send it with its own reads)."""
+    return Read(query_argv(node.os), "packages")
+
+
 async def missing_packages(ctx: StepContext) -> tuple[list[str], Report]:
     assert ctx.node is not None
+    read = packages_read(ctx.node)
+    return evaluate_packages(ctx.node, await probe(ctx, read.command, read.kind))
+
+
+def evaluate_packages(node: Node, p: Probe) -> tuple[list[str], Report]:
+    """The required packages that are missing, and the finding that says so."""
     report = Report("T02")
-    p = await probe(ctx, query_argv(ctx.node.os), "packages")
     if not p.ok:
         report.unreadable("packages", p, "the installed packages")
-        return list(PACKAGES[ctx.node.os]), report
-    missing = [name for name in PACKAGES[ctx.node.os] if name in p.fact.missing]
+        return list(PACKAGES[node.os]), report
+    missing = [name for name in PACKAGES[node.os] if name in p.fact.missing]
     if missing:
         report.fail(
             "packages",
             f"missing packages: {', '.join(missing)}",
-            f"run `{install_command(ctx.node.os, missing)}` (the packages step does it after you confirm)",
+            f"run `{install_command(node.os, missing)}` (the packages step does it after you confirm)",
             p.evidence(),
         )
     else:
         report.ok(
-            "packages", f"all {len(PACKAGES[ctx.node.os])} RDMA and diagnostic packages installed"
+            "packages", f"all {len(PACKAGES[node.os])} RDMA and diagnostic packages installed"
         )
     return missing, report
 

@@ -16,7 +16,7 @@ from wizard.facts.pci import Iommu, Lspci, LspciAcs
 from wizard.facts.system import ContainerdVersion, OsRelease
 from wizard.model import Finding, StepKind
 from wizard.plan import Phase, Scope, Step, StepContext
-from wizard.probe import Probe, Report, probe
+from wizard.probe import Probe, Read, Report, probe, read_all
 from wizard.site import Node, Site
 from wizard.support import support_for
 from wizard.transports.base import TransportError
@@ -245,9 +245,12 @@ class HostFacts(Step):
     async def verify(self, ctx: StepContext) -> list[Finding]:
         assert ctx.node is not None
         report = Report("T00")
-        os_probe = await probe(ctx, ["cat", "/etc/os-release"], "os-release")
-        kernel = (await ctx.run(["uname", "-r"])).stdout.strip()
-        arch = (await ctx.run(["uname", "-m"])).stdout.strip()
+        os_probe, kernel_read, arch_read = await read_all(
+            ctx, Read(["cat", "/etc/os-release"], "os-release"), Read(["uname", "-r"]),
+            Read(["uname", "-m"]),
+        )  # fmt: skip
+        kernel = kernel_read.result.stdout.strip()
+        arch = arch_read.result.stdout.strip()
         if not os_probe.ok:
             report.unreadable("os-release", os_probe, "the OS release")
             return report.findings
@@ -319,12 +322,13 @@ class Gpus(Step):
     async def verify(self, ctx: StepContext) -> list[Finding]:
         assert ctx.node is not None
         report = Report("T00")
-        p = await probe(ctx, ["lspci", "-nn"], "lspci")
+        p, smi = await read_all(
+            ctx, Read(["lspci", "-nn"], "lspci"), Read(["nvidia-smi", "-L"], "nvidia-smi-l")
+        )
         if not p.ok:
             report.unreadable("gpu-count", p, "the PCI devices")
             return report.findings
         evaluate_gpus(ctx.node, p.fact, report, p)
-        smi = await probe(ctx, ["nvidia-smi", "-L"], "nvidia-smi-l")
         if smi.ok:
             evaluate_nvidia_smi(ctx.node, smi.fact, report, smi)
         return report.findings
@@ -414,16 +418,20 @@ class GpuDirectReadiness(Step):
 
     async def verify(self, ctx: StepContext) -> list[Finding]:
         report = Report("T11")
-        dmesg = await probe(ctx, ["dmesg"], "iommu", keep=lambda line: bool(_IOMMU.search(line)))
-        cmdline = (await ctx.run(["cat", "/proc/cmdline"])).stdout
+        dmesg, cmdline, acs, memlock_read = await read_all(
+            ctx,
+            Read(["dmesg"], "iommu", keep=lambda line: bool(_IOMMU.search(line))),
+            Read(["cat", "/proc/cmdline"]),
+            Read(["lspci", "-vvv"], "lspci-acs"),
+            Read("ulimit -l"),
+        )
         evidence = dmesg.evidence(lambda line: bool(_IOMMU.search(line)))
-        evaluate_iommu(dmesg.fact, cmdline, report, evidence)
-        acs = await probe(ctx, ["lspci", "-vvv"], "lspci-acs")
+        evaluate_iommu(dmesg.fact, cmdline.result.stdout, report, evidence)
         if acs.ok:
             evaluate_acs(acs.fact, report, acs)
         else:
             report.unreadable("acs", acs, "ACS control")
-        memlock = (await ctx.run("ulimit -l")).stdout.strip()
+        memlock = memlock_read.result.stdout.strip()
         if memlock == "unlimited":
             report.ok("memlock", "memlock limit is unlimited")
         else:
@@ -456,9 +464,11 @@ class SshPath(Step):
     async def verify(self, ctx: StepContext) -> list[Finding]:
         assert ctx.node is not None
         report = Report("T10")
-        connection = (await ctx.run("echo $SSH_CONNECTION")).stdout.split()
+        connection_read, addrs = await read_all(
+            ctx, Read("echo $SSH_CONNECTION"), Read(["ip", "-j", "addr", "show"], "ip-addr")
+        )
+        connection = connection_read.result.stdout.split()
         server_ip = connection[2] if len(connection) >= 4 else None
-        addrs = await probe(ctx, ["ip", "-j", "addr", "show"], "ip-addr")
         if not addrs.ok:
             report.unreadable("ssh-path", addrs, "the interface addresses")
             return report.findings

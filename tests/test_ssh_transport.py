@@ -5,6 +5,7 @@ connection)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import getpass
 import os
 import shutil
@@ -181,8 +182,9 @@ async def test_reboot_drops_the_host_and_it_comes_back_with_a_new_boot_id(tmp_pa
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 
 
-@pytest.fixture
-def openssh(tmp_path, client_key):
+@contextlib.contextmanager
+def _openssh(tmp_path, client_key, extra_config: str = ""):
+    """A real OpenSSH sshd on loopback and an SshHost pointed at it."""
     if not os.path.exists(SSHD):
         if os.environ.get("CI"):
             pytest.fail("sshd is missing: .ci/run installs openssh-server")
@@ -200,7 +202,7 @@ def openssh(tmp_path, client_key):
         f"Port {port}\nListenAddress 127.0.0.1\nHostKey {tmp_path / 'host_key'}\n"
         f"AuthorizedKeysFile {tmp_path / 'authorized_keys'}\nPidFile {tmp_path / 'sshd.pid'}\n"
         "PermitRootLogin yes\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
-        "UsePAM no\nStrictModes no\nLogLevel ERROR\n"
+        "UsePAM no\nStrictModes no\nLogLevel ERROR\n" + extra_config
     )
     process = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stderr=subprocess.PIPE)
     deadline = time.monotonic() + 10
@@ -218,9 +220,17 @@ def openssh(tmp_path, client_key):
         SshSettings(user=getpass.getuser(), port=port, connect_timeout=5, sudo=False),
         key_path=_key_file(tmp_path, client_key), known_hosts_path=tmp_path / "known_hosts", ssh_config=[],
     )  # fmt: skip
-    yield host
-    process.terminate()
-    process.wait(timeout=5)
+    try:
+        yield host
+    finally:
+        process.terminate()
+        process.wait(timeout=5)
+
+
+@pytest.fixture
+def openssh(tmp_path, client_key):
+    with _openssh(tmp_path, client_key) as host:
+        yield host
 
 
 async def test_openssh_exit_status_and_stderr(openssh):
@@ -285,3 +295,59 @@ async def test_openssh_connection_killed_mid_command(openssh):
     # The next command reconnects.
     assert (await openssh.run(["echo", "back"])).stdout == "back\n"
     await openssh.close()
+
+
+# -- several reads in one exec (wizard/transports/batch.py) --------------------------------
+
+
+async def test_openssh_batch_keeps_each_commands_status_and_output(openssh, tmp_path):
+    marker = tmp_path / "pwned"
+    results = await openssh.run_many(
+        [
+            "printf 'no newline'",
+            "echo oops >&2; exit 3",
+            "printf 'GNW-BATCH 0 0 5 5\\nfake\\n'",  # looks like a header: must stay data
+            ["printf", "%s\\n", f"$(touch {marker})", "a b"],
+            "true",
+            "echo $SSH_CONNECTION",
+        ]
+    )
+    assert [r.exit_status for r in results] == [0, 3, 0, 0, 0, 0]
+    assert results[0].stdout == "no newline"
+    assert (results[1].stdout, results[1].stderr) == ("", "oops\n")
+    assert results[2].stdout == "GNW-BATCH 0 0 5 5\nfake\n"
+    assert results[3].stdout == f"$(touch {marker})\na b\n" and not marker.exists()
+    assert results[4].stdout == results[4].stderr == ""
+    assert results[5].stdout.split()[2] == "127.0.0.1"  # the session's own environment
+    assert [r.command for r in results][:2] == ["printf 'no newline'", "echo oops >&2; exit 3"]
+    await openssh.close()
+
+
+async def test_openssh_batch_timeout_names_the_command_that_hung(openssh):
+    with pytest.raises(CommandTimeoutError, match=r"`sleep 20` was running, 1 done"):
+        await openssh.run_many(["echo first", "sleep 20", "echo never"], timeout=0.5)
+    await openssh.close()
+
+
+async def test_batch_falls_back_to_one_exec_each_without_a_scratch_directory(tmp_path, client_key):
+    # mktemp -d fails when TMPDIR does not exist: the commands still run, one by one.
+    with _openssh(tmp_path, client_key, "SetEnv TMPDIR=/nonexistent-gnw\n") as host:
+        probe = await host.run("mktemp -d")
+        assert probe.exit_status != 0  # the premise: no scratch directory
+        results = await host.run_many(["echo one", "echo two >&2; exit 4"])
+        assert [(r.exit_status, r.stdout, r.stderr) for r in results] == [
+            (0, "one\n", ""), (4, "", "two\n")]  # fmt: skip
+        await host.close()
+
+
+async def test_lab_answers_a_batch_like_a_shell(tmp_path, client_key):
+    server = await _lab_server(client_key)
+    (tmp_path / "known_hosts").write_text(_known_line(server))
+    host = _transport(tmp_path, client_key, server)
+    results = await host.run_many(["uname -r", "nosuchcommand", ["cat", "/etc/os-release"]])
+    assert results[0].exit_status == 0 and results[0].stdout.strip()
+    assert results[1].exit_status == 127 and "command not found" in results[1].stderr
+    assert "VERSION_ID" in results[2].stdout
+    assert server.host.commands[-3:] == ["uname -r", "nosuchcommand", "cat /etc/os-release"]
+    await host.close()
+    await server.stop()

@@ -254,19 +254,57 @@ class StepContext:
             )
             raise
         emit(CommandFinished(name, text, result.exit_status, time.monotonic() - started))
-        self.engine.journal(
-            {
-                "target": name,
-                "step": self.step.id,
-                "command": result.command,
-                "exit": result.exit_status,
-                "stdout": result.stdout,
-                "stderr": result.stderr,
-                "duration_s": round(result.duration_s, 3),
-                "dry_run": result.dry_run,
-            }
-        )
+        self._journal_result(name, result)
         return result
+
+    async def run_many(
+        self,
+        commands: Sequence[str | Sequence[str]],
+        *,
+        on: str | None = None,
+        sudo: bool | None = None,
+        timeout: float | None = None,
+    ) -> list[CommandResult]:
+        """Independent read-only commands on this target, sent together (one exec over
+        SSH); each is journaled and shown as if it ran alone."""
+        name = on or self.target
+        host = self.host_for(name)
+        texts = [render_command(c) for c in commands]
+        if sudo is None:
+            sudo = self._sudo_default(name)
+        emit = self.engine.emit
+        for text in texts:
+            emit(CommandStarted(name, text))
+        try:
+            results = await host.run_many(commands, sudo=sudo, timeout=timeout)
+        except Exception as exc:
+            self.engine.journal(
+                {"target": name, "step": self.step.id, "commands": texts, "error": str(exc)}
+            )
+            raise
+        for result in results:
+            if self.engine.frontend.wants_output_lines:
+                for stream, output in (("stdout", result.stdout), ("stderr", result.stderr)):
+                    for line in output.splitlines():
+                        emit(OutputLine(name, line, stream))
+            emit(CommandFinished(name, result.command, result.exit_status, result.duration_s))
+            self._journal_result(name, result, batch=len(results))
+        return results
+
+    def _journal_result(self, name: str, result: CommandResult, batch: int = 1) -> None:
+        entry = {
+            "target": name,
+            "step": self.step.id,
+            "command": result.command,
+            "exit": result.exit_status,
+            "stdout": result.stdout,
+            "stderr": result.stderr,
+            "duration_s": round(result.duration_s, 3),
+            "dry_run": result.dry_run,
+        }
+        if batch > 1:
+            entry["batch_of"] = batch  # ran in one exec with others; duration is the batch's
+        self.engine.journal(entry)
 
     def recorded(self, step_id: str, target: str | None = None) -> dict[str, Any]:
         """What an earlier step stored for a target (its ``data``), e.g. discovered devices."""

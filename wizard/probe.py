@@ -49,7 +49,35 @@ async def probe(
     sudo: bool | None = None,
 ) -> Probe:
     """Run ``command`` and parse its output as ``kind`` (``keep`` filters lines first)."""
-    result = await ctx.run(command, on=on, sudo=sudo)
+    return _parsed(await ctx.run(command, on=on, sudo=sudo), kind, keep)
+
+
+@dataclass(frozen=True)
+class Read:
+    """One of a step's independent reads: a command and the kind its output is parsed as
+    (None: the raw output is wanted, in ``Probe.result``)."""
+
+    command: str | Sequence[str]
+    kind: str | None = None
+    keep: Callable[[str], bool] | None = None
+
+
+async def read_all(ctx: StepContext, *reads: Read, on: str | None = None) -> list[Probe]:
+    """Run a step's independent reads together (one SSH exec) and parse each.
+
+    For steps whose probes do not depend on one another: on a 64-node fleet, one exec per
+    step instead of one per command is most of the difference in wall time.
+    """
+    results = await ctx.run_many([r.command for r in reads], on=on)
+    return [
+        _parsed(result, read.kind, read.keep)
+        if read.kind is not None
+        else Probe(result.command, result)
+        for read, result in zip(reads, results, strict=True)
+    ]
+
+
+def _parsed(result: CommandResult, kind: str, keep: Callable[[str], bool] | None) -> Probe:
     text = result.stdout
     if keep is not None:
         text = "\n".join(line for line in text.splitlines() if keep(line))

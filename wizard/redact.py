@@ -37,6 +37,9 @@ _SECRET_FLAG = re.compile(
     r"(?P<value>\S+)",
     re.IGNORECASE,
 )
+# Words that every match of the pattern above contains (lower case), for a cheap pre-test.
+_FLAG_WORDS = ("--pass", "--token", "creds", "--client-secret")
+_ASSIGNMENT_WORDS = ("passw", "secret", "token", "key")
 _BEARER = re.compile(r"(?P<key>\bBearer\s+)(?P<value>[A-Za-z0-9._~+/=-]+)", re.IGNORECASE)
 _URL_CREDENTIALS = re.compile(r"(?P<key>[a-z][a-z0-9+.-]*://[^/\s:@]+:)(?P<value>[^@\s/]+)(?=@)")
 
@@ -61,16 +64,17 @@ class Redactor:
         # Longest first, so that a secret containing another is replaced whole.
         for secret in sorted(self._secrets, key=len, reverse=True):
             text = text.replace(secret, REDACTED)
-        # Each pattern runs only when the text holds what every match needs (a cheap
-        # substring test): most of what is written (names, states, probe lines) holds none,
-        # and a fleet run redacts tens of thousands of strings.
+        # Each pattern runs only when the text holds words every match needs (substring
+        # tests at C speed): most of what is written (names, states, probe output) holds
+        # none, and a fleet run redacts tens of thousands of strings.
         if "PRIVATE KEY-----" in text:
             text = _PRIVATE_KEY_BLOCK.sub(REDACTED, text)
-        if "--" in text:
+        lower = text.lower()
+        if "--" in text and any(word in lower for word in _FLAG_WORDS):
             text = _SECRET_FLAG.sub(_keep_key, text)
-        if ":" in text or "=" in text:
+        if ("=" in text or ":" in text) and any(word in lower for word in _ASSIGNMENT_WORDS):
             text = _SECRET_ASSIGNMENT.sub(_keep_key, text)
-        if len(text) > 7 and (not text.isascii() or any(c in text for c in " \t\n\r\f\v")):
+        if "bearer" in lower:
             text = _BEARER.sub(_keep_key, text)
         if "://" in text and "@" in text:
             text = _URL_CREDENTIALS.sub(_keep_key, text)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wizard.transports.base import WRITE_FILE_SCRIPT, WRITE_VALUE_SCRIPT
+from wizard.transports.batch import BATCH_SCRIPT, BatchPart, encode_batch_output
 
 RHEL_KERNEL = "6.12.0-124.8.1.el10_2.x86_64"
 UBUNTU_KERNEL = "6.8.0-86-generic"
@@ -185,6 +186,8 @@ class LabHost:
             return Result()
         if argv[:3] == ["sh", "-c", WRITE_VALUE_SCRIPT] and len(argv) == 6:
             return self.write_value(argv[5], argv[4])
+        if argv[:4] == ["sh", "-c", BATCH_SCRIPT, "sh"]:
+            return self._batch(argv[4:])
         if argv[:2] == ["sh", "-c"] and len(argv) >= 3:
             return self.execute(argv[2], stdin)
         if not argv:
@@ -193,6 +196,17 @@ class LabHost:
         if handler is None:
             return Result(stderr=f"bash: line 1: {argv[0]}: command not found\n", exit_status=127)
         return handler(argv[1:])
+
+    def _batch(self, commands: list[str]) -> Result:
+        """What a shell does with the transport's batch script: each command in turn, its
+        status and output framed by byte counts (wizard/transports/batch.py)."""
+        parts = []
+        for index, command in enumerate(commands):
+            result = self.execute(command)
+            parts.append(
+                BatchPart(index, result.exit_status, result.stdout.encode(), result.stderr.encode())
+            )
+        return Result(stdout=encode_batch_output(parts).decode())
 
     # -- simple facts -----------------------------------------------------------------------------
 

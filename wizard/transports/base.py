@@ -118,4 +118,15 @@ class HostTransport(Protocol):
         stdin: str | None = None,
     ) -> CommandResult: ...
 
+    async def run_many(
+        self,
+        commands: Sequence[str | Sequence[str]],
+        *,
+        sudo: bool = False,
+        timeout: float | None = None,
+    ) -> list[CommandResult]:
+        """Independent read-only commands, in order, one result each (the SSH transport
+        sends them in one exec)."""
+        ...
+
     async def close(self) -> None: ...

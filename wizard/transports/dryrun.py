@@ -31,5 +31,14 @@ class DryRunHost:
         self.commands.append(text)
         return CommandResult(self.name, text, 0, "", "", dry_run=True)
 
+    async def run_many(
+        self,
+        commands: Sequence[str | Sequence[str]],
+        *,
+        sudo: bool = False,
+        timeout: float | None = None,
+    ) -> list[CommandResult]:
+        return [await self.run(command, sudo=sudo) for command in commands]
+
     async def close(self) -> None:
         return None

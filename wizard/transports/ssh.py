@@ -20,8 +20,9 @@ import os
 import re
 import shlex
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import asyncssh
 
@@ -36,6 +37,13 @@ from wizard.transports.base import (
     TransportError,
     UnreachableError,
     render_command,
+)
+from wizard.transports.batch import (
+    NO_SCRATCH_STATUS,
+    BatchFormatError,
+    BatchPart,
+    batch_command,
+    decode_batch_output,
 )
 
 # OpenSSH's MaxSessions defaults to 10 channels per connection: stay below it.
@@ -134,7 +142,7 @@ class SshHost:
         return options
 
     async def _connect(self) -> asyncssh.SSHClientConnection:
-        known = str(self.known_hosts_path) if self.known_hosts_path.exists() else ()
+        known = _known_hosts(self.known_hosts_path) or ()
         try:
             return await asyncssh.connect(**self._options(known))
         except asyncssh.HostKeyNotVerifiable:
@@ -184,9 +192,9 @@ class SshHost:
         return False
 
     def _host_is_known(self) -> bool:
-        if not self.known_hosts_path.exists():
+        known = _known_hosts(self.known_hosts_path)
+        if known is None:
             return False
-        known = asyncssh.read_known_hosts(str(self.known_hosts_path))
         trusted = known.match(self.address, self.address, self.settings.port)
         return bool(trusted[0] or trusted[1])
 
@@ -227,21 +235,106 @@ class SshHost:
         stdin: str | None = None,
     ) -> CommandResult:
         text = render_command(command)
-        remote = text
-        if sudo:
-            inner = text if not isinstance(command, str) else f"sh -c {shlex.quote(text)}"
-            remote = f"sudo -n -- {inner}"
         timeout = timeout or self.settings.command_timeout
-        conn = await self.connection()
         started = time.monotonic()
+        stdout, stderr, status = await self._exec(
+            _remote(command, sudo),
+            f"`{text}`",
+            timeout,
+            lambda partial: f"; last output: {partial[-300:]!r}" if partial else "",
+            stdin=stdin,
+            on_line=on_line,
+        )
+        result = CommandResult(self.name, text, status, stdout, stderr, time.monotonic() - started)
+        self._refuse_sudo_password(result, sudo)
+        if check and status != 0:
+            raise CommandFailedError(result)
+        return result
+
+    async def run_many(
+        self,
+        commands: Sequence[str | Sequence[str]],
+        *,
+        sudo: bool = False,
+        timeout: float | None = None,
+    ) -> list[CommandResult]:
+        """Run read-only commands one after another in a single exec (see batch.py).
+
+        Each result has its own exit status, stdout and stderr; the duration is the
+        batch's. Falls back to one exec per command when the host cannot run the batch
+        script (no scratch directory, an unexpected shell).
+        """
+        texts = [render_command(c) for c in commands]
+        if len(texts) < 2:
+            return [await self.run(c, sudo=sudo, timeout=timeout) for c in commands]
+        timeout = timeout or self.settings.command_timeout
+        started = time.monotonic()
+
+        def running_when_stopped(partial: bytes) -> str:
+            done = len(_complete_parts(partial))
+            return f" (`{texts[min(done, len(texts) - 1)]}` was running, {done} done)"
+
+        stdout, stderr, status = await self._exec(
+            shlex.join(batch_command([_remote(c, sudo) for c in commands])),
+            f"a batch of {len(texts)} reads ({'; '.join(texts)})",
+            timeout,
+            running_when_stopped,
+            binary=True,
+        )
+        parts = _complete_parts(stdout)
+        if len(parts) != len(texts):
+            if status == NO_SCRATCH_STATUS or not parts:
+                return [await self.run(c, sudo=sudo, timeout=timeout) for c in commands]
+            raise CommandFailedError(
+                CommandResult(self.name, "; ".join(texts), status, "",
+                              stderr.decode("utf-8", "replace"), time.monotonic() - started)
+            )  # fmt: skip
+        elapsed = time.monotonic() - started
+        results = [
+            CommandResult(
+                self.name,
+                text,
+                part.exit_status,
+                part.stdout.decode("utf-8", "replace"),
+                part.stderr.decode("utf-8", "replace"),
+                elapsed,
+            )
+            for text, part in zip(texts, parts, strict=True)
+        ]
+        for result in results:
+            self._refuse_sudo_password(result, sudo)
+        return results
+
+    def _refuse_sudo_password(self, result: CommandResult, sudo: bool) -> None:
+        if sudo and result.exit_status != 0 and any(s in result.stderr for s in _SUDO_PASSWORD):
+            raise SudoPasswordError(
+                self.name,
+                f"sudo on {self.address} asks {self.settings.user} for a password; the wizard "
+                "never types one. Allow passwordless sudo (NOPASSWD) for this user, or connect "
+                "as root.",
+            )
+
+    async def _exec(
+        self,
+        remote: str,
+        what: str,
+        timeout: float,
+        explain_timeout: Callable[[Any], str],
+        *,
+        stdin: str | None = None,
+        on_line: LineCallback | None = None,
+        binary: bool = False,
+    ) -> tuple[Any, Any, int | None]:
+        """One exec on the shared connection, within the per-host channel limit, with the
+        transport's errors worded for ``what`` ran."""
+        conn = await self.connection()
         async with self._channels:
             try:
-                stdout, stderr, status = await self._stream(conn, remote, stdin, timeout, on_line)
+                return await self._stream(conn, remote, stdin, timeout, on_line, binary)
             except _Timeout as exc:
                 raise CommandTimeoutError(
                     self.name,
-                    f"`{text}` did not finish within {timeout:g}s"
-                    + (f"; last output: {exc.partial[-300:]!r}" if exc.partial else ""),
+                    f"{what} did not finish within {timeout:g}s{explain_timeout(exc.partial)}",
                 ) from None
             except (
                 asyncssh.ConnectionLost,
@@ -252,20 +345,9 @@ class SshHost:
                 self._conn = None
                 raise ConnectionDroppedError(
                     self.name,
-                    f"the connection to {self.where} dropped while running `{text}` "
+                    f"the connection to {self.where} dropped while running {what} "
                     f"({exc}); it may or may not have completed",
                 ) from None
-        result = CommandResult(self.name, text, status, stdout, stderr, time.monotonic() - started)
-        if sudo and status != 0 and any(s in stderr for s in _SUDO_PASSWORD):
-            raise SudoPasswordError(
-                self.name,
-                f"sudo on {self.address} asks {self.settings.user} for a password; the wizard "
-                "never types one. Allow passwordless sudo (NOPASSWD) for this user, or connect "
-                "as root.",
-            )
-        if check and status != 0:
-            raise CommandFailedError(result)
-        return result
 
     async def _stream(
         self,
@@ -274,13 +356,16 @@ class SshHost:
         stdin: str | None,
         timeout: float,
         on_line: LineCallback | None,
-    ) -> tuple[str, str, int | None]:
+        binary: bool,
+    ) -> tuple[Any, Any, int | None]:
+        encoding = None if binary else "utf-8"
         channel, session = await conn.create_session(
-            lambda: _CollectingSession(on_line), command, encoding="utf-8", errors="replace"
+            lambda: _CollectingSession(on_line), command, encoding=encoding, errors="replace"
         )
         if stdin is not None:
             channel.write(stdin)
         channel.write_eof()
+        empty = b"" if binary else ""
         try:
             lost = await asyncio.wait_for(asyncio.shield(session.closed), timeout)
         except TimeoutError:
@@ -289,17 +374,53 @@ class SshHost:
             with contextlib.suppress(asyncssh.Error, OSError):
                 channel.send_signal("KILL")
             channel.close()
-            raise _Timeout("".join(session.out)) from None
+            raise _Timeout(empty.join(session.out)) from None
         status = channel.get_exit_status()
         signal = channel.get_exit_signal()
         if status is None and signal is None and (lost is not None or conn.is_closed()):
             raise asyncssh.ConnectionLost("connection closed before the exit status")
         if status is None and signal is not None:
             status = -1
-        return "".join(session.out), "".join(session.err), status
+        return empty.join(session.out), empty.join(session.err), status
 
 
-class _CollectingSession(asyncssh.SSHClientSession[str]):
+# Parsed known_hosts files by path, with the (mtime, size) they were read at: a fleet's
+# nodes share one file, which is then parsed once instead of once per connection. A
+# changed file (trust on first use appended a key) is read again.
+_KNOWN_HOSTS: dict[Path, tuple[tuple[int, int], asyncssh.SSHKnownHosts]] = {}
+
+
+def _known_hosts(path: Path) -> asyncssh.SSHKnownHosts | None:
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return None
+    stamp = (stat.st_mtime_ns, stat.st_size)
+    cached = _KNOWN_HOSTS.get(path)
+    if cached is None or cached[0] != stamp:
+        cached = (stamp, asyncssh.read_known_hosts(str(path)))
+        _KNOWN_HOSTS[path] = cached
+    return cached[1]
+
+
+def _remote(command: str | Sequence[str], sudo: bool) -> str:
+    """The command line sent to the host: under ``sudo -n`` when asked (a string command
+    runs through ``sh -c`` there, so that its pipes and redirections stay under sudo)."""
+    text = render_command(command)
+    if not sudo:
+        return text
+    inner = text if not isinstance(command, str) else f"sh -c {shlex.quote(text)}"
+    return f"sudo -n -- {inner}"
+
+
+def _complete_parts(output: bytes) -> list[BatchPart]:
+    try:
+        return decode_batch_output(output)
+    except BatchFormatError:
+        return []
+
+
+class _CollectingSession(asyncssh.SSHClientSession[Any]):
     """Collects one command's stdout and stderr as the channel delivers them.
 
     A plain session rather than asyncssh's process and stream readers: a fleet check opens
@@ -308,8 +429,8 @@ class _CollectingSession(asyncssh.SSHClientSession[str]):
     """
 
     def __init__(self, on_line: LineCallback | None) -> None:
-        self.out: list[str] = []
-        self.err: list[str] = []
+        self.out: list[Any] = []  # str, or bytes for a batch
+        self.err: list[Any] = []
         self._on_line = on_line
         self._partial = {"stdout": "", "stderr": ""}
         self.closed: asyncio.Future[Exception | None] = asyncio.get_running_loop().create_future()
@@ -332,5 +453,5 @@ class _CollectingSession(asyncssh.SSHClientSession[str]):
 
 
 class _Timeout(Exception):
-    def __init__(self, partial: str) -> None:
+    def __init__(self, partial: str | bytes) -> None:
         self.partial = partial
