@@ -58,6 +58,7 @@ class MainScreen(Screen[None]):
         Binding("f", "focus('findings')", "Findings"),
         Binding("r", "app.report", "Report"),
         Binding("m", "app.measurements", "Measurements"),
+        Binding("n", "nodes", "Nodes"),
         Binding("question_mark", "app.help", "Help"),
         Binding("q", "app.quit", "Quit"),
     ]
@@ -161,10 +162,10 @@ class MainScreen(Screen[None]):
                 if target in self.plan.targets(s, self.site)
             ]
             if states:
-                table.update_cell(phase.id, target, _phase_glyph(states))
+                table.update_cell(phase.id, target, phase_glyph(states))
         if self.fleet and any(s.scope.value == "node" for s in phase.steps):
             glyphs = [
-                _phase_glyph(
+                phase_glyph(
                     [self.states.get((s.id, n)) for s in phase.steps if s.scope.value == "node"]
                 )
                 for n in self.node_names
@@ -222,6 +223,12 @@ class MainScreen(Screen[None]):
                 parts.append(evidence.excerpt)
         self.query_one("#detail", Static).update(Content("\n".join(parts)))
 
+    def action_nodes(self) -> None:
+        """The fleet view: every node's state per phase (the sidebar shows six)."""
+        from screens.fleet import FleetScreen
+
+        self.app.push_screen(FleetScreen(self))
+
     def show_stopped(self, reason: str) -> None:
         """The run ended early: say why, and stay here so the operator can read the findings."""
         self.query_one("#step-title", Label).update(
@@ -237,7 +244,7 @@ def _short(name: str) -> str:
     return name.rsplit("-", 1)[-1][:4]
 
 
-def _phase_glyph(states: list[StepState | None]) -> str:
+def phase_glyph(states: list[StepState | None]) -> str:
     known = [s for s in states if s is not None]
     if not known:
         return GLYPHS[StepState.PENDING]

@@ -184,6 +184,7 @@ Keys
   q        quit (the checkpoint keeps everything; run again to resume)
   r        the T00-T17 report so far     m   the measurements (bars vs line rate)
   l        focus the live log        f   focus the findings
+  n        nodes: every GPU node's state per phase and its first problem (p: problems only)
   enter    on a finding: show its evidence
   ctrl+p   command palette
 

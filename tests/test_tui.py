@@ -87,6 +87,40 @@ async def test_apply_changes_the_host_and_the_run_continues(tmp_path):
         assert phases.get_cell("irdma", "gpu-b300-01") == "✔"
 
 
+async def test_fleet_view_shows_each_node_per_phase_and_the_one_that_failed(tmp_path):
+    holder = {}
+
+    async def opener():
+        holder["session"] = await open_lab((), 8, tmp_path / "state")
+        holder["session"].lab.hosts["gpu-b300-03"].gpu_count = 7  # one node lost a GPU
+        return holder["session"]
+
+    app = WizardApp(opener, auto_start=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.finished, timeout=60)
+        assert "phase 1" in app.summary.stopped
+        sidebar = app.main_screen.query_one("#phases")
+        assert sidebar.get_cell("preflight", "fleet") == "✔7 ✖1"
+        await pilot.press("n")
+        await wait_for(pilot, lambda: screen_name(app) == "FleetScreen")
+        table = app.screen.query_one("#fleet")
+        assert table.row_count == 8
+        assert table.get_cell("gpu-b300-03", "preflight") == "✖"
+        assert "T00.gpu-count" in table.get_cell("gpu-b300-03", "problem")
+        assert table.get_cell("gpu-b300-01", "preflight") == "✔"
+        assert table.get_cell("gpu-b300-01", "problem") == ""
+        summary = str(app.screen.query_one("#fleet-summary").content)
+        assert "8 nodes" in summary and "1 ✖ with a problem" in summary
+        await pilot.press("p")  # problems only
+        await wait_for(pilot, lambda: table.row_count == 1)
+        table.move_cursor(row=0)
+        await pilot.pause()
+        detail = str(app.screen.query_one("#node-detail").content)
+        assert "gpu-b300-03" in detail and "T00.gpu-count" in detail
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: screen_name(app) == "MainScreen")
+
+
 async def test_resume_shows_the_interruption_and_does_not_redo_done_steps(tmp_path):
     state = tmp_path / "state"
     session = await open_lab((), 1, state)

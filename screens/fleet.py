@@ -1,0 +1,161 @@
+"""The fleet view: one row per GPU node, a state per phase, and the node's first problem.
+
+The main screen's sidebar has room for six node columns; an operator adding 16 or 64 nodes
+needs to see which nodes are done, which are running and which one failed where. This
+screen reads the main screen's live state (it never talks to the engine) and refreshes
+twice a second, touching only the cells that changed.
+"""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.content import Content
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Label, Static
+
+from screens.main import GLYPHS, SEVERITY_STYLE, MainScreen, phase_glyph
+from wizard.model import Severity, StepState
+
+REFRESH_S = 0.5
+_PROBLEM_GLYPHS = (GLYPHS[StepState.FAILED], GLYPHS[StepState.BLOCKED])
+
+
+class FleetScreen(Screen[None]):
+    BINDINGS = [
+        Binding("escape,n", "app.pop_screen", "Back"),
+        Binding("p", "toggle_problems", "Problems only"),
+        Binding("q", "app.quit", "Quit"),
+    ]
+
+    def __init__(self, main: MainScreen) -> None:
+        super().__init__()
+        self.main = main
+        self.problems_only = False
+        self.phases = [p for p in main.plan.phases if any(s.scope.value == "node" for s in p.steps)]
+        self._cells: dict[tuple[str, str], str] = {}
+
+    def compose(self) -> ComposeResult:
+        yield Header(show_clock=False)
+        yield Label("", id="fleet-summary", classes="pane-title")
+        yield Static(
+            "phases: " + " · ".join(f"{p.number} {p.title}" for p in self.phases),
+            id="fleet-legend",
+        )
+        yield DataTable(id="fleet", cursor_type="row", zebra_stripes=True)
+        yield Static("Select a node to see its warnings and failures.", id="node-detail")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.sub_title = f"site {self.main.site.name}: nodes"
+        table = self.query_one("#fleet", DataTable)
+        table.add_column("node", key="node")
+        for phase in self.phases:
+            table.add_column(f"{phase.number:>2}", key=phase.id, width=2)
+        table.add_column("first problem", key="problem")
+        self._fill()
+        self.set_interval(REFRESH_S, self.refresh_cells)
+
+    # -- content ---------------------------------------------------------------------------
+
+    def node_row(self, node: str) -> dict[str, str]:
+        """The cells of one node: a glyph per phase and its first problem (or '')."""
+        states = self.main.states
+        row = {"node": node}
+        for phase in self.phases:
+            row[phase.id] = phase_glyph(
+                [states.get((s.id, node)) for s in phase.steps if s.scope.value == "node"]
+            )
+        row["problem"] = self._first_problem(node)
+        return row
+
+    def _first_problem(self, node: str) -> str:
+        for _step, target, finding in self.main.findings:
+            if target == node and finding.severity is Severity.FAIL and not finding.waived:
+                return f"{finding.check}: {finding.message}"
+        for (step, target), state in self.main.states.items():
+            if target == node and state in (StepState.FAILED, StepState.BLOCKED):
+                return f"{step}: {state.value}"
+        return ""
+
+    def _visible(self) -> list[str]:
+        rows = [(n, self.node_row(n)) for n in self.main.node_names]
+        if self.problems_only:
+            rows = [(n, r) for n, r in rows if _has_problem(r)]
+        return [n for n, _ in rows]
+
+    def _fill(self) -> None:
+        table = self.query_one("#fleet", DataTable)
+        table.clear()
+        self._cells.clear()
+        for node in self._visible():
+            row = self.node_row(node)
+            table.add_row(*(row[key] for key in self._keys()), key=node)
+            self._cells.update({(node, key): value for key, value in row.items()})
+        self._summarise()
+
+    def refresh_cells(self) -> None:
+        """Update the cells that changed since the last refresh."""
+        table = self.query_one("#fleet", DataTable)
+        if self.problems_only and set(self._visible()) != set(table.rows):
+            self._fill()  # a node gained or lost a problem: the filter's rows changed
+            return
+        for node in list(table.rows):
+            for key, value in self.node_row(str(node.value)).items():
+                if self._cells.get((str(node.value), key)) != value:
+                    table.update_cell(node, key, value)
+                    self._cells[(str(node.value), key)] = value
+        self._summarise()
+
+    def _keys(self) -> list[str]:
+        return ["node", *(p.id for p in self.phases), "problem"]
+
+    def _summarise(self) -> None:
+        rows = [self.node_row(n) for n in self.main.node_names]
+        failed = sum(_has_problem(r) for r in rows)
+        running = sum(
+            1 for r in rows if not _has_problem(r) and GLYPHS[StepState.RUNNING] in r.values()
+        )
+        done = sum(
+            1
+            for r in rows
+            if all(
+                r[p.id] in (GLYPHS[StepState.DONE], GLYPHS[StepState.SKIPPED]) for p in self.phases
+            )
+        )
+        shown = " (problems only: p shows all)" if self.problems_only else ""
+        self.query_one("#fleet-summary", Label).update(
+            f"{len(rows)} nodes: {done} {GLYPHS[StepState.DONE]} all phases done, "
+            f"{running} {GLYPHS[StepState.RUNNING]} running, "
+            f"{failed} {GLYPHS[StepState.FAILED]} with a problem{shown}"
+        )
+
+    # -- actions ---------------------------------------------------------------------------
+
+    def action_toggle_problems(self) -> None:
+        self.problems_only = not self.problems_only
+        self._fill()
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        node = event.row_key.value
+        if node is None:
+            return
+        lines: list[Content] = [Content.styled(node, "bold")]
+        for _step, target, finding in self.main.findings:
+            if target != node or finding.severity in (Severity.PASS, Severity.SKIP):
+                continue
+            severity = Severity.WARN if finding.waived else finding.severity
+            label = "waived" if finding.waived else severity.value
+            lines.append(
+                Content.assemble(
+                    (f"{label:<6} ", SEVERITY_STYLE[severity]),
+                    f"{finding.check}: {finding.message}",
+                )
+            )
+        if len(lines) == 1:
+            lines.append(Content("no warnings or failures so far"))
+        self.query_one("#node-detail", Static).update(Content("\n").join(lines))
+
+
+def _has_problem(row: dict[str, str]) -> bool:
+    return bool(row["problem"]) or any(v in _PROBLEM_GLYPHS for v in row.values())
