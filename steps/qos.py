@@ -171,9 +171,10 @@ def shell(commands: list[list[str]]) -> str:
     return "\n".join(" ".join(q(part) for part in c) for c in commands)
 
 
-def dev_arg(device: str) -> str:
-    """A device name for a shell line; the dry-run placeholder ``<rdma-dev>`` stays readable."""
-    return device if device.startswith("<") else q(device)
+def shell_word(text: str) -> str:
+    """A device name or path for a shell line, quoted; the dry-run placeholder ``<rdma-dev>``
+    stays readable (the runbook tells the operator to substitute it)."""
+    return text if "<rdma-dev>" in text else q(text)
 
 
 def tos_path(device: str) -> str:
@@ -198,8 +199,8 @@ def procedure(site: Site, node: Node, device: str, per_port: dict[str, list[list
         lines.append(f"# {port}")
         lines += [shell([c]) for c in commands]
     lines += [
-        f"mkdir -p /sys/kernel/config/rdma_cm/{dev_arg(device)}",
-        f"printf '%s\\n' {site.qos.roce_tos} > {tos_path(device)}",
+        f"mkdir -p {shell_word(f'/sys/kernel/config/rdma_cm/{device}')}",
+        f"printf '%s\\n' {site.qos.roce_tos} > {shell_word(tos_path(device))}",
     ]
     for port in node.bond.ports:
         lines += [f"ip link set dev {q(port)} master {q(bond)}", f"ip link set dev {q(port)} up"]
@@ -226,7 +227,7 @@ def rollback_script(
         lines += [
             shell([c]) for c in restore_commands(site, port, desired_port(site), previous[port])
         ]
-    lines.append(f"printf '%s\\n' {tos or 0} > {tos_path(device)}")
+    lines.append(f"printf '%s\\n' {tos or 0} > {shell_word(tos_path(device))}")
     for port in node.bond.ports:
         lines += [f"ip link set dev {q(port)} master {q(bond)}", f"ip link set dev {q(port)} up"]
     return "\n".join(lines) + "\n"
@@ -243,13 +244,13 @@ def boot_script(site: Site, node: Node, device: str) -> str:
     for port in node.bond.ports:
         lines += [shell([c]) for c in port_commands(site, port, FACTORY)]
     lines += [
-        f"mkdir -p /sys/kernel/config/rdma_cm/{dev_arg(device)}",
-        f"printf '%s\\n' {site.qos.roce_tos} > {tos_path(device)}",
+        f"mkdir -p {shell_word(f'/sys/kernel/config/rdma_cm/{device}')}",
+        f"printf '%s\\n' {site.qos.roce_tos} > {shell_word(tos_path(device))}",
     ]
     if site.qos.ecn:
         lines += [
-            f"mkdir -p /sys/kernel/config/irdma/{q(device)}",
-            f"printf '%s\\n' 1 > {dcqcn_path(device)}",
+            f"mkdir -p {shell_word(f'/sys/kernel/config/irdma/{device}')}",
+            f"printf '%s\\n' 1 > {shell_word(dcqcn_path(device))}",
         ]
     return "\n".join(lines) + "\n"
 

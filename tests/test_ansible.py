@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -13,6 +15,7 @@ from steps import build_plan
 from steps.qos import FACTORY, port_commands
 from tests.conftest import MINIMAL_SITE
 from wizard.export import export
+from wizard.lab.host import LabHost
 from wizard.site import load_site
 
 FLEET = (
@@ -82,3 +85,51 @@ def test_ansible_lint_passes(exported):
         env={**os.environ, "ANSIBLE_LINT_NODEPS": "1", "NO_COLOR": "1"},
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _check_mode(ansible: Path, tmp_path: Path, rdma_links: str) -> subprocess.CompletedProcess:
+    """`ansible-playbook --check --diff` of the export against this machine (connection
+    local, no become), with `rdma` answering what a GPU node's would. The package task is
+    skipped: its names are for the node's distribution, not this machine's."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "links.json").write_text(rdma_links)
+    (bin_dir / "rdma").write_text(f"#!/bin/sh\ncat {bin_dir / 'links.json'}\n")
+    (bin_dir / "rdma").chmod(0o755)
+    inventory = tmp_path / "localhost.ini"
+    inventory.write_text(
+        f"[gpu_nodes]\ngpu-1 ansible_connection=local ansible_become=false "
+        f"ansible_python_interpreter={sys.executable}\n"
+    )
+    return subprocess.run(
+        [_tool("ansible-playbook"), "-i", str(inventory), "site.yml", "--check", "--diff",
+         "--skip-tags", "packages", "--limit", "gpu-1"],
+        capture_output=True, text=True, cwd=ansible, check=False, timeout=300,
+        env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "NO_COLOR": "1",
+             "ANSIBLE_NOCOLOR": "1"},
+    )  # fmt: skip
+
+
+def test_check_mode_on_localhost_shows_the_changes_and_makes_none(exported, tmp_path):
+    _, ansible = exported
+    lab_host = LabHost("gpu-1", "gpu", "10.0.0.1", "192.168.50.1")  # answers like a GPU node
+    written = [Path("/etc/modprobe.d/irdma.conf"), Path("/usr/local/sbin/gpu-node-wizard-roce-qos")]
+    before = {path: path.exists() for path in written}
+    result = _check_mode(ansible, tmp_path, lab_host.execute("rdma -j link show").stdout)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert "failed=0" in output
+    assert "+options irdma roce_ena=1" in output  # the irdma file, shown as a diff
+    # The boot script is the wizard's own, with the device the node reported.
+    assert "+dcb app add dev ens5f0np0 dscp-prio 24:3" in output
+    assert "/sys/kernel/config/rdma_cm/irdma0/ports/1/default_roce_tos" in output
+    assert {path: path.exists() for path in written} == before  # --check wrote nothing
+
+
+def test_check_mode_stops_with_a_clear_message_without_an_rdma_device(exported, tmp_path):
+    _, ansible = exported
+    result = _check_mode(ansible, tmp_path, "[]")
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "no RDMA device on ens5f0np0 or ens5f1np1" in output
+    assert "load irdma with roce_ena=1 first" in output
