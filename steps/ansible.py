@@ -41,6 +41,20 @@ def host_vars(site: Site, node: Node) -> dict:
     }
 
 
+def max_fail_percentage(site: Site) -> int:
+    """rollout.max_failed_nodes as Ansible's max_fail_percentage.
+
+    Ansible counts failures per batch, the wizard over the whole rollout; with the default
+    one-node batches both stop at the first failure beyond the limit. A count becomes the
+    share of the fleet it is (rounded down), so the playbook never tolerates more failures
+    than the wizard would.
+    """
+    limit = site.rollout.max_failed_nodes
+    if isinstance(limit, str):
+        return int(limit.rstrip("%"))
+    return 100 * limit // len(site.nodes)
+
+
 def ansible_artifacts(site: Site) -> list[Artifact]:
     files = [
         Artifact(
@@ -58,6 +72,7 @@ def ansible_artifacts(site: Site) -> list[Artifact]:
                 unit=UNIT,
                 unit_path=UNIT_PATH,
                 script_path=SCRIPT_PATH,
+                max_fail_percentage=max_fail_percentage(site),
             ),
             Target.SCRIPT,
             "ansible-playbook -i ansible/inventory.ini ansible/site.yml",

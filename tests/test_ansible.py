@@ -133,3 +133,16 @@ def test_check_mode_stops_with_a_clear_message_without_an_rdma_device(exported, 
     assert result.returncode != 0
     assert "no RDMA device on ens5f0np0 or ens5f1np1" in output
     assert "load irdma with roce_ena=1 first" in output
+
+
+@pytest.mark.parametrize(
+    ("rollout", "serial", "max_fail"),
+    [("{maintenance_batch: 25%, max_failed_nodes: 1}", "25%", 50),
+     ("{maintenance_batch: 1, max_failed_nodes: 10%}", 1, 10)],
+)  # fmt: skip
+def test_serial_and_failure_limit_follow_the_rollout(tmp_path, rollout, serial, max_fail):
+    path = tmp_path / "site.yaml"
+    path.write_text(FLEET.replace("rollout: {maintenance_batch: 2}", f"rollout: {rollout}"))
+    export(load_site(path), build_plan(), tmp_path / "out")
+    qos_play = yaml.safe_load((tmp_path / "out/ansible/site.yml").read_text())[1]
+    assert (qos_play["serial"], qos_play["max_fail_percentage"]) == (serial, max_fail)

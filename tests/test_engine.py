@@ -310,3 +310,39 @@ def test_a_failed_batch_stops_the_rollout(tmp_path, state_dir, world):
         assert state["steps"]["three.qos"][node]["state"] == "blocked"
         assert "rollout stopped" in state["steps"]["three.qos"][node]["message"]
     assert "three.qos@gpu-2" not in world.load()["applies"]
+
+
+def test_percentage_batches_and_a_percentage_failure_limit(tmp_path, state_dir, world):
+    """67% of three nodes is a batch of two; 34% of three tolerates one failed node."""
+    site = tmp_path / "three.yaml"
+    site.write_text(THREE_NODES + "rollout: {maintenance_batch: 67%, max_failed_nodes: 34%}\n")
+    world.update(delay=0.05)
+    active = {"now": 0, "peak": 0}
+    original_apply, original_verify = WorldMaintenance.apply, WorldMaintenance.verify
+
+    async def counting(self, ctx, changes):
+        active["now"] += 1
+        active["peak"] = max(active["peak"], active["now"])
+        try:
+            await original_apply(self, ctx, changes)
+        finally:
+            active["now"] -= 1
+
+    async def broken_on_gpu1(self, ctx):
+        from wizard.model import Finding, Severity
+
+        findings = await original_verify(self, ctx)
+        if ctx.target == "gpu-1":
+            return [Finding("T08.broken", "T08", Severity.FAIL, "broken on gpu-1")]
+        return findings
+
+    WorldMaintenance.apply, WorldMaintenance.verify = counting, broken_on_gpu1
+    try:
+        _, _, state = run(site, state_dir, world)
+    finally:
+        WorldMaintenance.apply, WorldMaintenance.verify = original_apply, original_verify
+    assert active["peak"] == 2
+    states = {
+        node: state["steps"]["three.qos"][node]["state"] for node in ("gpu-1", "gpu-2", "gpu-3")
+    }
+    assert states == {"gpu-1": "failed", "gpu-2": "done", "gpu-3": "done"}  # one failure allowed

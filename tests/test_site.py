@@ -162,3 +162,23 @@ def test_cli_bad_site_exits_2_naming_the_field(tmp_path):
     assert "nodes[0].rdma_ip: '300.1.1.1'" in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_rollout_takes_a_node_count_or_a_percentage():
+    site = parse_site(
+        MINIMAL_SITE
+        + "rollout: {maintenance_batch: 25%, apply_batch: '50%', max_failed_nodes: 10%}\n"
+    )
+    rollout = site.rollout
+    assert (rollout.maintenance_size(64), rollout.apply_size(64), rollout.failure_limit(64)) == (
+        16, 32, 6)  # fmt: skip
+    assert rollout.maintenance_size(3) == 1  # a percentage batch is at least one node
+    assert parse_site(MINIMAL_SITE).rollout.apply_size(5) == 5  # default: all at once
+    assert parse_site(MINIMAL_SITE + "rollout: {apply_batch: 2}\n").rollout.apply_size(5) == 2
+
+
+@pytest.mark.parametrize("value", ["0%", "150%", "abc", "-1", "true", "2.5"])
+def test_rollout_errors_say_both_forms(value):
+    [message] = problems(MINIMAL_SITE + f"rollout: {{maintenance_batch: {value}}}\n")
+    assert message.startswith("rollout.maintenance_batch: ")
+    assert "node count (1-256)" in message and "'25%'" in message

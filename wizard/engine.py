@@ -196,11 +196,17 @@ class Engine:
 
         for batch in self._batches(step, targets):
             failed_before = self._failed_nodes(summary, step)
-            if failed_before > self.site.rollout.max_failed_nodes and step.kind in _CHANGING:
+            limit = self.site.rollout.failure_limit(len(targets))
+            if failed_before > limit and step.kind in _CHANGING:
                 for target in batch:
                     reason = (
                         f"rollout stopped: {failed_before} node(s) failed this step, more than "
                         f"rollout.max_failed_nodes={self.site.rollout.max_failed_nodes}"
+                        + (
+                            f" ({limit} of {len(targets)})"
+                            if limit != self.site.rollout.max_failed_nodes
+                            else ""
+                        )
                     )
                     self.checkpoint.set_step(step.id, target, StepState.BLOCKED, message=reason)
                     self.emit(StepFinished(step.id, target, StepState.BLOCKED, reason))
@@ -218,10 +224,11 @@ class Engine:
         own window gate; apply steps too when rollout.apply_batch is set; checks fan out."""
         if step.scope != Scope.NODE or step.kind not in _CHANGING:
             return [targets]
+        rollout = self.site.rollout
         size = (
-            self.site.rollout.maintenance_batch
+            rollout.maintenance_size(len(targets))
             if step.kind is StepKind.MAINTENANCE
-            else (self.site.rollout.apply_batch or len(targets))
+            else rollout.apply_size(len(targets))
         )
         return [targets[i : i + size] for i in range(0, len(targets), size)]
 

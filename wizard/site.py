@@ -21,6 +21,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PlainValidator,
     PrivateAttr,
     ValidationError,
     field_validator,
@@ -264,16 +265,60 @@ class Measurements(Strict):
     vllm: Benchmark | None = None
 
 
-class Rollout(Strict):
-    """How changes roll across many nodes (read-only checks always run on all at once)."""
+_PERCENT = re.compile(r"(100|[1-9][0-9]?)%")
 
-    maintenance_batch: int = Field(
-        1, ge=1, le=64, description="nodes per maintenance batch (own window gate)"
+
+def _node_share(minimum: int) -> Any:
+    """A node count (``minimum``..256) or a percentage of the GPU nodes as Ansible's
+    ``serial`` writes it ("25%"), with one error that says both forms."""
+
+    def validate(value: Any) -> int | str:
+        if isinstance(value, int) and not isinstance(value, bool) and minimum <= value <= 256:
+            return value
+        if isinstance(value, str) and _PERCENT.fullmatch(value.strip()):
+            return value.strip()
+        raise ValueError(
+            f"{value!r} is neither a node count ({minimum}-256) nor a percentage of the GPU "
+            "nodes such as '25%' (1%-100%)"
+        )
+
+    return PlainValidator(validate, json_schema_input_type=int | str)
+
+
+def _share(value: int | str, total: int) -> int:
+    """Nodes in a share: a count as is, a percentage of ``total`` rounded down (like Ansible's
+    serial)."""
+    if isinstance(value, int):
+        return value
+    return total * int(value.rstrip("%")) // 100
+
+
+class Rollout(Strict):
+    """How changes roll across many nodes (read-only checks always run on all at once).
+
+    Batch sizes and the failure limit are a node count or a percentage of the GPU nodes
+    ("25%"); a percentage batch is at least one node.
+    """
+
+    maintenance_batch: Annotated[int | str, _node_share(1)] = Field(
+        1, description="nodes per maintenance batch, each behind its own window gate"
     )
-    apply_batch: int = Field(0, ge=0, le=256, description="nodes per apply batch; 0 = all at once")
-    max_failed_nodes: int = Field(
-        0, ge=0, description="stop the rollout once more nodes than this failed"
+    apply_batch: Annotated[int | str, _node_share(0)] = Field(
+        0, description="nodes per apply batch; 0 = all at once"
     )
+    max_failed_nodes: Annotated[int | str, _node_share(0)] = Field(
+        0, description="stop the rollout once more nodes than this failed a change"
+    )
+
+    def maintenance_size(self, total: int) -> int:
+        return max(1, _share(self.maintenance_batch, total))
+
+    def apply_size(self, total: int) -> int:
+        return max(1, _share(self.apply_batch, total)) if self.apply_batch else max(1, total)
+
+    def failure_limit(self, total: int) -> int:
+        """How many nodes may fail a change before the rest of the rollout is blocked."""
+        return _share(self.max_failed_nodes, total)
 
 
 class Taint(Strict):
