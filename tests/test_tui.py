@@ -332,11 +332,12 @@ async def test_measurements_view_after_a_run(tmp_path):
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not app.finished:
             name = screen_name(app)
+            # A pushed screen may not have composed its widgets yet: act once they are there.
             if name == "ReviewScreen":
                 await pilot.press("a")
-            elif name == "ManualScreen":
+            elif name == "ManualScreen" and app.screen.query("#proceed"):
                 await pilot.click("#proceed")
-            elif name == "MaintenanceScreen":
+            elif name == "MaintenanceScreen" and app.screen.query("#node-name"):
                 app.screen.query_one("#node-name", Input).value = app.screen.decision.confirm_text
                 await pilot.click("#confirm")
             await pilot.pause(0.1)
