@@ -12,7 +12,7 @@ from tests.engine_world import ScriptedFrontEnd, World, WorldCheck, WorldMainten
 from wizard.checkpoint import Checkpoint
 from wizard.engine import Engine
 from wizard.events import Answer, DecisionKind, Notice, Reply, StepFinished
-from wizard.model import StepState
+from wizard.model import Finding, Severity, StepState
 from wizard.plan import Phase, Plan, Scope
 from wizard.site import load_site
 
@@ -260,63 +260,9 @@ THREE_NODES = TWO_NODES.replace(
 )
 
 
-def test_maintenance_rolls_one_node_at_a_time_with_a_window_each(tmp_path, state_dir, world):
-    site = tmp_path / "three.yaml"
-    site.write_text(THREE_NODES)
-    world.update(delay=0.05)
-    active = {"now": 0, "peak": 0}
-    original = WorldMaintenance.apply
-
-    async def counting(self, ctx, changes):
-        active["now"] += 1
-        active["peak"] = max(active["peak"], active["now"])
-        try:
-            await original(self, ctx, changes)
-        finally:
-            active["now"] -= 1
-
-    WorldMaintenance.apply = counting
-    try:
-        summary, frontend, _ = run(site, state_dir, world)
-    finally:
-        WorldMaintenance.apply = original
-    assert summary.ok
-    assert active["peak"] == 1
-    windows = [d.target for d in frontend.decisions if d.kind is DecisionKind.MAINTENANCE_WINDOW]
-    assert windows == ["gpu-1", "gpu-2", "gpu-3"]
-
-
-def test_a_failed_batch_stops_the_rollout(tmp_path, state_dir, world):
-    site = tmp_path / "three.yaml"
-    site.write_text(THREE_NODES)
-    frontend = ScriptedFrontEnd()
-    original = WorldMaintenance.verify
-
-    async def broken_on_gpu1(self, ctx):
-        findings = await original(self, ctx)
-        if ctx.target == "gpu-1":
-            from wizard.model import Finding, Severity
-
-            return [Finding("T08.broken", "T08", Severity.FAIL, "broken on gpu-1")]
-        return findings
-
-    WorldMaintenance.verify = broken_on_gpu1
-    try:
-        _, _, state = run(site, state_dir, world, frontend)
-    finally:
-        WorldMaintenance.verify = original
-    assert state["steps"]["three.qos"]["gpu-1"]["state"] == "failed"
-    for node in ("gpu-2", "gpu-3"):
-        assert state["steps"]["three.qos"][node]["state"] == "blocked"
-        assert "rollout stopped" in state["steps"]["three.qos"][node]["message"]
-    assert "three.qos@gpu-2" not in world.load()["applies"]
-
-
-def test_percentage_batches_and_a_percentage_failure_limit(tmp_path, state_dir, world):
-    """67% of three nodes is a batch of two; 34% of three tolerates one failed node."""
-    site = tmp_path / "three.yaml"
-    site.write_text(THREE_NODES + "rollout: {maintenance_batch: 67%, max_failed_nodes: 34%}\n")
-    world.update(delay=0.05)
+def patch_maintenance(monkeypatch, broken_on: str | None = None) -> dict[str, int]:
+    """Count the maintenance applies running at once (``peak``) and, with ``broken_on``,
+    make the verification fail on that node."""
     active = {"now": 0, "peak": 0}
     original_apply, original_verify = WorldMaintenance.apply, WorldMaintenance.verify
 
@@ -328,19 +274,50 @@ def test_percentage_batches_and_a_percentage_failure_limit(tmp_path, state_dir, 
         finally:
             active["now"] -= 1
 
-    async def broken_on_gpu1(self, ctx):
-        from wizard.model import Finding, Severity
-
+    async def verify(self, ctx):
         findings = await original_verify(self, ctx)
-        if ctx.target == "gpu-1":
-            return [Finding("T08.broken", "T08", Severity.FAIL, "broken on gpu-1")]
+        if ctx.target == broken_on:
+            return [Finding("T08.broken", "T08", Severity.FAIL, f"broken on {broken_on}")]
         return findings
 
-    WorldMaintenance.apply, WorldMaintenance.verify = counting, broken_on_gpu1
-    try:
-        _, _, state = run(site, state_dir, world)
-    finally:
-        WorldMaintenance.apply, WorldMaintenance.verify = original_apply, original_verify
+    monkeypatch.setattr(WorldMaintenance, "apply", counting)
+    monkeypatch.setattr(WorldMaintenance, "verify", verify)
+    return active
+
+
+def test_maintenance_rolls_one_node_at_a_time_with_a_window_each(
+    tmp_path, state_dir, world, monkeypatch
+):
+    site = tmp_path / "three.yaml"
+    site.write_text(THREE_NODES)
+    world.update(delay=0.05)
+    active = patch_maintenance(monkeypatch)
+    summary, frontend, _ = run(site, state_dir, world)
+    assert summary.ok
+    assert active["peak"] == 1
+    windows = [d.target for d in frontend.decisions if d.kind is DecisionKind.MAINTENANCE_WINDOW]
+    assert windows == ["gpu-1", "gpu-2", "gpu-3"]
+
+
+def test_a_failed_batch_stops_the_rollout(tmp_path, state_dir, world, monkeypatch):
+    site = tmp_path / "three.yaml"
+    site.write_text(THREE_NODES)
+    patch_maintenance(monkeypatch, broken_on="gpu-1")
+    _, _, state = run(site, state_dir, world)
+    assert state["steps"]["three.qos"]["gpu-1"]["state"] == "failed"
+    for node in ("gpu-2", "gpu-3"):
+        assert state["steps"]["three.qos"][node]["state"] == "blocked"
+        assert "rollout stopped" in state["steps"]["three.qos"][node]["message"]
+    assert "three.qos@gpu-2" not in world.load()["applies"]
+
+
+def test_percentage_batches_and_a_percentage_failure_limit(tmp_path, state_dir, world, monkeypatch):
+    """67% of three nodes is a batch of two; 34% of three tolerates one failed node."""
+    site = tmp_path / "three.yaml"
+    site.write_text(THREE_NODES + "rollout: {maintenance_batch: 67%, max_failed_nodes: 34%}\n")
+    world.update(delay=0.05)
+    active = patch_maintenance(monkeypatch, broken_on="gpu-1")
+    _, _, state = run(site, state_dir, world)
     assert active["peak"] == 2
     states = {
         node: state["steps"]["three.qos"][node]["state"] for node in ("gpu-1", "gpu-2", "gpu-3")
