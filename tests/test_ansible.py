@@ -22,7 +22,9 @@ FLEET = (
     MINIMAL_SITE.replace(
         "aistor:",
         "  - name: gpu-2\n    host: 10.0.0.2\n    ssh: {user: ops, port: 2222}\n    os: ubuntu-24.04\n"
-        "    bond: {ports: [enp1s0f0, enp1s0f1]}\n    rdma_ip: 192.168.50.2\naistor:",
+        "    bond: {ports: [enp1s0f0, enp1s0f1]}\n    rdma_ip: 192.168.50.2\n"
+        "  - name: gpu-3\n    host: 10.0.0.3\n    bond: {ports: [ens5f0np0, ens5f1np1]}\n"
+        "    rdma_ip: 192.168.50.3\naistor:",
     )
     + "rollout: {maintenance_batch: 2}\n"
 )
@@ -56,7 +58,7 @@ def test_playbook_uses_the_wizards_own_commands(exported):
     )
     assert names.index("Put the ports back into the bond") < names.index("Uncordon the node")
     inventory = (ansible / "inventory.ini").read_text()
-    assert "[gpu_nodes]\ngpu-1\ngpu-2\n" in inventory
+    assert "[gpu_nodes]\ngpu-1\ngpu-2\ngpu-3\n" in inventory
 
 
 def _tool(name: str) -> str:
@@ -137,7 +139,7 @@ def test_check_mode_stops_with_a_clear_message_without_an_rdma_device(exported, 
 
 @pytest.mark.parametrize(
     ("rollout", "serial", "max_fail"),
-    [("{maintenance_batch: 25%, max_failed_nodes: 1}", "25%", 50),
+    [("{maintenance_batch: 25%, max_failed_nodes: 1}", "25%", 33),
      ("{maintenance_batch: 1, max_failed_nodes: 10%}", 1, 10)],
 )  # fmt: skip
 def test_serial_and_failure_limit_follow_the_rollout(tmp_path, rollout, serial, max_fail):

@@ -182,3 +182,16 @@ def test_rollout_errors_say_both_forms(value):
     [message] = problems(MINIMAL_SITE + f"rollout: {{maintenance_batch: {value}}}\n")
     assert message.startswith("rollout.maintenance_batch: ")
     assert "node count (1-256)" in message and "'25%'" in message
+
+
+@pytest.mark.parametrize("batch", ["2", "100%", "5"])
+def test_a_maintenance_batch_never_takes_every_node(batch):
+    two = MINIMAL_SITE.replace(
+        "aistor:",
+        "  - name: gpu-2\n    host: 10.0.0.2\n    bond: {ports: [ens5f0np0, ens5f1np1]}\n"
+        "    rdma_ip: 192.168.50.2\naistor:",
+    )
+    [message] = problems(two + f"rollout: {{maintenance_batch: {batch}}}\n")
+    assert "takes all 2 nodes at once" in message and "at most 1" in message
+    assert parse_site(two + "rollout: {maintenance_batch: 50%}\n").rollout.maintenance_size(2) == 1
+    assert parse_site(MINIMAL_SITE).rollout.maintenance_size(1) == 1  # one node: a batch of one

@@ -401,6 +401,13 @@ class Site(Strict):
                 )
         if (self.registry.username_env is None) != (self.registry.password_env is None):
             raise ValueError("registry.username_env and registry.password_env go together")
+        total = len(self.nodes)
+        if total > 1 and self.rollout.maintenance_size(total) >= total:
+            raise ValueError(
+                f"rollout.maintenance_batch {self.rollout.maintenance_batch!r} takes all "
+                f"{total} nodes at once: a maintenance window drains and re-bonds its nodes, "
+                f"so at most {total - 1} may be in one batch"
+            )
         return self
 
     # -- derived values ---------------------------------------------------------------
