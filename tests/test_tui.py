@@ -193,6 +193,38 @@ async def test_maintenance_modal_refuses_a_wrong_node_name():
     assert app.return_value.typed == "gpu-b300-01"
 
 
+def labels_review(later_nodes: int) -> Decision:
+    return Decision(
+        DecisionKind.CONFIRM_APPLY, "join.labels", "Node labels and taint", "gpu-b300-02",
+        "1 change(s) on gpu-b300-02",
+        diffs=(ArtifactDiff("x", "Node gpu-b300-02 labels", "+  accelerator: nvidia-b300\n", True),),
+        later_nodes=later_nodes,
+    )  # fmt: skip
+
+
+async def test_review_offers_the_same_change_on_later_nodes_with_shift_a():
+    app = ModalHost(ReviewScreen(labels_review(later_nodes=6)))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        button = app.screen.query_one("#proceed_same", Button)
+        assert "same change (6)" in str(button.label)
+        assert app.focused is app.screen.query_one("#skip", Button)  # still the safe default
+        await pilot.press("A")
+    assert app.return_value.answer is Answer.PROCEED_SAME
+
+
+async def test_review_of_the_last_node_has_no_same_change_choice():
+    app = ModalHost(ReviewScreen(labels_review(later_nodes=0)))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert not app.screen.query("#proceed_same")
+        await pilot.press("A")  # nothing later to cover: ignored
+        await pilot.pause()
+        assert isinstance(app.screen, ReviewScreen)
+        await pilot.press("a")
+    assert app.return_value.answer is Answer.PROCEED
+
+
 async def test_maintenance_cancel_skips():
     app = ModalHost(MaintenanceScreen(maintenance_decision()))
     async with app.run_test(size=SIZE) as pilot:

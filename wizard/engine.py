@@ -107,6 +107,7 @@ class Engine:
             checkpoint.add_waiver(check, reason)
             self._waivers[check] = reason
         self._decision_lock = asyncio.Lock()
+        self._approved: dict[str, tuple[tuple[str, str], ...]] = {}  # step -> same change
         self._ignore_requires = False
         self._node_slots = asyncio.Semaphore(site.max_parallel_nodes)
 
@@ -328,6 +329,7 @@ class Engine:
             if changes:
                 self.emit(Notice(f"{step.id} on {ctx.target}: already in place, nothing to change"))
             return await self._check(step, ctx)
+        maintenance = step.kind is StepKind.MAINTENANCE
         decision = Decision(
             DecisionKind.CONFIRM_APPLY,
             step.id,
@@ -336,6 +338,7 @@ class Engine:
             f"{len(pending)} change(s) on {ctx.target}",
             diffs=tuple(_diff(c) for c in changes),
             rollback=step.rollback(self.site, ctx.node),
+            later_nodes=0 if maintenance else self._later_nodes(step, ctx.target),
         )
         if step.kind == StepKind.MAINTENANCE:
             window = Decision(
@@ -351,7 +354,7 @@ class Engine:
             )
             if await self._ask(window) is Answer.SKIP:
                 return self._finish(ctx, StepState.SKIPPED, [], "maintenance window not confirmed")
-        if await self._ask(decision) is Answer.SKIP:
+        if not await self._confirmed(step, decision):
             return self._finish(ctx, StepState.SKIPPED, [], "skipped by the operator")
         self.checkpoint.set_step(step.id, ctx.target, StepState.RUNNING)
         try:
@@ -407,14 +410,44 @@ class Engine:
 
     # -- helpers -----------------------------------------------------------------------------
 
+    async def _confirmed(self, step: Step, decision: Decision) -> bool:
+        """Ask before a change, unless the operator approved this very change for the step's
+        later nodes (never for maintenance: each window is confirmed on its own)."""
+        same = _same_change(decision)
+        if step.kind is not StepKind.MAINTENANCE and self._approved.get(step.id) == same:
+            self.emit(
+                Notice(
+                    f"{step.id}: the same change as approved earlier; applying without asking",
+                    decision.target,
+                )
+            )
+            self.journal(
+                {"target": decision.target, "step": step.id, "decision": decision.kind.value,
+                 "answer": "approved-as-same-change"}
+            )  # fmt: skip
+            return True
+        answer = await self._ask(decision)
+        if answer is Answer.PROCEED_SAME and step.kind is not StepKind.MAINTENANCE:
+            self._approved[step.id] = same
+        return answer is not Answer.SKIP
+
+    def _later_nodes(self, step: Step, target: str) -> int:
+        targets = self.plan.targets(step, self.site)
+        return len(targets) - targets.index(target) - 1 if target in targets else 0
+
     async def _ask(self, decision: Decision) -> Answer:
         async with self._decision_lock:
             reply = await self.frontend.decide(decision)
         if reply.answer is Answer.ABORT:
             raise Aborted(f"aborted by the operator at {decision.step} on {decision.target}")
+        answer = reply.answer
+        if answer is Answer.PROCEED_SAME and (
+            decision.kind is not DecisionKind.CONFIRM_APPLY or decision.confirm_text is not None
+        ):
+            answer = Answer.PROCEED  # "the same change elsewhere" only means something for a review
         if (
             decision.confirm_text is not None
-            and reply.answer is Answer.PROCEED
+            and answer is Answer.PROCEED
             and reply.typed.strip() != decision.confirm_text
         ):
             self.emit(
@@ -429,10 +462,10 @@ class Engine:
                 "target": decision.target,
                 "step": decision.step,
                 "decision": decision.kind.value,
-                "answer": reply.answer.value,
+                "answer": answer.value,
             }
         )
-        return reply.answer
+        return answer
 
     def _blocker(self, step: Step, target: str, explicit: bool) -> str | None:
         if self._ignore_requires:
@@ -541,6 +574,16 @@ def _transport_finding(step: Step, exc: TransportError) -> Finding:
 
 def _state_for(findings: list[Finding]) -> StepState:
     return StepState.FAILED if worst(findings) is Severity.FAIL else StepState.DONE
+
+
+def _same_change(decision: Decision) -> tuple[tuple[str, str], ...]:
+    """A decision's diffs with the node's own name set aside: equal for two nodes when the
+    change is the same on both."""
+    node = decision.target
+    return tuple(
+        (d.destination.replace(node, "<node>"), d.diff.replace(node, "<node>"))
+        for d in decision.diffs
+    )
 
 
 def _diff(change: Change) -> ArtifactDiff:
