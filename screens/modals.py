@@ -81,17 +81,17 @@ class ReviewScreen(AnswerScreen):
                     yield Static(d.rollback, classes="rollback")
             with Horizontal(classes="buttons"):
                 yield Button("Apply", id="proceed", variant="primary")
-                if d.later_nodes:
+                if d.other_nodes:
                     # Button ids are answers; "proceed-same" is not a valid id, so map it.
                     yield Button(
-                        f"Apply, and on later nodes with this same change ({d.later_nodes})",
+                        f"Apply, and on other nodes with this same change ({d.other_nodes})",
                         id="proceed_same",
                     )
                 yield Button("Skip", id="skip")
                 yield Button("Abort run", id="abort", variant="error")
 
     def action_answer(self, answer: str) -> None:
-        if answer in ("proceed-same", "proceed_same") and not self.decision.later_nodes:
+        if answer in ("proceed-same", "proceed_same") and not self.decision.other_nodes:
             return  # nothing later to cover: only Apply or Skip mean something here
         super().action_answer(answer.replace("_", "-"))
 
@@ -201,7 +201,7 @@ Keys
   ctrl+p   command palette
 
 In a review:       a apply   s skip   ctrl+x abort the run
-                   A apply, and on the step's later nodes whose change is the same
+                   A apply, and on the step's other nodes whose change is the same
                      (any node whose diff differs is still shown; never for maintenance)
 In a maintenance:  type the node name, then Start maintenance (Cancel has the focus)
 """

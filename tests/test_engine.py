@@ -325,20 +325,28 @@ def test_percentage_batches_and_a_percentage_failure_limit(tmp_path, state_dir, 
     assert states == {"gpu-1": "failed", "gpu-2": "done", "gpu-3": "done"}  # one failure allowed
 
 
-def test_an_approval_for_the_same_change_covers_later_nodes_only_when_it_is_the_same(
+class SlowOperator(ScriptedFrontEnd):
+    """Takes a moment to answer, as a person does: the other nodes queue up meanwhile."""
+
+    async def decide(self, decision):
+        await asyncio.sleep(0.05)
+        return await super().decide(decision)
+
+
+def test_an_approval_for_the_same_change_covers_other_nodes_only_when_it_is_the_same(
     tmp_path, state_dir, world
 ):
     site = tmp_path / "three.yaml"
     site.write_text(THREE_NODES)
     # gpu-3 already holds something else: its diff differs, so it is asked about.
     world.update(live={"two.apply@gpu-3": "someone's edit\n"})
-    frontend = ScriptedFrontEnd({"confirm-apply:two.apply@gpu-1": Reply(Answer.PROCEED_SAME)})
+    frontend = SlowOperator({"confirm-apply:two.apply@gpu-1": Reply(Answer.PROCEED_SAME)})
     summary, _, state = run(site, state_dir, world, frontend, phase="two")
     assert summary.ok
     asked = [d.target for d in frontend.decisions if d.step == "two.apply"]
     assert asked == ["gpu-1", "gpu-3"]  # gpu-2's change was the same as gpu-1's
     first = next(d for d in frontend.decisions if d.step == "two.apply")
-    assert first.later_nodes == 2
+    assert first.other_nodes == 2
     assert {n: state["steps"]["two.apply"][n]["state"] for n in ("gpu-1", "gpu-2", "gpu-3")} == {
         "gpu-1": "done", "gpu-2": "done", "gpu-3": "done"}  # fmt: skip
     notes = [e for e in frontend.events if isinstance(e, Notice) and e.target == "gpu-2"]
@@ -353,4 +361,4 @@ def test_maintenance_is_confirmed_on_every_node_even_after_apply_same(tmp_path, 
     assert summary.ok
     reviews = [d for d in frontend.decisions if d.kind is DecisionKind.CONFIRM_APPLY]
     assert [d.target for d in reviews] == ["gpu-1", "gpu-2", "gpu-3"]
-    assert all(d.later_nodes == 0 for d in reviews)  # the TUI offers no "same change" there
+    assert all(d.other_nodes == 0 for d in reviews)  # the TUI offers no "same change" there

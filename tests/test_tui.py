@@ -193,17 +193,17 @@ async def test_maintenance_modal_refuses_a_wrong_node_name():
     assert app.return_value.typed == "gpu-b300-01"
 
 
-def labels_review(later_nodes: int) -> Decision:
+def labels_review(other_nodes: int) -> Decision:
     return Decision(
         DecisionKind.CONFIRM_APPLY, "join.labels", "Node labels and taint", "gpu-b300-02",
         "1 change(s) on gpu-b300-02",
         diffs=(ArtifactDiff("x", "Node gpu-b300-02 labels", "+  accelerator: nvidia-b300\n", True),),
-        later_nodes=later_nodes,
+        other_nodes=other_nodes,
     )  # fmt: skip
 
 
-async def test_review_offers_the_same_change_on_later_nodes_with_shift_a():
-    app = ModalHost(ReviewScreen(labels_review(later_nodes=6)))
+async def test_review_offers_the_same_change_on_other_nodes_with_shift_a():
+    app = ModalHost(ReviewScreen(labels_review(other_nodes=6)))
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         button = app.screen.query_one("#proceed_same", Button)
@@ -214,7 +214,7 @@ async def test_review_offers_the_same_change_on_later_nodes_with_shift_a():
 
 
 async def test_review_of_the_last_node_has_no_same_change_choice():
-    app = ModalHost(ReviewScreen(labels_review(later_nodes=0)))
+    app = ModalHost(ReviewScreen(labels_review(other_nodes=0)))
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         assert not app.screen.query("#proceed_same")

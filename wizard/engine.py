@@ -32,6 +32,7 @@ from wizard.events import (
     FrontEnd,
     Notice,
     PhaseStarted,
+    Reply,
     StepFinished,
     StepStarted,
 )
@@ -338,7 +339,7 @@ class Engine:
             f"{len(pending)} change(s) on {ctx.target}",
             diffs=tuple(_diff(c) for c in changes),
             rollback=step.rollback(self.site, ctx.node),
-            later_nodes=0 if maintenance else self._later_nodes(step, ctx.target),
+            other_nodes=0 if maintenance else self._other_nodes(step, ctx.target),
         )
         if step.kind == StepKind.MAINTENANCE:
             window = Decision(
@@ -412,32 +413,48 @@ class Engine:
 
     async def _confirmed(self, step: Step, decision: Decision) -> bool:
         """Ask before a change, unless the operator approved this very change for the step's
-        later nodes (never for maintenance: each window is confirmed on its own)."""
+        other nodes (never for maintenance: each window is confirmed on its own).
+
+        The approval is looked up under the decision lock: on a fleet the other nodes are
+        already queued for the operator while the first review is open.
+        """
         same = _same_change(decision)
-        if step.kind is not StepKind.MAINTENANCE and self._approved.get(step.id) == same:
-            self.emit(
-                Notice(
-                    f"{step.id}: the same change as approved earlier; applying without asking",
-                    decision.target,
+        approvable = step.kind is not StepKind.MAINTENANCE
+        async with self._decision_lock:
+            if approvable and self._approved.get(step.id) == same:
+                self.emit(
+                    Notice(
+                        f"{step.id}: the same change as approved earlier; applying without asking",
+                        decision.target,
+                    )
                 )
-            )
-            self.journal(
-                {"target": decision.target, "step": step.id, "decision": decision.kind.value,
-                 "answer": "approved-as-same-change"}
-            )  # fmt: skip
-            return True
-        answer = await self._ask(decision)
-        if answer is Answer.PROCEED_SAME and step.kind is not StepKind.MAINTENANCE:
+                self.journal(
+                    {"target": decision.target, "step": step.id, "decision": decision.kind.value,
+                     "answer": "approved-as-same-change"}
+                )  # fmt: skip
+                return True
+            reply = await self.frontend.decide(decision)
+        answer = self._answer(decision, reply)
+        if answer is Answer.PROCEED_SAME and approvable:
             self._approved[step.id] = same
         return answer is not Answer.SKIP
 
-    def _later_nodes(self, step: Step, target: str) -> int:
-        targets = self.plan.targets(step, self.site)
-        return len(targets) - targets.index(target) - 1 if target in targets else 0
+    def _other_nodes(self, step: Step, target: str) -> int:
+        """The step's other nodes that are not done yet (in this run or an earlier one)."""
+        return sum(
+            1
+            for other in self.plan.targets(step, self.site)
+            if other != target and not self.checkpoint.step_state(step.id, other).settled
+        )
 
     async def _ask(self, decision: Decision) -> Answer:
         async with self._decision_lock:
             reply = await self.frontend.decide(decision)
+        return self._answer(decision, reply)
+
+    def _answer(self, decision: Decision, reply: Reply) -> Answer:
+        """The operator's reply as the engine acts on it (abort raises; a maintenance
+        window needs the node name typed), journaled."""
         if reply.answer is Answer.ABORT:
             raise Aborted(f"aborted by the operator at {decision.step} on {decision.target}")
         answer = reply.answer

@@ -79,7 +79,7 @@ class DecisionKind(StrEnum):
 
 class Answer(StrEnum):
     PROCEED = "proceed"
-    # Apply, and apply without asking again on the later nodes of this step whose change is
+    # Apply, and apply without asking again on the other nodes of this step whose change is
     # the same (the same diffs once the node's name is set aside). Never for maintenance.
     PROCEED_SAME = "proceed-same"
     SKIP = "skip"
@@ -107,8 +107,8 @@ class Decision:
     rollback: str | None = None
     # For a maintenance window: the text the operator must type (the node name).
     confirm_text: str | None = None
-    # Later nodes of this step that an approval for "the same change" could cover.
-    later_nodes: int = 0
+    # Other nodes of this step, not done yet, that an approval of "the same change" could cover.
+    other_nodes: int = 0
 
 
 @dataclass(frozen=True)
