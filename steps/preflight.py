@@ -257,7 +257,7 @@ class HostFacts(Step):
         evaluate_os(ctx.site, ctx.node, os_probe.fact, arch, report, os_probe)
         ctx.data.update(kernel=kernel, os=os_probe.fact.pretty_name)
         try:
-            nodes = await ctx.services.kube.nodes()
+            nodes = await ctx.shared("kube.nodes", ctx.services.kube.nodes)
         except TransportError as exc:
             report.skip("kernel-vs-workers", f"cluster not reachable for the comparison: {exc}")
         else:

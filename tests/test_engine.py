@@ -362,3 +362,30 @@ def test_maintenance_is_confirmed_on_every_node_even_after_apply_same(tmp_path, 
     reviews = [d for d in frontend.decisions if d.kind is DecisionKind.CONFIRM_APPLY]
     assert [d.target for d in reviews] == ["gpu-1", "gpu-2", "gpu-3"]
     assert all(d.other_nodes == 0 for d in reviews)  # the TUI offers no "same change" there
+
+
+def test_a_shared_read_is_made_once_per_step_run_for_the_whole_fan_out(tmp_path, state_dir, world):
+    site_path = tmp_path / "three.yaml"
+    site_path.write_text(THREE_NODES)
+    reads = []
+
+    async def cluster_nodes():
+        reads.append(1)
+        await asyncio.sleep(0.02)  # the other nodes ask while the first read is in flight
+        return ["gpu-1", "gpu-2", "gpu-3"]
+
+    seen = {}
+
+    class NeedsTheClusterList(WorldCheck):
+        async def verify(self, ctx):
+            seen[ctx.target] = await ctx.shared("kube.nodes", cluster_nodes)
+            return await super().verify(ctx)
+
+    plan = Plan((Phase("p", 1, "P", "", (NeedsTheClusterList("p.list", world),)),))
+    site = load_site(site_path)
+    with Checkpoint.open(state_dir, site) as checkpoint:
+        engine = Engine(site, plan, checkpoint, ScriptedFrontEnd())
+        asyncio.run(engine.run())
+        assert len(reads) == 1 and set(seen) == {"gpu-1", "gpu-2", "gpu-3"}
+        asyncio.run(engine.run(step="p.list"))  # a new run of the step reads afresh
+    assert len(reads) == 2

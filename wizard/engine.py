@@ -17,6 +17,7 @@ Rules it keeps (DESIGN.md, "State survives anything"):
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,6 +110,7 @@ class Engine:
             self._waivers[check] = reason
         self._decision_lock = asyncio.Lock()
         self._approved: dict[str, tuple[tuple[str, str], ...]] = {}  # step -> same change
+        self._shared_reads: dict[tuple[str, str], asyncio.Future[Any]] = {}
         self._ignore_requires = False
         self._node_slots = asyncio.Semaphore(site.max_parallel_nodes)
 
@@ -184,8 +186,19 @@ class Engine:
             summary.stopped = str(exc)
         return summary
 
+    async def shared_read(self, key: tuple[str, str], read: Callable[[], Awaitable[Any]]) -> Any:
+        """One answer per key for the current run of a step (see StepContext.shared);
+        concurrent callers wait for the same request."""
+        future = self._shared_reads.get(key)
+        if future is None:
+            future = self._shared_reads[key] = asyncio.ensure_future(read())
+        return await asyncio.shield(future)
+
     async def _run_step(self, step: Step, summary: RunSummary, *, explicit: bool) -> None:
         targets = self.plan.targets(step, self.site)
+        # A shared read answers one run of a step: the next run reads afresh.
+        for key in [k for k in self._shared_reads if k[0] == step.id]:
+            del self._shared_reads[key]
 
         async def one(target: str) -> None:
             if step.scope == Scope.NODE:

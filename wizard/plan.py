@@ -9,10 +9,10 @@ per phase; they never import Textual.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from wizard.artifacts import Artifact
 from wizard.events import CommandFinished, CommandStarted, OutputLine
@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from wizard.engine import Engine
 
 CLUSTER = "cluster"  # the target name of cluster-scope steps
+
+T = TypeVar("T")
 
 
 class Scope(StrEnum):
@@ -305,6 +307,12 @@ class StepContext:
         if batch > 1:
             entry["batch_of"] = batch  # ran in one exec with others; duration is the batch's
         self.engine.journal(entry)
+
+    async def shared(self, name: str, read: Callable[[], Awaitable[T]]) -> T:
+        """A read whose answer is the same for every target of this step (e.g. the
+        cluster's node list): made once per step run and shared by the whole fan-out,
+        instead of once per node."""
+        return await self.engine.shared_read((self.step.id, name), read)
 
     def recorded(self, step_id: str, target: str | None = None) -> dict[str, Any]:
         """What an earlier step stored for a target (its ``data``), e.g. discovered devices."""
