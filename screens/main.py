@@ -71,8 +71,10 @@ class MainScreen(Screen[None]):
         self.states: dict[tuple[str, str], StepState] = {}
         self.transcript: list[str] = []
         self.node_names = [n.name for n in site.nodes]
-        self.node_columns = self.node_names[:MAX_NODE_COLUMNS]
         self.fleet = len(self.node_names) > MAX_NODE_COLUMNS
+        # A fleet gets one count column instead of a column per node, so that the phase
+        # titles stay in view; the fleet view (n) has a row per node.
+        self.node_columns = [] if self.fleet else self.node_names
         self.total = sum(len(plan.targets(s, site)) for s in plan.steps())
 
     def compose(self) -> ComposeResult:
@@ -108,7 +110,7 @@ class MainScreen(Screen[None]):
             has_node = any(s.scope.value == "node" for s in phase.steps)
             cells += [GLYPHS[StepState.PENDING] if has_node else ""] * len(self.node_columns)
             if self.fleet:
-                cells.append("")
+                cells.append(GLYPHS[StepState.PENDING] if has_node else "")
             cells.append(f"{phase.number:>2} {phase.title}")
             phases.add_row(*cells, key=phase.id)
         findings = self.query_one("#findings", DataTable)
