@@ -22,6 +22,7 @@ from wizard.events import (
     StepFinished,
     StepStarted,
 )
+from wizard.fleet import is_fleet
 from wizard.model import Finding, Severity, StepState, worst
 from wizard.plan import Plan
 from wizard.site import Site
@@ -41,7 +42,6 @@ SEVERITY_STYLE = {
     Severity.FAIL: "bold $text-error",
     Severity.SKIP: "$text-muted",
 }
-MAX_NODE_COLUMNS = 6
 
 
 class EngineEvent(Message):
@@ -71,7 +71,7 @@ class MainScreen(Screen[None]):
         self.states: dict[tuple[str, str], StepState] = {}
         self.transcript: list[str] = []
         self.node_names = [n.name for n in site.nodes]
-        self.fleet = len(self.node_names) > MAX_NODE_COLUMNS
+        self.fleet = is_fleet(len(self.node_names))
         # A fleet gets one count column instead of a column per node, so that the phase
         # titles stay in view; the fleet view (n) has a row per node.
         self.node_columns = [] if self.fleet else self.node_names

@@ -188,3 +188,52 @@ def test_status_shows_states_interruptions_and_site_changes(site_file, state_dir
     as_json = run_cli("status", str(site_file), "--state-dir", str(state_dir), "--json")
     data = json.loads(as_json.stdout)
     assert {"step": "bond.lacp", "target": "gpu-1"} in data["would_reset"]
+
+
+FLEET_OF_EIGHT = "name: fleet\nnodes:\n" + "".join(
+    f"  - name: gpu-{i:02d}\n    host: 10.0.0.{i}\n    bond: {{ports: [p0, p1]}}\n"
+    f"    rdma_ip: 192.168.50.{i}\n"
+    for i in range(1, 9)
+)
+
+
+def test_status_groups_a_fleets_nodes_by_outcome(tmp_path, state_dir):
+    from wizard.checkpoint import Checkpoint
+    from wizard.model import StepState
+
+    site_file = tmp_path / "fleet.yaml"
+    site_file.write_text(FLEET_OF_EIGHT)
+    site = load_site(site_file)
+    with Checkpoint.open(state_dir, site) as checkpoint:
+        for node in site.nodes:
+            failed = node.name == "gpu-05"
+            checkpoint.set_step(
+                "preflight.gpus", node.name, StepState.FAILED if failed else StepState.DONE,
+                message="7 of 8 GPUs" if failed else "",
+            )  # fmt: skip
+    result = run_cli("status", str(site_file), "--state-dir", str(state_dir))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "  done     preflight.gpus on 7 nodes (gpu-01 ... gpu-08)" in lines
+    assert "  failed   preflight.gpus on gpu-05 - 7 of 8 GPUs" in lines
+    assert "  pending  packages.install on 8 nodes (gpu-01 ... gpu-08)" in lines
+
+
+def test_output_into_a_closed_pipe_is_not_a_traceback():
+    """`gpu-node-wizard ... | head`: the reader leaves early; no traceback, exit 141."""
+    import os
+    import sys
+
+    from tests.conftest import REPO
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "wizard.cli", "parse", "--list"],
+            stdout=write_end, stderr=subprocess.PIPE, text=True, cwd=REPO, check=False,
+        )  # fmt: skip
+    finally:
+        os.close(write_end)
+    assert result.returncode == 141
+    assert result.stderr == ""

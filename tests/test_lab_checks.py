@@ -135,6 +135,28 @@ async def test_two_nodes_are_checked_concurrently(tmp_path):
     assert targets == {"cluster", "gpu-b300-01", "gpu-b300-02"}
 
 
+async def test_a_fleet_check_groups_the_nodes_that_passed_and_lists_the_one_that_failed(tmp_path):
+    progress = io.StringIO()
+    async with Lab(tmp_path / "lab", nodes=8) as lab:
+        lab.hosts["gpu-b300-03"].gpu_count = 7
+        site = load_site(lab.site_path)
+        frontend = HeadlessFrontEnd(out=progress, show_findings=False, compact=True)
+        outcome = await run_checks(site, build_plan(), tmp_path / "state", frontend)
+    assert outcome.exit_code == 1
+    lines = progress.getvalue().splitlines()
+    assert "   gpu-b300-03: preflight.gpus: failed" in lines
+    assert (
+        "   preflight.gpus: done on 7 nodes (gpu-b300-01 ... gpu-b300-08); failed on gpu-b300-03"
+        in lines
+    )
+    assert not any(line.startswith("   gpu-b300-01:") for line in lines)  # passed: grouped
+    text = outcome.format()
+    assert "  gpu-b300-03\n    [FAIL] T00.gpu-count: only 7 of 8" in text
+    assert "more passed)" in text
+    assert "every check passed on 7 nodes (gpu-b300-01 ... gpu-b300-08) and the cluster" in text
+    assert "[PASS]" not in text
+
+
 def test_faults_are_listed():
     result = run_cli("lab", "--list-faults")
     assert result.returncode == 0, result.stderr

@@ -11,12 +11,21 @@ import asyncio
 import io
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from wizard import __version__
-from wizard.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UsageError, WizardError
+from wizard.errors import (
+    EXIT_BROKEN_PIPE,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    UsageError,
+    WizardError,
+)
+from wizard.fleet import is_fleet
 
 log = logging.getLogger("gpu_node_wizard")
 
@@ -276,7 +285,9 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     site = load_site(args.site)
     quiet = io.StringIO() if args.json else None
-    frontend = HeadlessFrontEnd(out=quiet or sys.stderr, show_findings=False)
+    frontend = HeadlessFrontEnd(
+        out=quiet or sys.stderr, show_findings=False, compact=is_fleet(len(site.nodes))
+    )
     outcome = asyncio.run(run_checks(site, build_plan(), _state_dir(args), frontend))
     print(dump_json(outcome) if args.json else outcome.format())
     return outcome.exit_code
@@ -318,7 +329,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from wizard.runner import run_engine
 
     frontend = HeadlessFrontEnd(
-        yes=args.yes, window_open=args.maintenance_window_open, verbose=args.verbose
+        yes=args.yes,
+        window_open=args.maintenance_window_open,
+        verbose=args.verbose,
+        compact=is_fleet(len(site.nodes)),
     )
     outcome = asyncio.run(
         run_engine(
@@ -437,7 +451,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def entry() -> None:
-    sys.exit(main())
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # `gpu-node-wizard status SITE | head`: the reader left, which is no error worth a
+        # traceback. Point stdout at /dev/null so the interpreter's final flush is quiet.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = EXIT_BROKEN_PIPE
+    sys.exit(code)
 
 
 if __name__ == "__main__":

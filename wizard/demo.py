@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 
 from steps import build_plan
+from wizard.fleet import is_fleet
 from wizard.headless import HeadlessFrontEnd
 from wizard.lab.lab import Lab
 from wizard.model import GATES
@@ -30,7 +31,9 @@ async def run_demo_headless(
         async with Lab(directory / "lab", nodes=nodes, faults=faults) as lab:
             site = load_site(lab.site_path)
             print(f"demo: lab with {nodes} GPU node(s), faults: {', '.join(faults) or 'none'}")
-            frontend = HeadlessFrontEnd(yes=True, window_open=True, out=sys.stdout)
+            frontend = HeadlessFrontEnd(
+                yes=True, window_open=True, out=sys.stdout, compact=is_fleet(nodes)
+            )
             state = state_dir or directory / "state"
             outcome = await run_engine(site, build_plan(), state, frontend)
             if report_dir is not None:

@@ -34,6 +34,7 @@ from wizard.events import (
     Notice,
     PhaseStarted,
     Reply,
+    StepCompleted,
     StepFinished,
     StepStarted,
 )
@@ -233,6 +234,9 @@ class Engine:
             for result in results:
                 if isinstance(result, BaseException):
                     raise result
+        self.emit(
+            StepCompleted(step.id, tuple((t, summary.results[(step.id, t)]) for t in targets))
+        )
 
     def _batches(self, step: Step, targets: list[str]) -> list[list[str]]:
         """Maintenance never runs on every node at once: it rolls in batches, each with its

@@ -41,6 +41,14 @@ class StepFinished(Event):
 
 
 @dataclass(frozen=True)
+class StepCompleted(Event):
+    """Every target of a step has its result (after the step's last batch)."""
+
+    step: str
+    results: tuple[tuple[str, StepState], ...]  # (target, state) in target order
+
+
+@dataclass(frozen=True)
 class CommandStarted(Event):
     target: str
     command: str

@@ -22,10 +22,12 @@ from wizard.events import (
     OutputLine,
     PhaseStarted,
     Reply,
+    StepCompleted,
     StepFinished,
     StepStarted,
 )
-from wizard.model import Severity
+from wizard.fleet import group_targets, targets_text
+from wizard.model import Severity, StepState
 
 
 class HeadlessFrontEnd:
@@ -36,9 +38,13 @@ class HeadlessFrontEnd:
         window_open: bool = False,
         verbose: bool = False,
         show_findings: bool = True,
+        compact: bool = False,
         out: TextIO | None = None,
     ) -> None:
         self.show_findings = show_findings
+        # A fleet: a node that simply passed a step is not a line of its own; each step
+        # ends with one line that groups its nodes by outcome.
+        self.compact = compact
         self.yes = yes
         self.window_open = window_open
         self.verbose = verbose
@@ -56,6 +62,13 @@ class HeadlessFrontEnd:
                 self._print(f"== {title}")
             case StepStarted(step=step, target=target, title=title) if self.verbose:
                 self._print(f"   {target}: {title} ({step}) ...")
+            case StepFinished(state=state, findings=fs) if (
+                self.compact
+                and not self.verbose
+                and state is StepState.DONE
+                and all(f.severity in (Severity.PASS, Severity.SKIP) for f in fs)
+            ):
+                pass  # told with its step's StepCompleted line
             case StepFinished(step=step, target=target, state=state, message=msg, findings=fs):
                 self._print(f"   {target}: {step}: {state.value}{f' - {msg}' if msg else ''}")
                 for f in fs if self.show_findings else ():
@@ -64,13 +77,25 @@ class HeadlessFrontEnd:
                         self._print(f"      [{tag}] {f.gate} {f.check}: {f.message}")
                         if f.remediation and f.severity is not Severity.PASS:
                             self._print(f"             fix: {f.remediation}")
+            case StepCompleted(step=step, results=results) if self.compact:
+                outcomes = group_targets((state.value, target) for target, state in results)
+                self._print(
+                    f"   {step}: "
+                    + "; ".join(f"{state} on {targets_text(ts)}" for state, ts in outcomes)
+                )
             case Notice(message=message, target=target):
                 self._print(f"   note{f' ({target})' if target else ''}: {message}")
             case CommandStarted(target=target, command=command) if self.verbose:
                 self._print(f"   {target}$ {command}")
             case OutputLine(target=target, line=line) if self.verbose:
                 self._print(f"   {target}| {line}")
-            case CommandFinished() | OutputLine() | CommandStarted() | StepStarted():
+            case (
+                CommandFinished()
+                | OutputLine()
+                | CommandStarted()
+                | StepStarted()
+                | StepCompleted()
+            ):
                 pass
 
     async def decide(self, decision: Decision) -> Reply:

@@ -14,8 +14,9 @@ from wizard.checkpoint import Checkpoint
 from wizard.engine import Engine, RunSummary
 from wizard.errors import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE
 from wizard.events import FrontEnd
+from wizard.fleet import is_fleet, targets_text
 from wizard.model import GATES, Finding, Severity, StepKind, worst
-from wizard.plan import Plan
+from wizard.plan import CLUSTER, Plan
 from wizard.services import build_services
 from wizard.site import Site
 
@@ -94,13 +95,29 @@ class Outcome:
         by_target: dict[str, list[tuple[str, Finding]]] = {}
         for step, target, finding in self.findings:
             by_target.setdefault(target, []).append((step, finding))
+        # On a fleet a target whose every finding passed is not listed finding by finding:
+        # those targets share one line, and the nodes with a problem stand out.
+        fleet = is_fleet(len(self.site.nodes))
+        all_passed = []
         for target in sorted(by_target):
+            findings = [f for _, f in by_target[target]]
+            shown = [f for f in findings if f.severity is not Severity.PASS or f.waived]
+            if fleet and not shown:
+                all_passed.append(target)
+                continue
             lines.append(f"  {target}")
-            for _, finding in by_target[target]:
+            for finding in shown if fleet else findings:
                 tag = "WAIVED" if finding.waived else finding.severity.value.upper()
                 lines.append(f"    [{tag:<4}] {finding.check}: {finding.message}")
                 if finding.remediation and finding.severity in (Severity.FAIL, Severity.WARN):
                     lines.append(f"           fix: {finding.remediation}")
+            if fleet and len(shown) < len(findings):
+                lines.append(f"    ({len(findings) - len(shown)} more passed)")
+        nodes = [t for t in all_passed if t != CLUSTER]
+        where = [targets_text(nodes)] if nodes else []
+        where += ["the cluster"] if CLUSTER in all_passed else []
+        if where:
+            lines.append(f"  every check passed on {' and '.join(where)}")
         counts = {s: sum(1 for _, _, f in self.findings if f.severity is s) for s in Severity}
         lines.append(
             f"{counts[Severity.PASS]} passed, {counts[Severity.FAIL]} failed, "

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from wizard.checkpoint import changed_sections, read_state, site_state_dir
+from wizard.fleet import group_targets, targets_text
 from wizard.model import Finding, StepState, worst
 from wizard.plan import Plan
 from wizard.site import Site
@@ -127,11 +128,19 @@ def format_status(status: Status) -> str:
     for waiver in status.waivers:
         lines.append(f"waived: {waiver['check']} ({waiver['reason']}; {waiver.get('by', '?')})")
     phase = None
+    steps: dict[str, list[StepStatus]] = {}
     for s in status.steps:
-        if s.phase != phase:
-            phase = s.phase
+        steps.setdefault(s.step, []).append(s)
+    for records in steps.values():
+        if records[0].phase != phase:
+            phase = records[0].phase
             lines.append(f"{phase}")
-        detail = f" [{s.severity}]" if s.severity else ""
-        message = f" - {s.message}" if s.message else ""
-        lines.append(f"  {s.state.value:<8} {s.step} on {s.target}{detail}{message}")
+        # Nodes with the same outcome share a line: on a fleet the exceptions stand out.
+        outcomes = group_targets(
+            ((r.state.value, r.severity, r.message), r.target) for r in records
+        )
+        for (state, severity, message), targets in outcomes:
+            detail = f" [{severity}]" if severity else ""
+            said = f" - {message}" if message else ""
+            lines.append(f"  {state:<8} {records[0].step} on {targets_text(targets)}{detail}{said}")
     return "\n".join(lines)
