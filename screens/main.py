@@ -179,6 +179,10 @@ class MainScreen(Screen[None]):
 
     def _add_finding(self, step: str, target: str, finding: Finding) -> None:
         self.findings.append((step, target, finding))
+        if self.fleet and finding.severity in (Severity.PASS, Severity.SKIP) and not finding.waived:
+            # On a fleet the table lists what needs attention (thousands of passes would
+            # bury it); the fleet view, the report and the checkpoint keep every finding.
+            return
         severity = Severity.WARN if finding.waived else finding.severity
         label = "waived" if finding.waived else severity.value
         table = self.query_one("#findings", DataTable)

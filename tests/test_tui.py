@@ -18,7 +18,7 @@ from screens.modals import MaintenanceScreen, ReviewScreen
 from tests.conftest import REPO
 from wizard.checkpoint import Checkpoint
 from wizard.events import Answer, ArtifactDiff, Decision, DecisionKind
-from wizard.model import StepState
+from wizard.model import Severity, StepState
 from wizard.session import open_lab, open_site
 
 SIZE = (140, 45)
@@ -101,6 +101,11 @@ async def test_fleet_view_shows_each_node_per_phase_and_the_one_that_failed(tmp_
         assert "phase 1" in app.summary.stopped
         sidebar = app.main_screen.query_one("#phases")
         assert sidebar.get_cell("preflight", "fleet") == "✔7 ✖1"
+        # The findings table lists what needs attention; every pass stays in the data.
+        findings = app.main_screen.query_one("#findings")
+        problems = [f for _, _, f in app.main_screen.findings if f.severity is not Severity.PASS]
+        assert findings.row_count == len(problems) >= 1
+        assert len(app.main_screen.findings) > 8 * findings.row_count
         await pilot.press("n")
         await wait_for(pilot, lambda: screen_name(app) == "FleetScreen")
         table = app.screen.query_one("#fleet")
