@@ -215,3 +215,12 @@ def test_findings_survive_the_checkpoint_unchanged(site_file, state_dir):
         checkpoint.set_step("bond.lacp", "gpu-1", StepState.DONE, findings=[finding])
     with Checkpoint.open(state_dir, site) as checkpoint:
         assert checkpoint.findings("bond.lacp", "gpu-1") == [finding]
+
+
+def test_check_results_in_memory_are_written_when_the_run_is_interrupted(site_file, state_dir):
+    site = load_site(site_file)
+    with pytest.raises(KeyboardInterrupt), Checkpoint.open(state_dir, site) as checkpoint:
+        checkpoint.set_step("one.check", "gpu-1", StepState.DONE, durable=False)
+        directory = checkpoint.directory
+        raise KeyboardInterrupt
+    assert read_state(directory)["steps"]["one.check"]["gpu-1"]["state"] == "done"

@@ -153,8 +153,11 @@ class Checkpoint:
                 if not (directory / "state.json").exists():
                     checkpoint.save()
                 yield checkpoint
-                checkpoint.flush()
             finally:
+                # Also on Ctrl-C: the read-only results so far are kept. A failing disk
+                # must not hide the error that got us here.
+                with contextlib.suppress(OSError):
+                    checkpoint.flush()
                 checkpoint._journal.close()
         finally:
             os.close(lock_fd)  # releases the flock
