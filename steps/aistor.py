@@ -12,6 +12,7 @@ class AIStorTcp(Step):
     id = "aistor.tcp"
     title = "AIStor over TCP (S3 benchmark)"
     kind = StepKind.MEASURE
+    one_node_at_a_time = True  # against the shared AIStor peer
     gates = ("T13",)
     reads = ("measurements",)
     explain = "An operator-configured S3 benchmark against AIStor over TCP: the baseline."
@@ -28,6 +29,7 @@ class AIStorDirect(Step):
     id = "aistor.direct"
     title = "AIStor over the RDMA / direct path"
     kind = StepKind.MEASURE
+    one_node_at_a_time = True  # against the shared AIStor peer
     gates = ("T14",)
     reads = ("measurements",)
     explain = (

@@ -17,6 +17,7 @@ class TcpBaseline(Step):
     id = "baseline.tcp"
     title = "TCP baseline (iperf3)"
     kind = StepKind.MEASURE
+    one_node_at_a_time = True  # against the shared AIStor peer
     gates = ("T05",)
     reads = ("aistor", "measurements")
     explain = "iperf3 in both directions with several streams, over the bond, as the TCP baseline."
@@ -55,6 +56,7 @@ class RdmaBaseline(Step):
     id = "baseline.rdma"
     title = "RDMA bandwidth and QP scaling, PFC and ECN off"
     kind = StepKind.MEASURE
+    one_node_at_a_time = True  # against the shared AIStor peer
     gates = ("T06", "T07")
     reads = ("aistor", "measurements")
     explain = (
@@ -75,6 +77,7 @@ class CiliumCoexistence(Step):
     id = "baseline.coexistence"
     title = "RDMA load and TCP traffic at the same time"
     kind = StepKind.MEASURE
+    one_node_at_a_time = True  # against the shared AIStor peer
     gates = ("T09",)
     reads = ("aistor", "measurements")
     explain = (

@@ -31,6 +31,7 @@ class HostPerftest(Step):
     id = "host-rdma.perftest"
     title = "perftest between the GPU node and an AIStor node"
     kind = StepKind.MEASURE
+    one_node_at_a_time = True  # against the shared AIStor peer
     gates = ("T04", "T06", "T07")
     requires = ("irdma.verify",)
     reads = ("aistor", "node.rdma_ip", "measurements")

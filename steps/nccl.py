@@ -155,6 +155,7 @@ class CudaPerftest(Step):
     id = "nccl.cuda-perftest"
     title = "perftest from GPU memory (--use_cuda, DMA-BUF)"
     kind = StepKind.MEASURE
+    one_node_at_a_time = True  # against the shared AIStor peer
     gates = ("T11", "T12")
     reads = ("aistor",)
     explain = (

@@ -758,6 +758,7 @@ class QosMeasure(Step):
     id = "qos.measure"
     title = "RDMA with QoS on, against the baseline; PFC counters before and after"
     kind = StepKind.MEASURE
+    one_node_at_a_time = True  # against the shared AIStor peer
     gates = ("T08",)
     requires = ("qos.apply",)
     reads = ("qos", "aistor", "measurements")

@@ -157,3 +157,25 @@ def test_compare_two_reports_side_by_side(tmp_path):
     assert json.loads(paths[0].read_text())["compared_with"]["site"] == "connectx-node"
     sheet = openpyxl.load_workbook(paths[2])["Gates"]
     assert sheet.cell(row=1, column=4).value == "status (connectx-node)"
+
+
+async def test_fleet_measurements_against_the_shared_peer_take_turns(tmp_path):
+    """Five nodes each hold a perftest and an iperf3 server on the one AIStor peer during
+    the coexistence run: all at once they exhausted the peer's SSH channels (and would
+    have measured a share of its link). They take turns now."""
+    from wizard.events import StepFinished, StepStarted
+    from wizard.runner import run_engine
+
+    frontend = HeadlessFrontEnd(out=io.StringIO(), yes=True)
+    async with Lab(tmp_path / "lab", nodes=5) as lab:
+        outcome = await run_engine(
+            load_site(lab.site_path), build_plan(), tmp_path / "state", frontend,
+            only=["irdma.verify", "baseline.coexistence"], ignore_requires=True,
+        )  # fmt: skip
+    assert outcome.exit_code == 0, outcome.format()
+    order = [
+        type(e).__name__
+        for e in frontend.events
+        if isinstance(e, StepStarted | StepFinished) and e.step == "baseline.coexistence"
+    ]
+    assert order == ["StepStarted", "StepFinished"] * 5  # one node at a time

@@ -240,7 +240,10 @@ class Engine:
 
     def _batches(self, step: Step, targets: list[str]) -> list[list[str]]:
         """Maintenance never runs on every node at once: it rolls in batches, each with its
-        own window gate; apply steps too when rollout.apply_batch is set; checks fan out."""
+        own window gate; apply steps too when rollout.apply_batch is set; measurements
+        against the shared peer take turns; checks fan out."""
+        if step.scope == Scope.NODE and step.one_node_at_a_time:
+            return [[target] for target in targets]
         if step.scope != Scope.NODE or step.kind not in _CHANGING:
             return [targets]
         rollout = self.site.rollout

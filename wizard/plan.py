@@ -73,6 +73,10 @@ class Step:
     # ("node.bond"); a change there resets the step on resume.
     reads: ClassVar[tuple[str, ...]] = ()
     explain: ClassVar[str] = ""
+    # Nodes take turns instead of fanning out: for measurements against a shared far end
+    # (the first AIStor peer), so that each number is the node's own rather than a share
+    # of the peer's link, and the peer's SSH channels are not all held by waiting servers.
+    one_node_at_a_time: ClassVar[bool] = False
 
     # -- descriptions (runbook, export): pure, no I/O ----------------------------------
 
