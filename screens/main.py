@@ -148,7 +148,8 @@ class MainScreen(Screen[None]):
                 self._log(log, f"{target}: exit status {status}")
             case Notice(message=text, target=target):
                 self._log(log, f"note{f' ({target})' if target else ''}: {text}")
-                self.notify(text, timeout=6)
+                if not (self.fleet and target):  # not a toast per node on a fleet: the log has it
+                    self.notify(text, timeout=6)
 
     def _log(self, log: Log, line: str) -> None:
         self.transcript.append(line)

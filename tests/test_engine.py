@@ -389,3 +389,22 @@ def test_a_shared_read_is_made_once_per_step_run_for_the_whole_fan_out(tmp_path,
         assert len(reads) == 1 and set(seen) == {"gpu-1", "gpu-2", "gpu-3"}
         asyncio.run(engine.run(step="p.list"))  # a new run of the step reads afresh
     assert len(reads) == 2
+
+
+def test_compact_headless_output_groups_nodes_and_their_notes(tmp_path, state_dir, world):
+    import io
+
+    from wizard.headless import HeadlessFrontEnd
+
+    site = tmp_path / "three.yaml"
+    site.write_text(THREE_NODES)
+    world.update(live={f"two.apply@gpu-{i}": f"two.apply for gpu-{i}\n" for i in (1, 2, 3)})
+    out = io.StringIO()
+    summary, _, _ = run(
+        site, state_dir, world, HeadlessFrontEnd(out=out, yes=True, compact=True), phase="two"
+    )
+    assert summary.ok
+    lines = out.getvalue().splitlines()
+    assert "   note (gpu-1, gpu-2, gpu-3): two.apply: already in place, nothing to change" in lines
+    assert "   two.apply: done on gpu-1, gpu-2, gpu-3" in lines
+    assert not any(line.startswith("   gpu-") for line in lines)  # no line per node

@@ -348,7 +348,7 @@ class Engine:
         pending = [c for c in changes if c.changed]
         if not pending:
             if changes:
-                self.emit(Notice(f"{step.id} on {ctx.target}: already in place, nothing to change"))
+                self.emit(Notice(f"{step.id}: already in place, nothing to change", ctx.target))
             return await self._check(step, ctx)
         maintenance = step.kind is StepKind.MAINTENANCE
         decision = Decision(

@@ -45,6 +45,7 @@ class HeadlessFrontEnd:
         # A fleet: a node that simply passed a step is not a line of its own; each step
         # ends with one line that groups its nodes by outcome.
         self.compact = compact
+        self._held_notices: dict[str, list[str]] = {}  # compact: message -> targets
         self.yes = yes
         self.window_open = window_open
         self.verbose = verbose
@@ -78,11 +79,17 @@ class HeadlessFrontEnd:
                         if f.remediation and f.severity is not Severity.PASS:
                             self._print(f"             fix: {f.remediation}")
             case StepCompleted(step=step, results=results) if self.compact:
+                for message, targets in self._held_notices.items():
+                    self._print(f"   note ({targets_text(targets)}): {message}")
+                self._held_notices.clear()
                 outcomes = group_targets((state.value, target) for target, state in results)
                 self._print(
                     f"   {step}: "
                     + "; ".join(f"{state} on {targets_text(ts)}" for state, ts in outcomes)
                 )
+            case Notice(message=message, target=target) if self.compact and target:
+                # The same note from many nodes is one line when their step completes.
+                self._held_notices.setdefault(message, []).append(target)
             case Notice(message=message, target=target):
                 self._print(f"   note{f' ({target})' if target else ''}: {message}")
             case CommandStarted(target=target, command=command) if self.verbose:
