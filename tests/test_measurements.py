@@ -179,3 +179,29 @@ async def test_fleet_measurements_against_the_shared_peer_take_turns(tmp_path):
         if isinstance(e, StepStarted | StepFinished) and e.step == "baseline.coexistence"
     ]
     assert order == ["StepStarted", "StepFinished"] * 5  # one node at a time
+
+
+def test_the_report_says_which_nodes_got_which_verdict(tmp_path):
+    from wizard.site import parse_site
+
+    site = parse_site("name: fleet\nnodes:\n" + "".join(
+        f"  - name: gpu-{i:02d}\n    host: 10.0.0.{i}\n    bond: {{ports: [p0, p1]}}\n"
+        f"    rdma_ip: 192.168.50.{i}\n" for i in range(1, 9)))  # fmt: skip
+
+    def record(severity: str) -> dict:
+        finding = {"check": "T00.gpu-count", "gate": "T00", "severity": severity,
+                   "message": "GPUs", "remediation": "", "evidence": []}  # fmt: skip
+        return {"state": "done", "finished": "t", "findings": [finding]}
+
+    records = {f"gpu-{i:02d}": record("fail" if i == 3 else "pass") for i in range(1, 9)}
+    report = build_report(
+        {"updated": "x", "steps": {"preflight.gpus": records}}, site, build_plan()
+    )
+    t00 = next(g for g in report["gates"] if g["gate"] == "T00")
+    assert t00["status"] == "fail"
+    assert t00["targets"] == "fail on gpu-03; pass on 7 nodes (gpu-01 ... gpu-08)"
+    paths = write_report(report, tmp_path / "out")
+    assert "| fail on gpu-03; pass on 7 nodes (gpu-01 ... gpu-08) |" in paths[1].read_text()
+    sheet = openpyxl.load_workbook(paths[2])["Gates"]
+    assert sheet.cell(row=1, column=7).value == "nodes"
+    assert sheet.cell(row=2, column=7).value.startswith("fail on gpu-03")

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from wizard.errors import UsageError
+from wizard.fleet import group_targets, targets_text
 from wizard.model import GATES, Finding, Severity, worst
 from wizard.plan import Plan
 from wizard.redact import Redactor
@@ -74,6 +75,9 @@ def build_report(state: dict[str, Any] | None, site: Site, plan: Plan) -> dict[s
                         and m["target"] == target
                         and pattern.search(m["name"])
                     ]
+        by_target: dict[str, list[Finding]] = {}
+        for _, target, finding in findings:
+            by_target.setdefault(target, []).append(finding)
         if findings:
             status = worst([f for _, _, f in findings]).value
             order = {Severity.FAIL: 0, Severity.WARN: 1, Severity.PASS: 2, Severity.SKIP: 3}
@@ -92,6 +96,7 @@ def build_report(state: dict[str, Any] | None, site: Site, plan: Plan) -> dict[s
                 "evidence": evidence,
                 "findings": len(findings),
                 "time": max(times) if times else None,
+                "targets": _targets_by_verdict(by_target),
             }
         )
     return {
@@ -103,6 +108,17 @@ def build_report(state: dict[str, Any] | None, site: Site, plan: Plan) -> dict[s
         "gates": gates,
         "measurements": measurements,
     }
+
+
+def _targets_by_verdict(by_target: dict[str, list[Finding]]) -> str:
+    """Which nodes got which verdict, worst first: 'fail on gpu-03; pass on 63 nodes (...)'.
+    On a fleet the gate's status alone does not say which node to look at."""
+    order = {"fail": 0, "warn": 1, "pass": 2, "skip": 3}
+    verdicts = sorted(
+        ((worst(fs).value, target) for target, fs in by_target.items()),
+        key=lambda item: order[item[0]],
+    )
+    return "; ".join(f"{v} on {targets_text(ts)}" for v, ts in group_targets(verdicts))
 
 
 def _status_of(report: dict[str, Any] | None, gate: str) -> str:
@@ -128,8 +144,8 @@ def markdown(report: dict[str, Any], other: dict[str, Any] | None = None) -> str
         ]
     else:
         lines += [
-            "| gate | what | status | key numbers | evidence | time |",
-            "|---|---|---|---|---|---|",
+            "| gate | what | status | key numbers | evidence | time | nodes |",
+            "|---|---|---|---|---|---|---|",
         ]
     for gate in report["gates"]:
         numbers = "<br>".join(gate["key_numbers"]) or ""
@@ -142,7 +158,7 @@ def markdown(report: dict[str, Any], other: dict[str, Any] | None = None) -> str
         else:
             lines.append(
                 f"| {gate['gate']} | {gate['what']} | {gate['status']} | {numbers} | {evidence} | "
-                f"{gate['time'] or ''} |"
+                f"{gate['time'] or ''} | {gate.get('targets', '')} |"
             )
     series = sorted({m["series"] for m in report["measurements"]})
     for name in series:
@@ -172,7 +188,7 @@ def xlsx(report: dict[str, Any], path: Path, other: dict[str, Any] | None = None
     sheet = book.active
     sheet.title = "Gates"
     header = ["gate", "what", "status"] + ([f"status ({other['site']})"] if other else [])
-    header += ["key numbers", "evidence", "time"]
+    header += ["key numbers", "evidence", "time", "nodes"]
     sheet.append(header)
     for cell in sheet[1]:
         cell.font = Font(bold=True)
@@ -180,12 +196,17 @@ def xlsx(report: dict[str, Any], path: Path, other: dict[str, Any] | None = None
         row = [gate["gate"], gate["what"], gate["status"]]
         if other:
             row.append(_status_of(other, gate["gate"]))
-        row += ["\n".join(gate["key_numbers"]), gate["evidence"], gate["time"] or ""]
+        row += [
+            "\n".join(gate["key_numbers"]),
+            gate["evidence"],
+            gate["time"] or "",
+            gate.get("targets", ""),
+        ]
         sheet.append(row)
         fill = fills.get(gate["status"])
         if fill:
             sheet.cell(row=sheet.max_row, column=3).fill = fill
-    for column, width in zip("ABCDEFG", (7, 30, 9, 40, 90, 26, 26), strict=False):
+    for column, width in zip("ABCDEFGH", (7, 30, 9, 40, 90, 26, 26, 50), strict=False):
         sheet.column_dimensions[column].width = width
     for name in sorted({m["series"] for m in report["measurements"]}):
         series = book.create_sheet(title=name[:31])
