@@ -28,6 +28,26 @@ aistor:
 """
 
 
+def node_entry(name: str, index: int) -> str:
+    """One GPU node of a site file, shaped like MINIMAL_SITE's gpu-1."""
+    return (
+        f"  - name: {name}\n    host: 10.0.0.{index}\n    bond: {{ports: [ens5f0np0, ens5f1np1]}}\n"
+        f"    rdma_ip: 192.168.50.{index}\n"
+    )
+
+
+def with_nodes(count: int) -> str:
+    """MINIMAL_SITE with gpu-2 ... gpu-<count> after gpu-1."""
+    extra = "".join(node_entry(f"gpu-{i}", i) for i in range(2, count + 1))
+    return MINIMAL_SITE.replace("aistor:", extra + "aistor:")
+
+
+def fleet_site(count: int, name: str = "fleet") -> str:
+    """A site of ``count`` GPU nodes gpu-01 ... (more than six is a fleet), no peers."""
+    nodes = "".join(node_entry(f"gpu-{i:02d}", i) for i in range(1, count + 1))
+    return f"name: {name}\nnodes:\n{nodes}"
+
+
 def fixture_text(kind: str, name: str) -> str:
     """The text of ../shared/fixtures/KIND/NAME (fails clearly if shared/ is missing)."""
     path = FIXTURES / kind / name

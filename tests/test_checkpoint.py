@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, with_nodes
 from tests.engine_world import ScriptedFrontEnd, World, world_plan
 from wizard.checkpoint import Checkpoint, read_state
 from wizard.engine import Engine
@@ -104,13 +104,7 @@ def _journal_entries(directory: Path) -> list[dict]:
 def test_survives_kill_minus_nine_at_any_point(site_file, state_dir, tmp_path):
     """Kill the engine with SIGKILL at random instants; every resume must see a readable
     checkpoint and must never re-apply a change that is already in place."""
-    site_file.write_text(
-        site_file.read_text().replace(
-            "aistor:",
-            "  - name: gpu-2\n    host: 10.0.0.2\n    bond: {ports: [p0, p1]}\n"
-            "    rdma_ip: 192.168.50.2\naistor:",
-        )
-    )
+    site_file.write_text(with_nodes(2))
     world = World(tmp_path / "world.json")
     rng = random.Random(20261130)
     command = [

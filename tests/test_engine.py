@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import MINIMAL_SITE
+from tests.conftest import fleet_site, with_nodes
 from tests.engine_world import ScriptedFrontEnd, World, WorldCheck, WorldMaintenance, world_plan
 from wizard.checkpoint import Checkpoint
 from wizard.engine import Engine
@@ -16,11 +16,7 @@ from wizard.model import Finding, Severity, StepState
 from wizard.plan import Phase, Plan, Scope
 from wizard.site import load_site
 
-TWO_NODES = MINIMAL_SITE.replace(
-    "aistor:",
-    "  - name: gpu-2\n    host: 10.0.0.2\n    bond: {ports: [ens5f0np0, ens5f1np1]}\n"
-    "    rdma_ip: 192.168.50.2\naistor:",
-)
+TWO_NODES = with_nodes(2)
 
 
 @pytest.fixture
@@ -201,12 +197,8 @@ def test_changed_site_resets_only_the_steps_that_read_it(two_node_site, state_di
 
 
 def test_node_steps_run_concurrently_within_the_bound(tmp_path, state_dir, world):
-    nodes = "".join(
-        f"  - name: gpu-{i}\n    host: 10.0.0.{i}\n    bond: {{ports: [p0, p1]}}\n    rdma_ip: 192.168.50.{i}\n"
-        for i in range(1, 7)
-    )
     site_path = tmp_path / "six.yaml"
-    site_path.write_text(f"name: six\nmax_parallel_nodes: 2\nnodes:\n{nodes}")
+    site_path.write_text(fleet_site(6, "six") + "max_parallel_nodes: 2\n")
     active = 0
     peak = 0
 
@@ -254,10 +246,7 @@ def test_headless_front_end_stops_at_the_first_decision_and_names_the_flag(
     assert "== 4. Fourth" in out.getvalue()
 
 
-THREE_NODES = TWO_NODES.replace(
-    "aistor:",
-    "  - name: gpu-3\n    host: 10.0.0.3\n    bond: {ports: [ens5f0np0, ens5f1np1]}\n    rdma_ip: 192.168.50.3\naistor:",
-)
+THREE_NODES = with_nodes(3)
 
 
 def patch_maintenance(monkeypatch, broken_on: str | None = None) -> dict[str, int]:

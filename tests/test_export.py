@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from steps import build_plan
-from tests.conftest import MINIMAL_SITE, REFS, run_cli
+from tests.conftest import MINIMAL_SITE, REFS, fleet_site, run_cli
 from wizard.cli import main
 from wizard.export import MANIFEST, RUNBOOK, export
 from wizard.site import load_site
@@ -190,19 +190,12 @@ def test_status_shows_states_interruptions_and_site_changes(site_file, state_dir
     assert {"step": "bond.lacp", "target": "gpu-1"} in data["would_reset"]
 
 
-FLEET_OF_EIGHT = "name: fleet\nnodes:\n" + "".join(
-    f"  - name: gpu-{i:02d}\n    host: 10.0.0.{i}\n    bond: {{ports: [p0, p1]}}\n"
-    f"    rdma_ip: 192.168.50.{i}\n"
-    for i in range(1, 9)
-)
-
-
 def test_status_groups_a_fleets_nodes_by_outcome(tmp_path, state_dir):
     from wizard.checkpoint import Checkpoint
     from wizard.model import StepState
 
     site_file = tmp_path / "fleet.yaml"
-    site_file.write_text(FLEET_OF_EIGHT)
+    site_file.write_text(fleet_site(8))
     site = load_site(site_file)
     with Checkpoint.open(state_dir, site) as checkpoint:
         for node in site.nodes:

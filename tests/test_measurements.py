@@ -182,11 +182,10 @@ async def test_fleet_measurements_against_the_shared_peer_take_turns(tmp_path):
 
 
 def test_the_report_says_which_nodes_got_which_verdict(tmp_path):
+    from tests.conftest import fleet_site
     from wizard.site import parse_site
 
-    site = parse_site("name: fleet\nnodes:\n" + "".join(
-        f"  - name: gpu-{i:02d}\n    host: 10.0.0.{i}\n    bond: {{ports: [p0, p1]}}\n"
-        f"    rdma_ip: 192.168.50.{i}\n" for i in range(1, 9)))  # fmt: skip
+    site = parse_site(fleet_site(8))
 
     def record(severity: str) -> dict:
         finding = {"check": "T00.gpu-count", "gate": "T00", "severity": severity,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import MINIMAL_SITE, run_cli
+from tests.conftest import MINIMAL_SITE, run_cli, with_nodes
 from wizard.artifacts import render
 from wizard.errors import SiteError
 from wizard.site import load_site, parse_site
@@ -186,11 +186,7 @@ def test_rollout_errors_say_both_forms(value):
 
 @pytest.mark.parametrize("batch", ["2", "100%", "5"])
 def test_a_maintenance_batch_never_takes_every_node(batch):
-    two = MINIMAL_SITE.replace(
-        "aistor:",
-        "  - name: gpu-2\n    host: 10.0.0.2\n    bond: {ports: [ens5f0np0, ens5f1np1]}\n"
-        "    rdma_ip: 192.168.50.2\naistor:",
-    )
+    two = with_nodes(2)
     [message] = problems(two + f"rollout: {{maintenance_batch: {batch}}}\n")
     assert "takes all 2 nodes at once" in message and "at most 1" in message
     assert parse_site(two + "rollout: {maintenance_batch: 50%}\n").rollout.maintenance_size(2) == 1
