@@ -28,6 +28,17 @@ aistor:
 """
 
 
+def leaf_paths(data: dict, prefix: str = ""):
+    """Dotted paths of a nested mapping's leaves (an empty mapping counts as a leaf):
+    for checking rendered Helm values against the chart's own values.yaml."""
+    for key, value in data.items():
+        path = f"{prefix}.{key}" if prefix else key
+        if isinstance(value, dict) and value:
+            yield from leaf_paths(value, path)
+        else:
+            yield path
+
+
 def node_entry(name: str, index: int) -> str:
     """One GPU node of a site file, shaped like MINIMAL_SITE's gpu-1."""
     return (

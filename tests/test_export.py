@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from steps import build_plan
-from tests.conftest import MINIMAL_SITE, REFS, fleet_site, run_cli
+from tests.conftest import MINIMAL_SITE, REFS, fleet_site, leaf_paths, run_cli
 from wizard.cli import main
 from wizard.export import MANIFEST, RUNBOOK, export
 from wizard.site import load_site
@@ -87,15 +87,6 @@ def test_generated_yaml_and_inventory_are_valid(site_file, tmp_path):
     assert "gpu-1 ansible_host=10.0.0.1 ip=192.168.50.1" in ini and "[kube_node]\ngpu-1" in ini
 
 
-def _keys(data, prefix=""):
-    for key, value in data.items():
-        path = f"{prefix}.{key}" if prefix else key
-        if isinstance(value, dict) and value:
-            yield from _keys(value, path)
-        else:
-            yield path
-
-
 def test_gpu_operator_values_only_use_keys_of_the_pinned_chart(site_file, tmp_path):
     reference = REFS / "gpu-operator-values-v26.7.0.yaml"
     if not reference.exists():
@@ -105,7 +96,7 @@ def test_gpu_operator_values_only_use_keys_of_the_pinned_chart(site_file, tmp_pa
     values = yaml.safe_load((tmp_path / "out/cluster/helm/gpu-operator-values.yaml").read_text())
     assert values["driver"]["kernelModuleType"] == "open"
     assert values["driver"]["rdma"]["enabled"] is False
-    for key in _keys(values):
+    for key in leaf_paths(values):
         node = chart
         for part in key.split("."):
             assert isinstance(node, dict) and part in node, f"{key} is not in the v26.7.0 chart"

@@ -20,7 +20,7 @@ from steps.gpu_operator import (
     nvidia_driver_resource,
 )
 from steps.rdma_plugin import configmap, daemonset, plugin_config, rdma_test_pod
-from tests.conftest import K8S_PHASES, MINIMAL_SITE, REFS, run_in_lab
+from tests.conftest import K8S_PHASES, MINIMAL_SITE, REFS, leaf_paths, run_in_lab
 from wizard.export import export
 from wizard.headless import HeadlessFrontEnd
 from wizard.lab.lab import Lab
@@ -40,15 +40,6 @@ def ref(name: str):
     if not path.exists():
         pytest.skip(f"{path} not available")
     return yaml.safe_load(path.read_text())
-
-
-def leaf_paths(data, prefix=""):
-    for key, value in data.items():
-        path = f"{prefix}.{key}" if prefix else key
-        if isinstance(value, dict) and value:
-            yield from leaf_paths(value, path)
-        else:
-            yield path
 
 
 @pytest.mark.parametrize("site_text", [MINIMAL_SITE, MIRRORED])
