@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from steps.common import node_pod, q
-from wizard.artifacts import Artifact, Target, render
+from wizard.artifacts import Artifact, Target, k8s_object, render
 from wizard.facts import ParseError, parse
 from wizard.model import Finding, StepKind
 from wizard.plan import Change, Phase, Scope, Step, StepContext
@@ -268,10 +268,9 @@ class InstallGpuOperator(Step):
         ]
         if site.versions.nvidia_driver_crd:
             files.append(
-                Artifact(
+                k8s_object(
                     "cluster/k8s/nvidiadriver.yaml",
-                    yaml.safe_dump(nvidia_driver_resource(site), sort_keys=False),
-                    Target.K8S_OBJECT,
+                    nvidia_driver_resource(site),
                     "NVIDIADriver (cluster scope)",
                     "the driver for the GPU nodes, managed by the NVIDIADriver CRD",
                 )
@@ -458,10 +457,9 @@ class VerifyGpuOperator(Step):
         if node is None:
             return []
         return [
-            Artifact(
+            k8s_object(
                 f"nodes/{node.name}/k8s/gpu-test-pod.yaml",
-                yaml.safe_dump(gpu_test_pod(site, node), sort_keys=False),
-                Target.K8S_OBJECT,
+                gpu_test_pod(site, node),
                 f"Pod {NAMESPACE}/gnw-gpu-test-{node.name}",
                 "runs nvidia-smi -L on every GPU of the node",
             )

@@ -5,10 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import yaml
-
 from steps.common import q
-from wizard.artifacts import Artifact, Target, render
+from wizard.artifacts import Artifact, Target, k8s_object, k8s_yaml, render
 from wizard.model import Finding, StepKind
 from wizard.plan import Change, Phase, Scope, Step, StepContext
 from wizard.probe import Report
@@ -140,10 +138,6 @@ def live_node_metadata(site: Site, node: dict[str, Any]) -> dict[str, Any]:
     return {"labels": managed, "taints": taints}
 
 
-def _yaml(data: dict[str, Any]) -> str:
-    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
-
-
 class LabelsAndTaint(Step):
     id = "join.labels"
     title = "Node labels and taint"
@@ -170,10 +164,9 @@ class LabelsAndTaint(Step):
         return lines
 
     def _artifact(self, site: Site, node: Node) -> Artifact:
-        return Artifact(
+        return k8s_object(
             f"nodes/{node.name}/k8s/node-metadata.yaml",
-            _yaml(desired_node_metadata(site)),
-            Target.K8S_OBJECT,
+            desired_node_metadata(site),
             f"Node {node.name} labels and taints",
             "labels and taint the wizard manages on the node",
         )
@@ -184,7 +177,7 @@ class LabelsAndTaint(Step):
     async def changes(self, ctx: StepContext) -> list[Change]:
         assert ctx.node is not None
         live = await ctx.services.kube.node(ctx.node.name)
-        current = _yaml(live_node_metadata(ctx.site, live)) if live else None
+        current = k8s_yaml(live_node_metadata(ctx.site, live)) if live else None
         return [Change(self._artifact(ctx.site, ctx.node), current)]
 
     async def apply(self, ctx: StepContext, changes: list[Change]) -> None:

@@ -6,12 +6,10 @@ import asyncio
 import time
 from typing import Any
 
-import yaml
-
 from steps.common import SHM_MOUNT, SHM_VOLUME, first_peer_ip, node_pod, q
 from steps.gpu_operator import mirrored
 from steps.perf import endpoints, perftest_pair
-from wizard.artifacts import Artifact, Target
+from wizard.artifacts import Artifact, k8s_object
 from wizard.facts import ParseError, parse
 from wizard.facts.nccl import NcclLog
 from wizard.model import Finding, StepKind
@@ -234,10 +232,9 @@ class NcclTests(Step):
             return []
         job = nccl_job(site, node, "<rdma-dev>", qos_on=True)
         return [
-            Artifact(
+            k8s_object(
                 f"nodes/{node.name}/k8s/nccl-job.yaml",
-                yaml.safe_dump(job, sort_keys=False),
-                Target.K8S_OBJECT,
+                job,
                 f"Job {JOB_NAMESPACE}/gnw-nccl-{node.name}",
                 "nccl-tests all_reduce_perf with NCCL_DEBUG=INFO",
             )

@@ -5,11 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import yaml
-
 from steps.common import SHM_MOUNT, SHM_VOLUME, node_pod, pod_placement, q
 from steps.gpu_operator import mirrored, run_test_pod
-from wizard.artifacts import Artifact, Target
+from wizard.artifacts import Artifact, k8s_object, k8s_yaml
 from wizard.facts import ParseError, parse
 from wizard.model import Finding, StepKind
 from wizard.plan import Change, NotAutomated, Phase, Scope, Step, StepContext
@@ -140,10 +138,6 @@ def project(live: Any, desired: Any) -> Any:
     return live
 
 
-def _yaml(obj: dict[str, Any]) -> str:
-    return yaml.safe_dump(obj, sort_keys=False)
-
-
 def discovered_netdevs(ctx: StepContext) -> list[str]:
     return [
         str(netdev)
@@ -173,26 +167,23 @@ class InstallRdmaPlugin(Step):
         ns = site.device_plugin.namespace
         if site.nic.profile == "connectx":
             return [
-                Artifact(
+                k8s_object(
                     "cluster/k8s/nicclusterpolicy.yaml",
-                    _yaml(nic_cluster_policy(site, [])),
-                    Target.K8S_OBJECT,
+                    nic_cluster_policy(site, []),
                     "NicClusterPolicy nic-cluster-policy",
                     "the Network Operator's shared RDMA device plugin (ConnectX profile)",
                 )
             ]
         return [
-            Artifact(
+            k8s_object(
                 "cluster/k8s/rdma-devices-configmap.yaml",
-                _yaml(configmap(site, [])),
-                Target.K8S_OBJECT,
+                configmap(site, []),
                 f"ConfigMap {ns}/{CONFIGMAP}",
                 "plugin config; at apply time ifNames are added from the netdevs each node shows",
             ),
-            Artifact(
+            k8s_object(
                 "cluster/k8s/rdma-plugin-daemonset.yaml",
-                _yaml(daemonset(site)),
-                Target.K8S_OBJECT,
+                daemonset(site),
                 f"DaemonSet {ns}/{DAEMONSET}",
                 "the shared RDMA device plugin",
             ),
@@ -221,24 +212,22 @@ class InstallRdmaPlugin(Step):
         )
         return [
             Change(
-                Artifact(
+                k8s_object(
                     "cluster/k8s/rdma-devices-configmap.yaml",
-                    _yaml(cm),
-                    Target.K8S_OBJECT,
+                    cm,
                     f"ConfigMap {ns}/{CONFIGMAP}",
                     "plugin config",
                 ),
-                None if live_cm is None else _yaml(project(live_cm, cm)),
+                None if live_cm is None else k8s_yaml(project(live_cm, cm)),
             ),
             Change(
-                Artifact(
+                k8s_object(
                     "cluster/k8s/rdma-plugin-daemonset.yaml",
-                    _yaml(ds),
-                    Target.K8S_OBJECT,
+                    ds,
                     f"DaemonSet {ns}/{DAEMONSET}",
                     "the plugin",
                 ),
-                None if live_ds is None else _yaml(project(live_ds, ds)),
+                None if live_ds is None else k8s_yaml(project(live_ds, ds)),
             ),
         ]
 
@@ -335,10 +324,9 @@ class RdmaPodTest(Step):
         if node is None:
             return []
         return [
-            Artifact(
+            k8s_object(
                 f"nodes/{node.name}/k8s/rdma-test-pod.yaml",
-                _yaml(rdma_test_pod(site, node)),
-                Target.K8S_OBJECT,
+                rdma_test_pod(site, node),
                 f"Pod {TEST_NAMESPACE}/gnw-rdma-test-{node.name}",
                 "a pod using the RDMA resource (IPC_LOCK, memory-backed /dev/shm)",
             )

@@ -45,6 +45,17 @@ class Artifact:
         return hashlib.sha256(self.content.encode()).hexdigest()
 
 
+def k8s_yaml(obj: dict[str, Any]) -> str:
+    """A Kubernetes object (or a part of one) as YAML in the object's own key order; used
+    for both sides of a diff, desired and live."""
+    return yaml.safe_dump(obj, sort_keys=False)
+
+
+def k8s_object(path: str, obj: dict[str, Any], destination: str, description: str) -> Artifact:
+    """A Kubernetes object the wizard applies (exported as YAML under ``path``)."""
+    return Artifact(path, k8s_yaml(obj), Target.K8S_OBJECT, destination, description)
+
+
 def host_file(
     node_name: str, path: str, content: str, description: str, mode: int = 0o644
 ) -> Artifact:
