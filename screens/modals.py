@@ -45,7 +45,8 @@ class AnswerScreen(ModalScreen[Reply]):
 
     @on(Button.Pressed)
     def pressed(self, event: Button.Pressed) -> None:
-        self.action_answer(event.button.id or "skip")
+        # A widget id cannot hold "-": proceed_same stands for the answer proceed-same.
+        self.action_answer((event.button.id or "skip").replace("_", "-"))
 
     def action_answer(self, answer: str) -> None:
         self.dismiss(Reply(Answer(answer)))
@@ -82,7 +83,6 @@ class ReviewScreen(AnswerScreen):
             with Horizontal(classes="buttons"):
                 yield Button("Apply", id="proceed", variant="primary")
                 if d.other_nodes:
-                    # Button ids are answers; "proceed-same" is not a valid id, so map it.
                     yield Button(
                         f"Apply, and on other nodes with this same change ({d.other_nodes})",
                         id="proceed_same",
@@ -91,9 +91,9 @@ class ReviewScreen(AnswerScreen):
                 yield Button("Abort run", id="abort", variant="error")
 
     def action_answer(self, answer: str) -> None:
-        if answer in ("proceed-same", "proceed_same") and not self.decision.other_nodes:
-            return  # nothing later to cover: only Apply or Skip mean something here
-        super().action_answer(answer.replace("_", "-"))
+        if answer == Answer.PROCEED_SAME and not self.decision.other_nodes:
+            return  # no other node to cover: only Apply or Skip mean something here
+        super().action_answer(answer)
 
 
 class RollbackScreen(AnswerScreen):

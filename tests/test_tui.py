@@ -207,14 +207,18 @@ def labels_review(other_nodes: int) -> Decision:
     )  # fmt: skip
 
 
-async def test_review_offers_the_same_change_on_other_nodes_with_shift_a():
+@pytest.mark.parametrize("how", ["key", "button"])
+async def test_review_offers_the_same_change_on_other_nodes(how):
     app = ModalHost(ReviewScreen(labels_review(other_nodes=6)))
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         button = app.screen.query_one("#proceed_same", Button)
         assert "same change (6)" in str(button.label)
         assert app.focused is app.screen.query_one("#skip", Button)  # still the safe default
-        await pilot.press("A")
+        if how == "key":
+            await pilot.press("A")
+        else:
+            await pilot.click("#proceed_same")
     assert app.return_value.answer is Answer.PROCEED_SAME
 
 
