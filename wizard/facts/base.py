@@ -11,8 +11,8 @@ import re
 from typing import Any
 
 _HEADER = re.compile(r"^# (source|note):")
-# Control characters that mark binary input; tab, line ends, form feed and ESC (colour codes)
-# are text.
+# Control characters that mark binary input; tab, \n, \v, \f, \r and ESC (colour codes) are
+# text.
 _BINARY_CHARACTERS = "".join(
     map(chr, [*range(0x00, 0x09), *range(0x0E, 0x1B), *range(0x1C, 0x20), 0x7F])
 )
