@@ -10,9 +10,14 @@ Layout under ``<state dir>/<site name>/``:
   of its step's fan-out (``flush``), or after FLUSH_INTERVAL_S, whichever comes first. A kill
   loses at most that much read-only work, which a resume simply re-checks; on 64 nodes it
   turns 500 whole-state writes into a handful.
-- ``journal.jsonl``: append-only, one JSON object per command run (output redacted),
-  flushed to the kernel per entry (it survives a killed wizard) and fsynced with every state
-  write. Kept apart from ``state.json`` so that a state write does not grow with the journal.
+- ``journal.jsonl``: append-only, one JSON object per line (output redacted). Read-only
+  commands are written after they return, flushed to the kernel per entry (a killed wizard
+  loses nothing) and fsynced with every state write. An *effect* (a changing command, a
+  Kubernetes API write, a helm upgrade) is written ahead: an ``intent`` entry, fsynced
+  before the effect starts, then an ``outcome`` entry naming the intent. An intent without
+  an outcome is an effect that may or may not have happened; a resume lists them. A line
+  torn by a crash is detected on open, reported, and never merged with the next entry.
+  Kept apart from ``state.json`` so that a state write does not grow with the journal.
 - ``lock``: an exclusive ``flock`` held while a wizard works on the site; the file holds
   who took it (pid, host, since) so that the refusal names the holder. The kernel drops
   the lock when its holder dies, however it dies.
@@ -36,7 +41,7 @@ from typing import Any
 
 import platformdirs
 
-from wizard.errors import CheckpointError, LockHeldError
+from wizard.errors import CheckpointError, CheckpointMissingError, LockHeldError
 from wizard.model import Finding, StepState
 from wizard.redact import Redactor
 from wizard.site import Site
@@ -96,6 +101,9 @@ def _empty_state(site: Site) -> dict[str, Any]:
         "steps": {},
         "artifacts": {},
         "waivers": [],
+        # What the settled results describe: each node's machine and the cluster
+        # (wizard/identity.py); a different machine under the same name resets its steps.
+        "identity": {"nodes": {}, "cluster": None},
     }
 
 
@@ -112,9 +120,71 @@ def read_state(directory: Path) -> dict[str, Any] | None:
         state = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise CheckpointError(f"checkpoint {path} is not valid JSON: {exc}") from None
-    if not isinstance(state, dict) or state.get("format") != FORMAT:
-        raise CheckpointError(f"checkpoint {path} has an unknown format")
+    problem = _shape_problem(state)
+    if problem:
+        raise CheckpointError(
+            f"checkpoint {path} is damaged ({problem}); `run --start-over` sets it aside "
+            "and starts again (the journal is kept)"
+        )
     return state
+
+
+_STATES = {state.value for state in StepState}
+
+
+def _shape_problem(state: Any) -> str | None:
+    """What is wrong with a parsed state.json, in a few words; None when it can be used.
+
+    A hand-edited or damaged file must end in a clear error, never in a traceback deep in
+    the engine: every field the engine reads is checked here, once.
+    """
+    if not isinstance(state, dict):
+        return f"the top level is {type(state).__name__}, not an object"
+    if state.get("format") != FORMAT:
+        return f"format {state.get('format')!r}, expected {FORMAT}"
+    site = state.get("site")
+    if not isinstance(site, dict) or not isinstance(site.get("sections", {}), dict):
+        return "'site' is not an object with 'sections'"
+    for key in ("artifacts", "identity"):
+        if not isinstance(state.get(key, {}), dict):
+            return f"{key!r} is not an object"
+    waivers = state.get("waivers", [])
+    if not isinstance(waivers, list) or not all(
+        isinstance(w, dict) and isinstance(w.get("check"), str) and isinstance(w.get("reason"), str)
+        for w in waivers
+    ):
+        return "'waivers' is not a list of {check, reason} objects"
+    steps = state.get("steps")
+    if not isinstance(steps, dict):
+        return "'steps' is not an object"
+    for step, targets in steps.items():
+        if not isinstance(targets, dict):
+            return f"step {step!r} is not an object of targets"
+        for target, record in targets.items():
+            where = f"step {step!r} on {target!r}"
+            if not isinstance(record, dict):
+                return f"{where} is not an object"
+            if record.get("state", "pending") not in _STATES:
+                return f"{where} has state {record.get('state')!r}"
+            for key, kind in (("findings", list), ("measurements", dict), ("extra", dict)):
+                if not isinstance(record.get(key, kind()), kind):
+                    return f"{where}: {key!r} is not a {kind.__name__}"
+            for finding in record.get("findings", []):
+                if not isinstance(finding, dict) or not {"check", "gate", "severity"} <= set(
+                    finding
+                ):
+                    return f"{where}: a finding lacks check/gate/severity"
+    return None
+
+
+def set_aside(directory: Path) -> Path | None:
+    """Move a damaged ``state.json`` out of the way (kept for inspection); its new name."""
+    path = directory / "state.json"
+    if not path.exists():
+        return None
+    aside = directory / f"state.json.damaged-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}"
+    os.replace(path, aside)
+    return aside
 
 
 class Checkpoint:
@@ -127,19 +197,45 @@ class Checkpoint:
         self.redactor = redactor
         self._pending = False  # read-only results not yet on disk
         self._last_save = time.monotonic()
+        journal_path = directory / "journal.jsonl"
+        # A crash can cut the last line short: close it off so the next entry stays whole.
+        self.torn_journal_bytes = _torn_tail(journal_path)
         self._journal = open(  # noqa: SIM115 - kept open for the life of the checkpoint
-            os.open(directory / "journal.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600),
+            os.open(journal_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600),
             "a",
             encoding="utf-8",
         )
+        if self.torn_journal_bytes:
+            self._journal.write("\n")
+            self.journal(
+                {
+                    "event": "torn-journal-line",
+                    "detail": f"the previous last line ({self.torn_journal_bytes} bytes) was cut "
+                    "off by a crash; it is kept as it is and not read as an entry",
+                }
+            )
+        self.session = os.urandom(4).hex()  # names this opening's intents
+        self._intents = 0
+        self.unfinished = _unfinished_intents(journal_path)
 
     # -- opening and closing ---------------------------------------------------------
 
     @classmethod
     @contextlib.contextmanager
     def open(
-        cls, state_dir: Path, site: Site, redactor: Redactor | None = None
+        cls,
+        state_dir: Path,
+        site: Site,
+        redactor: Redactor | None = None,
+        *,
+        start_over: bool = False,
     ) -> Iterator[Checkpoint]:
+        """Open and lock the site's checkpoint.
+
+        A damaged ``state.json``, or one that is gone while the journal says work was done,
+        is an error (never a silent fresh start): ``start_over=True`` sets the damaged file
+        aside and begins again, keeping the journal.
+        """
         directory = site_state_dir(state_dir, site)
         try:
             directory.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -147,10 +243,28 @@ class Checkpoint:
             raise CheckpointError(f"cannot create state directory {directory}: {exc}") from None
         lock_fd = _take_lock(directory)
         try:
-            state = read_state(directory) or _empty_state(site)
+            try:
+                state = read_state(directory)
+            except CheckpointError:
+                if not start_over:
+                    raise
+                set_aside(directory)
+                state = None
+            if state is not None and start_over:
+                state["steps"] = {}
+                state["identity"] = {"nodes": {}, "cluster": None}
+            if state is None and not start_over and _journal_has_work(directory):
+                raise CheckpointMissingError(
+                    f"the checkpoint {directory / 'state.json'} is missing, but the journal "
+                    f"{directory / 'journal.jsonl'} records earlier work on this site. Restore "
+                    "the file, or pass `--start-over` to begin again (the journal is kept)"
+                )
+            state = state or _empty_state(site)
             checkpoint = cls(directory, state, lock_fd, redactor or Redactor(site.secret_values()))
             try:
-                if not (directory / "state.json").exists():
+                if start_over:
+                    checkpoint.journal({"event": "start over: every step result was reset"})
+                if start_over or not (directory / "state.json").exists():
                     checkpoint.save()
                 yield checkpoint
             finally:
@@ -226,6 +340,16 @@ class Checkpoint:
         else:
             self._pending = True
 
+    def annotate(
+        self, step: str, target: str, *, message: str, extra: dict[str, Any] | None = None
+    ) -> None:
+        """Record progress inside a step (its state unchanged), durably, before going on."""
+        record = self.state["steps"].setdefault(step, {}).setdefault(target, {})
+        record["message"] = self.redactor.text(message)
+        if extra is not None:
+            record.setdefault("extra", {}).update(self.redactor.data(extra))
+        self.save()
+
     def findings(self, step: str, target: str) -> list[Finding]:
         return [Finding.from_json(f) for f in self.record(step, target).get("findings", [])]
 
@@ -240,6 +364,7 @@ class Checkpoint:
     def reset_all(self) -> None:
         """Start over: forget every step result (the journal keeps the history)."""
         self.state["steps"] = {}
+        self.state["identity"] = {"nodes": {}, "cluster": None}
         self.journal({"event": "start over: every step result was reset"})
         self.save()
 
@@ -274,6 +399,98 @@ class Checkpoint:
         line = json.dumps({"at": now(), **self.redactor.data(entry)}, sort_keys=True)
         self._journal.write(line + "\n")
         self._journal.flush()
+
+    def intent(self, entry: dict[str, Any]) -> str:
+        """Write an effect's intent and make it durable *before* the effect; its id.
+
+        The entry says what is about to change (command or API write, target, step),
+        redacted like every entry. Pair it with ``outcome`` once the effect returned.
+        """
+        self._intents += 1
+        ident = f"{self.session}-{self._intents}"
+        self.journal({"intent": ident, **entry})
+        os.fsync(self._journal.fileno())
+        return ident
+
+    def outcome(self, ident: str, entry: dict[str, Any]) -> None:
+        """What became of an intent (exit status and output, or the error)."""
+        self.journal({"outcome": ident, **entry})
+
+
+def read_journal(directory: Path) -> tuple[list[dict[str, Any]], int]:
+    """Every whole entry of a site's journal, and how many lines could not be read
+    (torn by a crash, or damaged)."""
+    entries: list[dict[str, Any]] = []
+    bad = 0
+    try:
+        handle = (directory / "journal.jsonl").open("rb")
+    except FileNotFoundError:
+        return entries, 0
+    with handle:
+        for raw in handle:
+            try:
+                entry = json.loads(raw)
+            except ValueError:
+                bad += 1
+                continue
+            if isinstance(entry, dict):
+                entries.append(entry)
+            else:
+                bad += 1
+    return entries, bad
+
+
+def _unfinished_intents(path: Path) -> list[dict[str, Any]]:
+    """Intents with no outcome: effects that may have happened when a run was killed.
+
+    Only the lines that can be intents or outcomes are parsed, so opening a checkpoint
+    with a long journal stays cheap.
+    """
+    intents: dict[str, dict[str, Any]] = {}
+    try:
+        handle = path.open("rb")
+    except FileNotFoundError:
+        return []
+    with handle:
+        for raw in handle:
+            if b'"intent"' not in raw and b'"outcome"' not in raw:
+                continue
+            try:
+                entry = json.loads(raw)
+            except ValueError:
+                continue  # a torn line: reported on open, never read as an entry
+            if not isinstance(entry, dict):
+                continue
+            if isinstance(entry.get("intent"), str):
+                intents[entry["intent"]] = entry
+            elif isinstance(entry.get("outcome"), str):
+                intents.pop(entry["outcome"], None)
+    return list(intents.values())
+
+
+def _torn_tail(path: Path) -> int:
+    """The length of an unterminated last line (0 when the journal ends cleanly)."""
+    try:
+        with path.open("rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            if size == 0:
+                return 0
+            back = min(size, 1 << 20)
+            handle.seek(size - back)
+            tail = handle.read(back)
+    except FileNotFoundError:
+        return 0
+    if tail.endswith(b"\n"):
+        return 0
+    return len(tail) - (tail.rfind(b"\n") + 1)
+
+
+def _journal_has_work(directory: Path) -> bool:
+    try:
+        return (directory / "journal.jsonl").stat().st_size > 0
+    except FileNotFoundError:
+        return False
 
 
 def changed_sections(state: dict[str, Any], site: Site) -> list[str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1
 EXIT_USAGE = 2
+EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug; the message names the journal
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: the reader of our output went away (`| head`)
 
@@ -35,6 +36,10 @@ class LockHeldError(WizardError):
 
 class CheckpointError(WizardError):
     """The checkpoint cannot be read or written."""
+
+
+class CheckpointMissingError(CheckpointError):
+    """``state.json`` is gone although the journal shows earlier work: never a silent restart."""
 
 
 class ExportError(WizardError):

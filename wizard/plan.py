@@ -93,8 +93,32 @@ class Step:
         return ""
 
     def rollback(self, site: Site, node: Node | None) -> str | None:
-        """For maintenance steps: how to undo the change."""
+        """For maintenance steps: how to undo the change (the dry-run form, for the export)."""
         return None
+
+    # -- maintenance pieces (kind MAINTENANCE) ------------------------------------------------
+    # The engine owns the sequence (wizard/engine.py, "maintenance"): window gate ->
+    # capture persisted with an intent -> cordon/drain -> apply -> verify -> roll back from
+    # the persisted capture on failure -> uncordon only when verified. A step supplies:
+
+    # cordon and drain around the change (and uncordon once it verified)
+    drains: ClassVar[bool] = True
+    # False: nothing to roll back to (a reboot); the engine offers no rollback
+    reversible: ClassVar[bool] = True
+
+    async def capture(self, ctx: StepContext) -> dict[str, Any]:
+        """The live state the change would be rolled back to, as JSON. Taken once, before
+        the first effect, and persisted; a resume after a kill uses the persisted one."""
+        return {}
+
+    def rollback_plan(self, site: Site, node: Node | None, capture: dict[str, Any]) -> str | None:
+        """The rollback computed from a capture (shown at the window gate)."""
+        return self.rollback(site, node)
+
+    def actions(self, site: Site, node: Node | None) -> list[str]:
+        """The change in order, one line an action, for the window gate (the engine adds
+        cordon/drain before and uncordon after)."""
+        return [line for line in self.commands(site, node) if not line.startswith("#")]
 
     # -- actions (engine) ---------------------------------------------------------------
 
@@ -105,6 +129,8 @@ class Step:
         raise NotAutomated
 
     async def apply(self, ctx: StepContext, changes: list[Change]) -> None:
+        """Make the change. A maintenance step's apply must converge: it reads what is live
+        and does only what is missing, because a resume after a kill runs it again."""
         raise NotAutomated
 
     async def measure(self, ctx: StepContext) -> list[Finding]:
@@ -119,7 +145,7 @@ class Step:
         return None
 
     async def undo(self, ctx: StepContext) -> list[Finding]:
-        """Roll back a change whose verification failed; findings describe the result."""
+        """Roll back to ``ctx.data["capture"]`` (maintenance); findings describe the result."""
         raise NotAutomated
 
 
@@ -203,6 +229,9 @@ class StepContext:
     measurements: list[Measurement] = field(default_factory=list)
     data: dict[str, Any] = field(default_factory=dict)  # stored with the step record
     use_oob: bool = False  # reach the node through its out-of-band address
+    # Set by the engine while the step applies or rolls back: every command is then an
+    # effect, journaled ahead (intent fsynced before it runs, outcome after).
+    effects: bool = False
 
     @property
     def host(self) -> HostTransport:
@@ -239,6 +268,11 @@ class StepContext:
         if sudo is None:
             sudo = self._sudo_default(name)
         emit = self.engine.emit
+        intent = (
+            self.engine.checkpoint.intent({"target": name, "step": self.step.id, "command": text})
+            if self.effects
+            else None
+        )
         emit(CommandStarted(name, text))
         started = time.monotonic()
         try:
@@ -254,13 +288,15 @@ class StepContext:
                     else None
                 ),
             )
-        except Exception as exc:
-            self.engine.journal(
-                {"target": name, "step": self.step.id, "command": text, "error": str(exc)}
-            )
+        except BaseException as exc:
+            entry = {"target": name, "step": self.step.id, "command": text, "error": str(exc)}
+            if intent is not None:
+                self.engine.checkpoint.outcome(intent, entry)
+            else:
+                self.engine.journal(entry)
             raise
         emit(CommandFinished(name, text, result.exit_status, time.monotonic() - started))
-        self._journal_result(name, result)
+        self._journal_result(name, result, intent=intent)
         return result
 
     async def run_many(
@@ -279,15 +315,27 @@ class StepContext:
         if sudo is None:
             sudo = self._sudo_default(name)
         emit = self.engine.emit
+        checkpoint = self.engine.checkpoint
+        intent = (
+            checkpoint.intent({"target": name, "step": self.step.id, "commands": texts})
+            if self.effects
+            else None
+        )
         for text in texts:
             emit(CommandStarted(name, text))
         try:
             results = await host.run_many(commands, sudo=sudo, timeout=timeout)
-        except Exception as exc:
-            self.engine.journal(
-                {"target": name, "step": self.step.id, "commands": texts, "error": str(exc)}
-            )
+        except BaseException as exc:
+            entry = {"target": name, "step": self.step.id, "commands": texts, "error": str(exc)}
+            if intent is not None:
+                checkpoint.outcome(intent, entry)
+            else:
+                self.engine.journal(entry)
             raise
+        if intent is not None:
+            checkpoint.outcome(
+                intent, {"target": name, "step": self.step.id, "batch": len(results)}
+            )
         for result in results:
             if self.engine.frontend.wants_output_lines:
                 for stream, output in (("stdout", result.stdout), ("stderr", result.stderr)):
@@ -297,7 +345,9 @@ class StepContext:
             self._journal_result(name, result, batch=len(results))
         return results
 
-    def _journal_result(self, name: str, result: CommandResult, batch: int = 1) -> None:
+    def _journal_result(
+        self, name: str, result: CommandResult, batch: int = 1, intent: str | None = None
+    ) -> None:
         entry = {
             "target": name,
             "step": self.step.id,
@@ -310,7 +360,10 @@ class StepContext:
         }
         if batch > 1:
             entry["batch_of"] = batch  # ran in one exec with others; duration is the batch's
-        self.engine.journal(entry)
+        if intent is not None:
+            self.engine.checkpoint.outcome(intent, entry)
+        else:
+            self.engine.journal(entry)
 
     async def shared(self, name: str, read: Callable[[], Awaitable[T]]) -> T:
         """A read whose answer is the same for every target of this step (e.g. the

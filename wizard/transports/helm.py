@@ -9,9 +9,12 @@ import re
 import shutil
 from typing import Any
 
+from wizard import journal
 from wizard.transports.base import CommandResult, LineCallback, TransportError
 
 TARGET = "helm"
+# helm subcommands that change a release (journaled before they run)
+_CHANGING = frozenset({"install", "upgrade", "uninstall", "delete", "rollback"})
 
 
 class HelmError(TransportError):
@@ -40,6 +43,12 @@ class HelmCli:
                 f"helm ({self.binary}) is not installed on this jump host: install Helm 3 or set "
                 "cluster.helm in the site file"
             )
+        # A release change is journaled ahead (wizard/journal.py); reads are not.
+        intent = (
+            journal.begin({"command": " ".join(argv)})
+            if args[:1] and args[0] in _CHANGING
+            else None
+        )
         process = await asyncio.create_subprocess_exec(
             *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
         )
@@ -63,7 +72,9 @@ class HelmCli:
             status = await process.wait()
         except TimeoutError:
             process.kill()
+            journal.end(intent, {"error": f"timed out after {timeout:g}s"})
             raise HelmError(f"`{' '.join(argv)}` did not finish within {timeout:g}s") from None
+        journal.end(intent, {"exit": status})
         return CommandResult(TARGET, " ".join(argv), status, "".join(out), "".join(err))
 
     async def version(self) -> str:

@@ -16,6 +16,7 @@ import urllib3
 from kubernetes import config
 from kubernetes.config.config_exception import ConfigException
 
+from wizard import journal
 from wizard.transports.base import TransportError, UnreachableError
 
 TARGET = "cluster"
@@ -83,14 +84,21 @@ class KubeClient:
         """One API call; JSON (or text) back; KubeError naming ``what`` on failure."""
         what = what or f"{method} {path}"
         pairs = [(k, v) for k, v in (query or {}).items() if v]
+        # A write is journaled ahead (wizard/journal.py): method, path and what, never the
+        # body (it may carry a pull secret).
+        intent = (
+            None if method == "GET" else journal.begin({"api": f"{method} {path}", "what": what})
+        )
         try:
             status, data = await asyncio.to_thread(
                 self._request_sync, method, path, body, pairs, content_type
             )
         except (urllib3.exceptions.HTTPError, OSError) as exc:
+            journal.end(intent, {"error": str(exc)})
             raise UnreachableError(
                 TARGET, f"cannot reach the API server {self.server}: {exc}"
             ) from None
+        journal.end(intent, {"status": status})
         if not 200 <= status < 300:
             raise KubeError(f"{what}: {status} {_message(data)}", status)
         if text:

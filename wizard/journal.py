@@ -1,0 +1,61 @@
+"""Write-ahead journaling of effects, wherever they are made.
+
+An effect is anything that changes a host or the cluster: a command run while a step
+applies or rolls back, a Kubernetes API write, a ``helm upgrade``. Its intent must be
+durable in the journal before it starts, so that a resume after a kill sees every effect
+that may have happened (DESIGN.md, "Intent before effect").
+
+Transports do not know which step they serve; the engine names it for the task that runs
+the step (a context variable, so that concurrent nodes each journal under their own
+step and target), and the transports ask here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+class Journal(Protocol):
+    def intent(self, entry: dict[str, Any]) -> str: ...
+
+    def outcome(self, ident: str, entry: dict[str, Any]) -> None: ...
+
+
+@dataclass(frozen=True)
+class Scope:
+    journal: Journal
+    step: str
+    target: str
+
+
+_SCOPE: ContextVar[Scope | None] = ContextVar("gnw_journal_scope", default=None)
+
+
+@contextlib.contextmanager
+def scope(journal: Journal, step: str, target: str) -> Iterator[None]:
+    """Journal effects made by this task (and the tasks it starts) under ``step``/``target``."""
+    token = _SCOPE.set(Scope(journal, step, target))
+    try:
+        yield
+    finally:
+        _SCOPE.reset(token)
+
+
+def begin(entry: dict[str, Any]) -> str | None:
+    """Record an effect's intent durably; None outside any step (nothing to journal to)."""
+    current = _SCOPE.get()
+    if current is None:
+        return None
+    return current.journal.intent({"step": current.step, "for": current.target, **entry})
+
+
+def end(ident: str | None, entry: dict[str, Any]) -> None:
+    """Record what became of an intent from ``begin``."""
+    current = _SCOPE.get()
+    if ident is None or current is None:
+        return
+    current.journal.outcome(ident, entry)
