@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from typing import Any
 
 from steps.common import bond_name, q
 from wizard.artifacts import Artifact, Target
@@ -134,10 +135,23 @@ class Reboot(Step):
     def rollback(self, site: Site, node: Node | None) -> str | None:
         return "A reboot cannot be undone: if the node does not come back, use its BMC console."
 
+    reversible = False  # nothing to roll back to: the engine offers no rollback
+
+    def actions(self, site: Site, node: Node | None) -> list[str]:
+        return [
+            f"cat {BOOT_ID}   (the boot id before)",
+            "systemctl reboot",
+            f"wait up to {REBOOT_TIMEOUT_S:g}s for SSH with a new boot id",
+            "re-verify irdma/RoCEv2, bond1, QoS on both ports, the GPU Operator",
+        ]
+
+    async def capture(self, ctx: StepContext) -> dict[str, Any]:
+        """The boot id before the reboot: the proof that the node really rebooted."""
+        return {"boot_id": (await ctx.read_file(BOOT_ID) or "").strip()}
+
     async def changes(self, ctx: StepContext) -> list[Change]:
         assert ctx.node is not None
-        boot_id = (await ctx.read_file(BOOT_ID) or "").strip()
-        ctx.data["boot_id_before"] = boot_id
+        boot_id = ctx.data["capture"]["boot_id"]
         artifact = Artifact(
             f"nodes/{ctx.node.name}/boot",
             "boot: a new boot (after systemctl reboot)\n",
@@ -148,18 +162,23 @@ class Reboot(Step):
         return [Change(artifact, f"boot: {boot_id}\n")]
 
     async def apply(self, ctx: StepContext, changes: list[Change]) -> None:
+        """Reboot, unless the node already booted anew since the capture (a resume after
+        the wizard was killed while the node went down must not reboot it twice)."""
         assert ctx.node is not None
-        kube = ctx.services.kube
-        await kube.cordon(ctx.node.name)
-        await kube.drain(ctx.node.name, timeout=600)
-        ctx.waiting(f"waiting for {ctx.node.name} to reboot (boot id {ctx.data['boot_id_before']})")
+        before = ctx.data["capture"]["boot_id"]
+        try:
+            current = (await ctx.read_file(BOOT_ID) or "").strip()
+        except TransportError:
+            current = ""  # down or coming up: the reboot is under way
+        if current != before:
+            return
+        ctx.waiting(f"waiting for {ctx.node.name} to reboot (boot id {before})")
         with contextlib.suppress(TransportError):  # the connection may drop as the host goes down
             await ctx.run(["systemctl", "reboot"], timeout=30)
         await ctx.host.close()
 
     async def _wait_for_new_boot(self, ctx: StepContext) -> str | None:
-        before = ctx.data.get("boot_id_before") or ctx.recorded(self.id).get("boot_id_before")
-        ctx.data["boot_id_before"] = before
+        before = ctx.data["capture"]["boot_id"]
         deadline = time.monotonic() + REBOOT_TIMEOUT_S
         while time.monotonic() < deadline:
             try:
@@ -185,6 +204,7 @@ class Reboot(Step):
             return report.findings
         report.ok("rebooted", f"{ctx.node.name} is back with boot id {boot_id}")
         ctx.data["boot_id_after"] = boot_id
+        ctx.engine.note_boot(ctx.target, boot_id)  # the checkpoint's identity: this boot
         steps = ctx.engine.plan
         for step_id in ("irdma.verify", "bond.lacp", "qos.apply", "gpu-operator.verify"):
             if ctx.engine.checkpoint.step_state(step_id, ctx.target).value != "done":
@@ -202,11 +222,6 @@ class Reboot(Step):
                     )
                 )
         return report.findings
-
-    async def finish(self, ctx: StepContext, ok: bool) -> None:
-        assert ctx.node is not None
-        if ok:
-            await ctx.services.kube.cordon(ctx.node.name, False)
 
 
 PHASE = Phase(

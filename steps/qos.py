@@ -493,10 +493,45 @@ class ApplyQos(Step):
         assert ctx.node is not None
         return {port: (await read_port(ctx, port))[0] for port in ctx.node.bond.ports}
 
+    async def capture(self, ctx: StepContext) -> dict[str, Any]:
+        """Both ports' QoS and the RoCE ToS as they are: what a rollback restores. The
+        engine persists it before the first effect and never captures again on a resume."""
+        device = ctx.data.get("rdma_device") or await rdma_device(ctx)
+        live = await self._live(ctx)
+        return {
+            "ports": {p: state.to_json() for p, state in live.items()},
+            "tos": await read_tos(ctx, device) if device else None,
+            "rdma_device": device,
+        }
+
+    def rollback_plan(self, site: Site, node: Node | None, capture: dict[str, Any]) -> str | None:
+        if node is None:
+            return None
+        previous = {p: PortQos.from_json(s) for p, s in capture.get("ports", {}).items()}
+        if set(previous) != set(node.bond.ports):
+            return self.rollback(site, node)
+        return rollback_script(
+            site,
+            node,
+            previous,
+            capture.get("rdma_device") or "<rdma-dev>",
+            capture.get("tos") or "0",
+        )
+
+    def actions(self, site: Site, node: Node | None) -> list[str]:
+        if node is None:
+            return []
+        return [
+            line
+            for line in self.commands(site, node)
+            if not line.startswith("#") and not line.startswith("set ")
+        ]
+
     async def changes(self, ctx: StepContext) -> list[Change]:
         assert ctx.node is not None
-        device = ctx.data.get("rdma_device") or await rdma_device(ctx) or "<rdma-dev>"
-        live = await self._live(ctx)
+        capture = ctx.data.get("capture") or await self.capture(ctx)
+        device = capture.get("rdma_device") or "<rdma-dev>"
+        live = {p: PortQos.from_json(s) for p, s in capture["ports"].items()}
         wanted = desired_port(ctx.site)
         result = [
             Change(
@@ -511,7 +546,7 @@ class ApplyQos(Step):
             )
             for port in ctx.node.bond.ports
         ]
-        tos = await read_tos(ctx, device)
+        tos = capture.get("tos")
         result.append(
             Change(
                 Artifact(
@@ -524,24 +559,27 @@ class ApplyQos(Step):
                 None if tos is None else f"default_roce_tos: {tos}\n",
             )
         )
-        ctx.data["previous"] = {p: s.to_json() for p, s in live.items()}
-        ctx.data["previous_tos"] = tos
         return result
 
     async def apply(self, ctx: StepContext, changes: list[Change]) -> None:
+        """Converge from what is live now (a resume after a kill runs this again): the ports
+        leave the bond only when a port still needs a DCB change, each port gets only the
+        commands it still needs, and the bond is re-formed in every case."""
         assert ctx.node is not None
         node = ctx.node
-        device = ctx.data["rdma_device"]
-        previous = {p: PortQos.from_json(s) for p, s in ctx.data["previous"].items()}
-        kube = ctx.services.kube
-        await kube.cordon(node.name)
-        ctx.data["evicted"] = await kube.drain(node.name, timeout=DRAIN_TIMEOUT_S)
-        await self._leave_bond(ctx)
-        for port in node.bond.ports:
-            for command in port_commands(ctx.site, port, previous[port]):
-                await ctx.run(command, check=True)
-        await ctx.run(["mkdir", "-p", f"/sys/kernel/config/rdma_cm/{device}"], check=True)
-        await ctx.run(write_value_command(tos_path(device), str(ctx.site.qos.roce_tos)), check=True)
+        device = ctx.data["capture"].get("rdma_device") or ctx.data["rdma_device"]
+        live = await self._live(ctx)
+        per_port = {p: port_commands(ctx.site, p, live[p]) for p in node.bond.ports}
+        if any(per_port.values()):
+            await self._leave_bond(ctx)
+            for port in node.bond.ports:
+                for command in per_port[port]:
+                    await ctx.run(command, check=True)
+        if await read_tos(ctx, device) != str(ctx.site.qos.roce_tos):
+            await ctx.run(["mkdir", "-p", f"/sys/kernel/config/rdma_cm/{device}"], check=True)
+            await ctx.run(
+                write_value_command(tos_path(device), str(ctx.site.qos.roce_tos)), check=True
+            )
         await self._join_bond(ctx)
 
     async def _leave_bond(self, ctx: StepContext) -> None:
@@ -642,28 +680,18 @@ class ApplyQos(Step):
             )
         return report.findings
 
-    async def finish(self, ctx: StepContext, ok: bool) -> None:
-        assert ctx.node is not None
-        if ok:
-            await ctx.services.kube.cordon(ctx.node.name, False)
-        else:
-            from wizard.events import Notice
-
-            ctx.engine.emit(
-                Notice(f"{ctx.node.name} stays cordoned: the QoS change did not verify", ctx.target)
-            )
-
     async def undo(self, ctx: StepContext) -> list[Finding]:
         assert ctx.node is not None
-        previous = {p: PortQos.from_json(s) for p, s in ctx.data["previous"].items()}
+        capture = ctx.data["capture"]
+        previous = {p: PortQos.from_json(s) for p, s in capture["ports"].items()}
         current = await self._live(ctx)
         await self._leave_bond(ctx)
         for port in ctx.node.bond.ports:
             for command in restore_commands(ctx.site, port, current[port], previous[port]):
                 await ctx.run(command)
-        device = ctx.data.get("rdma_device")
-        if device and ctx.data.get("previous_tos") is not None:
-            await ctx.run(write_value_command(tos_path(device), str(ctx.data["previous_tos"])))
+        device = capture.get("rdma_device")
+        if device and capture.get("tos") is not None:
+            await ctx.run(write_value_command(tos_path(device), str(capture["tos"])))
         await self._join_bond(ctx)
         findings = await self._bond_and_rdma(ctx)
         restored = await self._live(ctx)

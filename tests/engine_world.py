@@ -122,11 +122,33 @@ class WorldApply(Step):
 
 
 class WorldMaintenance(WorldApply):
+    """A maintenance change with no cluster to drain (the world has none); its apply
+    converges, as the engine's maintenance contract asks: what is in place is not redone."""
+
     kind = StepKind.MAINTENANCE
     gates = ("T08",)
+    drains = False
 
     def rollback(self, site, node) -> str:
         return "undo it"
+
+    async def capture(self, ctx: StepContext) -> dict[str, Any]:
+        return {"live": self.world.load()["live"].get(_key(ctx))}
+
+    async def apply(self, ctx: StepContext, changes: list[Change]) -> None:
+        if self.world.load()["live"].get(_key(ctx)) == self.desired(ctx):
+            return
+        await super().apply(ctx, changes)
+
+    async def undo(self, ctx: StepContext) -> list[Finding]:
+        data = self.world.load()
+        previous = ctx.data["capture"]["live"]
+        if previous is None:
+            data["live"].pop(_key(ctx), None)
+        else:
+            data["live"][_key(ctx)] = previous
+        self.world.save(data)
+        return []
 
 
 def world_plan(world: World) -> Plan:

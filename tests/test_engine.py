@@ -56,14 +56,15 @@ def test_whole_plan_passes_and_asks_before_every_change(two_node_site, state_dir
     confirms = [d for d in frontend.decisions if d.kind is DecisionKind.CONFIRM_APPLY]
     assert {(d.step, d.target) for d in confirms} == {
         ("two.apply", "gpu-1"), ("two.apply", "gpu-2"), ("two.cluster", "cluster"),
-        ("three.qos", "gpu-1"), ("three.qos", "gpu-2"),
-    }  # fmt: skip
+    }  # fmt: skip  (a maintenance change is confirmed once, at its window gate)
     # The diff shown is the artifact against the (absent) live file.
     diff = next(d for d in confirms if d.step == "two.apply").diffs[0]
     assert diff.changed and "+two.apply for gpu-" in diff.diff and "(absent)" in diff.diff
     windows = [d for d in frontend.decisions if d.kind is DecisionKind.MAINTENANCE_WINDOW]
     assert {d.confirm_text for d in windows} == {"gpu-1", "gpu-2"}
     assert all(d.rollback == "undo it" for d in windows)
+    # The one maintenance screen carries the diff too.
+    assert all(d.diffs and d.diffs[0].changed for d in windows)
     assert state["steps"]["four.check"]["gpu-2"]["state"] == "done"
 
 
@@ -345,12 +346,15 @@ def test_an_approval_for_the_same_change_covers_other_nodes_only_when_it_is_the_
 def test_maintenance_is_confirmed_on_every_node_even_after_apply_same(tmp_path, state_dir, world):
     site = tmp_path / "three.yaml"
     site.write_text(THREE_NODES)
-    frontend = ScriptedFrontEnd({"confirm-apply": Reply(Answer.PROCEED_SAME)})
+    frontend = ScriptedFrontEnd(
+        {"confirm-apply": Reply(Answer.PROCEED_SAME), "maintenance-window": Reply(Answer.PROCEED_SAME, typed="")}
+    )
     summary, _, _ = run(site, state_dir, world, frontend, phase="three")
-    assert summary.ok
-    reviews = [d for d in frontend.decisions if d.kind is DecisionKind.CONFIRM_APPLY]
-    assert [d.target for d in reviews] == ["gpu-1", "gpu-2", "gpu-3"]
-    assert all(d.other_nodes == 0 for d in reviews)  # the TUI offers no "same change" there
+    # "the same change" never stands for a window: without each node's name typed, none ran.
+    assert [s for s in summary.results.values()] == [StepState.SKIPPED] * 3
+    windows = [d for d in frontend.decisions if d.kind is DecisionKind.MAINTENANCE_WINDOW]
+    assert [d.target for d in windows] == ["gpu-1", "gpu-2", "gpu-3"]
+    assert all(d.other_nodes == 0 for d in windows)  # the TUI offers no "same change" there
 
 
 def test_a_shared_read_is_made_once_per_step_run_for_the_whole_fan_out(tmp_path, state_dir, world):

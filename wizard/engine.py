@@ -11,18 +11,33 @@ Rules it keeps (DESIGN.md, "State survives anything"):
 - a step whose prerequisites are not done is blocked, with the reason;
 - a phase with a failure stops the flow on that target: later steps on it are blocked;
 - nothing is applied before the front end answered ``proceed`` to a decision showing the
-  diffs; maintenance steps also need the window confirmed with the node name typed.
+  diffs; maintenance steps need the window confirmed with the node name typed.
+
+Maintenance is one engine sequence (``_maintain``), whatever the step: window gate ->
+capture the live state and persist it with the intent (before the first effect) ->
+cordon/drain -> apply -> verify -> on failure roll back from the persisted capture ->
+uncordon only when verified. Each stage is written to the checkpoint before it starts, so
+a kill anywhere resumes into "finish or roll back" from the persisted capture, never a
+second capture. Every effect is journaled ahead (wizard/journal.py).
+
+A checkpoint knows its machines: at the start of a run each node's identity (machine-id,
+SSH host key, boot id) and the cluster's (API server, kube-system UID, node UIDs) are
+compared with what the results were recorded on; a different machine resets the node's
+steps, a reboot re-verifies its settled results before they are trusted.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import contextlib
+import traceback
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from wizard import identity, journal
 from wizard.artifacts import unified_diff
-from wizard.checkpoint import Checkpoint, changed_sections
+from wizard.checkpoint import Checkpoint, changed_sections, now
 from wizard.errors import WizardError
 from wizard.events import (
     Answer,
@@ -114,6 +129,13 @@ class Engine:
         self._shared_reads: dict[tuple[str, str], asyncio.Future[Any]] = {}
         self._ignore_requires = False
         self._node_slots = asyncio.Semaphore(site.max_parallel_nodes)
+        self._inflight: dict[str, str] = {}  # target -> what its maintenance has done so far
+        self._rebooted: set[str] = set()  # nodes rebooted since their results were recorded
+
+    def maintenance_in_flight(self) -> dict[str, str]:
+        """Nodes in the middle of a maintenance change, and the state each is in (for a
+        front end that must warn before quitting)."""
+        return dict(self._inflight)
 
     # -- front-end plumbing --------------------------------------------------------------
 
@@ -144,6 +166,153 @@ class Engine:
             self.emit(Notice(f"site file changed ({', '.join(changed)}); reset: {listing}"))
         return reset
 
+    def _report_journal(self) -> None:
+        """What the journal says about the end of the last run (a torn line, effects that
+        may have happened without their outcome being recorded)."""
+        cp = self.checkpoint
+        if getattr(cp, "torn_journal_bytes", 0):
+            self.emit(
+                Notice(
+                    f"the journal's last line ({cp.torn_journal_bytes} bytes) was cut off by a "
+                    "crash; it is kept but not read as an entry"
+                )
+            )
+        for entry in getattr(cp, "unfinished", []):
+            what = entry.get("command") or entry.get("api") or entry.get("commands")
+            self.emit(
+                Notice(
+                    f"the last run was stopped during {entry.get('step')} on "
+                    f"{entry.get('target') or entry.get('for')}: `{what}` may or may not have "
+                    "taken effect; the step re-verifies before it acts",
+                    str(entry.get("for") or ""),
+                )
+            )
+
+    async def reconcile_identity(self) -> list[tuple[str, str]]:
+        """Compare the machines and the cluster with what the results were recorded on.
+
+        A different machine (or cluster) under the same name resets what was recorded for
+        it; a reboot marks the node's settled results for re-verification. The live
+        identities are stored for the next run. A node that cannot be reached now is left
+        as it is: its steps will say so.
+        """
+        cp = self.checkpoint
+        known = cp.state.setdefault("identity", {"nodes": {}, "cluster": None})
+        nodes = known.setdefault("nodes", {})
+        recorded_steps = cp.state["steps"]
+        reset: list[tuple[str, str]] = []
+
+        def has_results(target: str) -> bool:
+            return any(target in targets for targets in recorded_steps.values())
+
+        async def read_node(name: str) -> dict[str, str] | None:
+            host = self.services.hosts.get(name) if self.services.hosts else None
+            if host is None:
+                return None
+            try:
+                results = await host.run_many(
+                    [["cat", identity.MACHINE_ID], ["cat", identity.BOOT_ID]], sudo=False
+                )
+            except (TransportError, OSError):
+                return None
+            live = {
+                "machine_id": results[0].stdout.strip() if results[0].ok else "",
+                "boot_id": results[1].stdout.strip() if results[1].ok else "",
+            }
+            fingerprint = getattr(host, "host_key_fingerprint", None)
+            if fingerprint is not None:
+                live["host_key"] = fingerprint() or ""
+            return live
+
+        names = [n.name for n in self.site.nodes]
+        lives = await asyncio.gather(*(read_node(n) for n in names))
+        join_phase = next((p.number for p in self.plan.phases if p.id == "join"), None)
+        for name, live in zip(names, lives, strict=True):
+            if live is None:
+                continue
+            before = nodes.get(name)
+            if has_results(name) and before:
+                mismatch = identity.compare(before, live, identity.MACHINE_FIELDS)
+                if mismatch is not None:
+                    reset += self._reset_target(
+                        name, f"{name} is not the machine its results were recorded on ({mismatch})"
+                    )
+                elif identity.compare(before, live, identity.BOOT_FIELDS) is not None:
+                    self._rebooted.add(name)
+                    self.emit(
+                        Notice(
+                            f"{name} rebooted since its results were recorded: settled steps "
+                            "are re-verified before they are trusted",
+                            name,
+                        )
+                    )
+            nodes[name] = {**(before or {}), **live, "seen": now()}
+        cluster = await self._cluster_identity()
+        if cluster is not None:
+            before = known.get("cluster")
+            mismatch = identity.compare(before, cluster, identity.CLUSTER_FIELDS)
+            if mismatch is not None:
+                reason = f"the cluster is not the one the results were recorded on ({mismatch})"
+                reset += self._reset_target(CLUSTER, reason, from_phase=join_phase)
+                for name in names:
+                    reset += self._reset_target(name, reason, from_phase=join_phase, quiet=True)
+            else:
+                for name, uid in cluster.get("node_uids", {}).items():
+                    old = ((before or {}).get("node_uids") or {}).get(name)
+                    if old and uid and old != uid:
+                        reset += self._reset_target(
+                            name,
+                            f"the Kubernetes node {name} is a new object (uid {identity.short(old)}"
+                            f" -> {identity.short(uid)}): it was deleted and joined again",
+                            from_phase=join_phase,
+                        )
+            known["cluster"] = cluster
+        cp.save()
+        return reset
+
+    async def _cluster_identity(self) -> dict[str, Any] | None:
+        try:
+            kube = self.services.kube if self.services else None
+            if kube is None or not hasattr(kube, "request"):
+                return None
+            namespace = await kube.request("GET", "/api/v1/namespaces/kube-system")
+            node_uids = {}
+            for name in (n.name for n in self.site.nodes):
+                obj = await kube.node(name)
+                if obj:
+                    node_uids[name] = obj["metadata"].get("uid", "")
+        except (TransportError, OSError, KeyError, TypeError):
+            return None
+        return {
+            "server": getattr(kube, "server", ""),
+            "kube_system_uid": (namespace or {}).get("metadata", {}).get("uid", ""),
+            "node_uids": node_uids,
+        }
+
+    def _reset_target(
+        self, target: str, reason: str, *, from_phase: int | None = None, quiet: bool = False
+    ) -> list[tuple[str, str]]:
+        """Forget what was recorded for ``target`` (from phase ``from_phase`` on)."""
+        steps = self.checkpoint.state["steps"]
+        reset = []
+        for phase in self.plan.phases:
+            if from_phase is not None and phase.number < from_phase:
+                continue
+            for step in phase.steps:
+                if target in steps.get(step.id, {}):
+                    del steps[step.id][target]
+                    reset.append((step.id, target))
+        if reset and not quiet:
+            self.emit(Notice(f"{reason}: {len(reset)} recorded step result(s) reset", target))
+        if reset:
+            self.journal({"event": "reset", "target": target, "why": reason, "steps": len(reset)})
+        return reset
+
+    def note_boot(self, target: str, boot_id: str) -> None:
+        """A step saw the node boot anew (the reboot step): that boot is the known one."""
+        nodes = self.checkpoint.state.setdefault("identity", {}).setdefault("nodes", {})
+        nodes.setdefault(target, {})["boot_id"] = boot_id
+
     # -- running ---------------------------------------------------------------------------
 
     async def run(
@@ -162,6 +331,8 @@ class Engine:
         summary = RunSummary(reset=self.reconcile_site())
         explicit = phase is not None or step is not None or only is not None
         self._ignore_requires = ignore_requires
+        self._report_journal()
+        summary.reset += await self.reconcile_identity()
         try:
             for current in self.plan.phases:
                 if phase is not None and phase not in (current.id, str(current.number)):
@@ -202,11 +373,12 @@ class Engine:
             del self._shared_reads[key]
 
         async def one(target: str) -> None:
-            if step.scope == Scope.NODE:
-                async with self._node_slots:
-                    state, findings = await self._run_target(step, target, explicit)
-            else:
-                state, findings = await self._run_target(step, target, explicit)
+            with journal.scope(self.checkpoint, step.id, target):
+                if step.scope == Scope.NODE:
+                    async with self._node_slots:
+                        state, findings = await self._guarded(step, target, explicit)
+                else:
+                    state, findings = await self._guarded(step, target, explicit)
             summary.results[(step.id, target)] = state
             summary.findings[(step.id, target)] = findings
 
@@ -231,6 +403,11 @@ class Engine:
                 continue
             results = await asyncio.gather(*(one(t) for t in batch), return_exceptions=True)
             self.checkpoint.flush()  # the batch's read-only results, in one write
+            # Every target's failure was recorded on its own (``_guarded``); what is left
+            # to raise is cancellation or the operator's abort, once all targets ended.
+            for result in results:
+                if isinstance(result, asyncio.CancelledError | KeyboardInterrupt):
+                    raise result
             for result in results:
                 if isinstance(result, BaseException):
                     raise result
@@ -262,6 +439,37 @@ class Engine:
             if s == step.id and state is StepState.FAILED
         )
 
+    async def _guarded(
+        self, step: Step, target: str, explicit: bool
+    ) -> tuple[StepState, list[Finding]]:
+        """Run one target; an unexpected exception (a bug) fails that target with a finding
+        naming the step and the journal, instead of ending the run for every node."""
+        try:
+            return await self._run_target(step, target, explicit)
+        except (Aborted, DecisionRequired, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            self._inflight.pop(target, None)
+            where = self.checkpoint.directory / "journal.jsonl"
+            self.journal(
+                {"target": target, "step": step.id, "internal_error": repr(exc),
+                 "traceback": traceback.format_exc()}
+            )  # fmt: skip
+            gate = step.gates[0] if step.gates else "T00"
+            finding = Finding(
+                f"{gate}.internal-error",
+                gate,
+                Severity.FAIL,
+                f"internal error in {step.id} on {target}: {type(exc).__name__}: {exc}",
+                f"a bug in gpu-node-wizard, not in the site: the journal {where} has the "
+                "traceback; report it, then retry the step",
+            )
+            self.checkpoint.set_step(
+                step.id, target, StepState.FAILED, message="internal error", findings=[finding]
+            )
+            self.emit(StepFinished(step.id, target, StepState.FAILED, "internal error", (finding,)))
+            return StepState.FAILED, [finding]
+
     async def _run_target(
         self, step: Step, target: str, explicit: bool
     ) -> tuple[StepState, list[Finding]]:
@@ -273,8 +481,22 @@ class Engine:
         rerun_check = explicit and step.kind in (StepKind.CHECK, StepKind.MEASURE)
         if previous.settled and not rerun_check:
             findings = cp.findings(step.id, target)
-            self.emit(StepFinished(step.id, target, previous, "already done (checkpoint)"))
-            return previous, findings
+            if not (
+                previous is StepState.DONE
+                and target in self._rebooted
+                and step.kind in (StepKind.CHECK, StepKind.APPLY, StepKind.MAINTENANCE)
+            ):
+                # Settled in an earlier run: its verdicts still count, so the front end
+                # sees them (the findings table and the report after a resume).
+                self.emit(
+                    StepFinished(
+                        step.id, target, previous, "already done (checkpoint)", tuple(findings)
+                    )
+                )
+                return previous, findings
+            still = await self._still_in_place(step, ctx)
+            if still is not None:
+                return still
 
         blocker = self._blocker(step, target, explicit)
         if blocker:
@@ -284,7 +506,11 @@ class Engine:
 
         self.emit(StepStarted(step.id, target, step.title))
         try:
-            if previous in (StepState.RUNNING, StepState.WAITING):
+            interrupted = previous in (StepState.RUNNING, StepState.WAITING)
+            inflight = cp.record(step.id, target).get("extra", {}).get("maintenance")
+            if interrupted and step.kind is StepKind.MAINTENANCE and inflight:
+                return await self._resume_maintenance(step, ctx, inflight)
+            if interrupted:
                 done = await self._reverify(step, ctx)
                 if done is not None:
                     return done
@@ -301,9 +527,25 @@ class Engine:
         except NotAutomated:
             return None
         if findings and worst(findings) != Severity.FAIL:
-            if step.kind is StepKind.MAINTENANCE:
-                await step.finish(ctx, True)  # e.g. uncordon what the interrupted run cordoned
             return self._finish(ctx, StepState.DONE, findings, "verified after interruption")
+        return None
+
+    async def _still_in_place(
+        self, step: Step, ctx: StepContext
+    ) -> tuple[StepState, list[Finding]] | None:
+        """After a reboot: a settled result is trusted again only if it verifies; None
+        means it no longer holds and the step runs again."""
+        self.emit(StepStarted(step.id, ctx.target, step.title))
+        try:
+            findings = self._waive(await step.verify(ctx))
+        except NotAutomated:
+            return self._finish(ctx, StepState.DONE, self.checkpoint.findings(step.id, ctx.target))
+        if worst(findings) is not Severity.FAIL:
+            return self._finish(ctx, StepState.DONE, findings, "re-verified after a reboot")
+        if step.kind is StepKind.CHECK:
+            return self._finish(ctx, StepState.FAILED, findings, "no longer holds after a reboot")
+        self.emit(Notice(f"{step.id} no longer holds after a reboot: running it again", ctx.target))
+        self.checkpoint.reset(step.id, ctx.target)
         return None
 
     async def _dispatch(self, step: Step, ctx: StepContext) -> tuple[StepState, list[Finding]]:
@@ -341,6 +583,8 @@ class Engine:
         refusals = self._waive(await step.preconditions(ctx))
         if worst(refusals) is Severity.FAIL:
             return self._finish(ctx, StepState.FAILED, refusals, "refused: a precondition failed")
+        if step.kind is StepKind.MAINTENANCE:
+            return await self._maintain(step, ctx)
         try:
             changes = await step.changes(ctx)
         except NotAutomated:
@@ -350,7 +594,6 @@ class Engine:
             if changes:
                 self.emit(Notice(f"{step.id}: already in place, nothing to change", ctx.target))
             return await self._check(step, ctx)
-        maintenance = step.kind is StepKind.MAINTENANCE
         decision = Decision(
             DecisionKind.CONFIRM_APPLY,
             step.id,
@@ -358,76 +601,220 @@ class Engine:
             ctx.target,
             f"{len(pending)} change(s) on {ctx.target}",
             diffs=tuple(_diff(c) for c in changes),
-            rollback=step.rollback(self.site, ctx.node),
-            other_nodes=0 if maintenance else self._other_nodes(step, ctx.target),
+            other_nodes=self._other_nodes(step, ctx.target),
         )
-        if step.kind == StepKind.MAINTENANCE:
-            window = Decision(
-                DecisionKind.MAINTENANCE_WINDOW,
-                step.id,
-                step.title,
-                ctx.target,
-                f"{step.title} disrupts traffic on {ctx.target}. Confirm the maintenance "
-                f"window is open by typing the node name.",
-                diffs=decision.diffs,
-                rollback=decision.rollback,
-                confirm_text=ctx.target,
-            )
-            if await self._ask(window) is Answer.SKIP:
-                return self._finish(ctx, StepState.SKIPPED, [], "maintenance window not confirmed")
         if not await self._confirmed(step, decision):
             return self._finish(ctx, StepState.SKIPPED, [], "skipped by the operator")
         self.checkpoint.set_step(step.id, ctx.target, StepState.RUNNING)
         try:
-            await step.apply(ctx, pending)
+            with _effects(ctx):
+                await step.apply(ctx, pending)
         except NotAutomated:
             return self._not_automated(step, ctx)
-        except TransportError as exc:
-            if step.kind is not StepKind.MAINTENANCE:
-                raise
-            # A maintenance change that broke off part-way must not leave the node half done.
-            failed = [_transport_finding(step, exc)]
-            return await self._offer_rollback(
-                step, ctx, decision, failed, "the change failed part-way"
-            )
-        if step.kind is not StepKind.MAINTENANCE:
+        return await self._check(step, ctx)
+
+    # -- maintenance: one sequence for every step that takes a node out of service --------
+
+    async def _maintain(self, step: Step, ctx: StepContext) -> tuple[StepState, list[Finding]]:
+        """Capture, gate, persist, then the sequence (``_sequence``)."""
+        try:
+            capture = await step.capture(ctx)
+            ctx.data["capture"] = capture
+            changes = await step.changes(ctx)
+        except NotAutomated:
+            return self._not_automated(step, ctx)
+        pending = [c for c in changes if c.changed]
+        if not pending:
+            if changes:
+                self.emit(Notice(f"{step.id}: already in place, nothing to change", ctx.target))
             return await self._check(step, ctx)
-        return await self._verify_maintenance(step, ctx, decision)
-
-    async def _verify_maintenance(
-        self, step: Step, ctx: StepContext, decision: Decision
-    ) -> tuple[StepState, list[Finding]]:
-        """Verify; on failure offer the rollback; then let the step finish (uncordon...)."""
-        findings = self._waive(await step.verify(ctx))
-        ok = worst(findings) is not Severity.FAIL
-        if ok:
-            await step.finish(ctx, True)
-            return self._finish(ctx, StepState.DONE, findings)
-        return await self._offer_rollback(step, ctx, decision, findings, "verification failed")
-
-    async def _offer_rollback(
-        self, step: Step, ctx: StepContext, decision: Decision, findings: list[Finding], why: str
-    ) -> tuple[StepState, list[Finding]]:
-        offer = Decision(
-            DecisionKind.ROLLBACK,
+        window = Decision(
+            DecisionKind.MAINTENANCE_WINDOW,
             step.id,
             step.title,
             ctx.target,
-            f"{why} on {ctx.target}; roll back to the captured previous state?",
-            rollback=decision.rollback,
+            self._window_text(step, ctx),
+            diffs=tuple(_diff(c) for c in changes),
+            rollback=self._rollback_text(step, ctx, capture),
+            confirm_text=ctx.target,
+            actions=tuple(self._actions(step, ctx)),
         )
+        # One screen for a maintenance change: the window gate shows the ordered actions,
+        # the diffs and the rollback computed from the capture; no second review.
+        if await self._ask(window) is Answer.SKIP:
+            return self._finish(ctx, StepState.SKIPPED, [], "maintenance window not confirmed")
+        # Intent before effect: the capture is durable before the node is touched.
+        self.checkpoint.set_step(
+            step.id,
+            ctx.target,
+            StepState.RUNNING,
+            extra={
+                **ctx.data,
+                "maintenance": {"stage": "confirmed", "capture": capture, "at": now()},
+            },
+        )
+        self.journal(
+            {"target": ctx.target, "step": step.id, "maintenance": "begin", "capture": capture}
+        )
+        return await self._sequence(step, ctx)
+
+    async def _resume_maintenance(
+        self, step: Step, ctx: StepContext, inflight: dict[str, Any]
+    ) -> tuple[StepState, list[Finding]]:
+        """A maintenance change interrupted part-way: finish it or roll it back, from the
+        capture persisted before its first effect (never a second capture)."""
+        record = self.checkpoint.record(step.id, ctx.target)
+        ctx.data.update(record.get("extra", {}))
+        capture = inflight.get("capture", {})
+        ctx.data["capture"] = capture
+        stage = inflight.get("stage", "confirmed")
+        state = _STAGE_STATE.get(stage, stage)
+        self.emit(
+            Notice(
+                f"{step.id} was interrupted on {ctx.target} ({state}); it resumes from the "
+                f"state captured at {inflight.get('at', '?')}",
+                ctx.target,
+            )
+        )
+        resume = Decision(
+            DecisionKind.MAINTENANCE_WINDOW,
+            step.id,
+            step.title,
+            ctx.target,
+            f"{step.title} was interrupted on {ctx.target}: {state}. Proceed finishes the change "
+            "(each action checks what is live first); Cancel offers the rollback to the state "
+            "captured before the change. Type the node name to confirm the window is open.",
+            rollback=self._rollback_text(step, ctx, capture),
+            confirm_text=ctx.target,
+            actions=tuple(self._actions(step, ctx)),
+        )
+        if await self._ask(resume) is Answer.SKIP:
+            self._inflight[ctx.target] = state
+            return await self._offer_rollback(
+                step, ctx, [], "the interrupted change was not finished"
+            )
+        return await self._sequence(step, ctx)
+
+    async def _sequence(self, step: Step, ctx: StepContext) -> tuple[StepState, list[Finding]]:
+        """cordon/drain -> apply -> verify -> uncordon, or the rollback; each stage durable
+        before it starts. Every piece is idempotent, so a resume may run it again."""
+        node = ctx.target
+        kube = self.services.kube
+        try:
+            if step.drains:
+                self._stage(step, ctx, "draining")
+                with _effects(ctx):
+                    await kube.cordon(node)
+                    ctx.data["evicted"] = await kube.drain(node)
+            self._stage(step, ctx, "applying")
+            with _effects(ctx):
+                await step.apply(ctx, [])
+        except NotAutomated:
+            self._inflight.pop(node, None)
+            return self._not_automated(step, ctx)
+        except TransportError as exc:
+            # A change that broke off part-way must not leave the node half done.
+            return await self._offer_rollback(
+                step, ctx, [_transport_finding(step, exc)], "the change failed part-way"
+            )
+        self._stage(step, ctx, "verifying")
+        try:
+            findings = self._waive(await step.verify(ctx))
+        except TransportError as exc:
+            findings = [_transport_finding(step, exc)]
+        if worst(findings) is Severity.FAIL:
+            return await self._offer_rollback(step, ctx, findings, "verification failed")
+        if step.drains:
+            self._stage(step, ctx, "uncordoning")
+            with _effects(ctx):
+                await kube.cordon(node, False)
+        self._end_maintenance(step, ctx)
+        return self._finish(ctx, StepState.DONE, findings)
+
+    def _end_maintenance(self, step: Step, ctx: StepContext) -> None:
+        """The sequence is over (done or failed): nothing is in flight any more."""
+        self._inflight.pop(ctx.target, None)
+        ctx.data.pop("maintenance", None)
+        self.checkpoint.record(step.id, ctx.target).get("extra", {}).pop("maintenance", None)
+
+    def _stage(self, step: Step, ctx: StepContext, stage: str) -> None:
+        """Persist the stage the maintenance sequence is about to enter."""
+        record = self.checkpoint.record(step.id, ctx.target)
+        inflight = dict(record.get("extra", {}).get("maintenance") or {})
+        inflight.update(stage=stage, at_stage=now())
+        self._inflight[ctx.target] = _STAGE_STATE.get(stage, stage)
+        self.checkpoint.annotate(
+            step.id,
+            ctx.target,
+            message=f"maintenance: {stage}",
+            extra={**ctx.data, "maintenance": inflight},
+        )
+
+    async def _offer_rollback(
+        self, step: Step, ctx: StepContext, findings: list[Finding], why: str
+    ) -> tuple[StepState, list[Finding]]:
+        """Name what failed, offer the rollback to the persisted capture (when the change can
+        be undone), and leave the node cordoned: it is uncordoned only once verified."""
+        node = ctx.target
+        failing = tuple(f for f in findings if f.severity is Severity.FAIL and not f.waived)
         message = why
-        if await self._ask(offer) is Answer.PROCEED:
-            try:
-                findings = findings + self._waive(await step.undo(ctx))
-                message = f"{why}; rolled back"
-            except NotAutomated:
-                message = f"{why}; no automated rollback: use the rollback script"
-            except TransportError as exc:
-                findings = [*findings, _transport_finding(step, exc)]
-                message = f"{why}; the rollback failed too: use the rollback script by hand"
-        await step.finish(ctx, False)
+        if step.reversible:
+            named = "; ".join(f"{f.check}: {f.message.splitlines()[0]}" for f in failing[:6])
+            offer = Decision(
+                DecisionKind.ROLLBACK,
+                step.id,
+                step.title,
+                node,
+                f"{why} on {node}"
+                + (f" ({named})" if named else "")
+                + "; roll back to the state captured before the change?",
+                rollback=self._rollback_text(step, ctx, ctx.data.get("capture", {})),
+                findings=failing,
+            )
+            if await self._ask(offer) is Answer.PROCEED:
+                self._stage(step, ctx, "rolling-back")
+                try:
+                    with _effects(ctx):
+                        findings = findings + self._waive(await step.undo(ctx))
+                    message = f"{why}; rolled back"
+                except NotAutomated:
+                    message = f"{why}; no automated rollback: use the rollback script"
+                except TransportError as exc:
+                    findings = [*findings, _transport_finding(step, exc)]
+                    message = f"{why}; the rollback failed too: use the rollback script by hand"
+        if step.drains:
+            message += f"; {node} stays cordoned until the change verifies"
+        self._end_maintenance(step, ctx)
         return self._finish(ctx, StepState.FAILED, findings, message)
+
+    def _window_text(self, step: Step, ctx: StepContext) -> str:
+        drain = (
+            f"{ctx.target} is cordoned and drained first (pods evicted, PodDisruptionBudgets "
+            "respected) and uncordoned only once the change verifies. "
+            if step.drains
+            else ""
+        )
+        return (
+            f"{step.title} takes {ctx.target} out of service. {drain}"
+            "Confirm the maintenance window is open by typing the node name."
+        )
+
+    def _actions(self, step: Step, ctx: StepContext) -> list[str]:
+        actions = step.actions(self.site, ctx.node)
+        if step.drains:
+            name = ctx.target
+            actions = [
+                f"kubectl cordon {name}",
+                f"kubectl drain {name} --ignore-daemonsets --delete-emptydir-data",
+                *actions,
+                f"kubectl uncordon {name}   (only once verified)",
+            ]
+        return actions
+
+    def _rollback_text(self, step: Step, ctx: StepContext, capture: dict[str, Any]) -> str | None:
+        if not step.reversible:
+            return step.rollback(self.site, ctx.node)
+        return step.rollback_plan(self.site, ctx.node, capture)
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -582,6 +969,26 @@ class Engine:
 
 
 _CHANGING = (StepKind.APPLY, StepKind.MAINTENANCE)
+
+# What a node is like while its maintenance is at a stage (for notices and a quit warning).
+_STAGE_STATE = {
+    "confirmed": "window confirmed, nothing changed yet",
+    "draining": "cordoned, pods being evicted",
+    "applying": "cordoned and drained; the change is being applied and may be half done",
+    "verifying": "cordoned; the change was applied and is being verified",
+    "uncordoning": "verified; being uncordoned",
+    "rolling-back": "cordoned; being rolled back to the captured state",
+}
+
+
+@contextlib.contextmanager
+def _effects(ctx: StepContext) -> Iterator[None]:
+    """Mark a step's commands as effects (journaled ahead) for the block's duration."""
+    before, ctx.effects = ctx.effects, True
+    try:
+        yield
+    finally:
+        ctx.effects = before
 
 
 def _transport_finding(step: Step, exc: TransportError) -> Finding:

@@ -117,6 +117,10 @@ class Decision:
     confirm_text: str | None = None
     # Other nodes of this step, not done yet, that an approval of "the same change" could cover.
     other_nodes: int = 0
+    # A maintenance window: the ordered actions (cordon, drain, each command, uncordon).
+    actions: tuple[str, ...] = ()
+    # A rollback offer: the failing checks it is offered for, with their evidence.
+    findings: tuple[Finding, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -109,6 +109,8 @@ class LabHost:
     files: dict[str, str] = field(default_factory=dict)
     packages: set[str] = field(default_factory=lambda: set(RHEL_PACKAGES))
     boot_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    # systemd's machine-id(5): 32 lower-case hex digits, one per installed machine.
+    machine_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     configfs: dict[str, str] = field(default_factory=dict)
     gpu_driver: bool = False  # set once the (simulated) GPU Operator driver is running
     enabled_units: set[str] = field(default_factory=set)
@@ -222,6 +224,8 @@ class LabHost:
     def _read(self, path: str) -> str | None:
         if path == "/etc/os-release":
             return OS_RELEASE[self.os]
+        if path == "/etc/machine-id":
+            return self.machine_id + "\n"
         if path == "/proc/sys/kernel/random/boot_id":
             return self.boot_id + "\n"
         if path == "/proc/cmdline":

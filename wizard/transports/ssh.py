@@ -216,6 +216,14 @@ class SshHost:
             handle.write(line)
         return conn
 
+    def host_key_fingerprint(self) -> str | None:
+        """The SHA256 fingerprint of the host key of the open connection (None if none):
+        part of the machine's identity that a checkpoint is bound to."""
+        if self._conn is None:
+            return None
+        key = self._conn.get_server_host_key()
+        return key.get_fingerprint() if key is not None else None
+
     async def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
