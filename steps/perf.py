@@ -94,6 +94,9 @@ def _args(endpoint: Endpoint, qps: int, port: int, extra: list[str]) -> list[str
     return [*argv, "-q", str(qps), "-p", str(port), *extra]
 
 
+SERVER_REAP_S = 15.0  # how long a stopped one-shot server may take to exit
+
+
 async def _stop_server(ctx: StepContext, task: asyncio.Task, host: str, pattern: str) -> None:
     """End a one-shot server the client never reached (it would wait forever), then reap it.
 
@@ -103,8 +106,14 @@ async def _stop_server(ctx: StepContext, task: asyncio.Task, host: str, pattern:
     if not task.done():
         with contextlib.suppress(TransportError):
             await ctx.run(["pkill", "-f", pattern], on=host)
-    with contextlib.suppress(TransportError, asyncio.CancelledError):
-        await asyncio.wait_for(task, 15)
+    # asyncio.wait neither raises the task's error nor times out with an exception, and a
+    # cancellation of *this* coroutine (the operator quit, a deadline) still propagates.
+    done, _ = await asyncio.wait({task}, timeout=SERVER_REAP_S)
+    if not done:
+        task.cancel()  # outlived pkill: stop waiting (the remote `timeout` ends it anyway)
+        await asyncio.wait({task}, timeout=1)
+    if task.done() and not task.cancelled():
+        task.exception()  # retrieved, so that it neither masks the client's result nor warns
 
 
 async def perftest_pair(
