@@ -82,6 +82,7 @@ class Readiness(Step):
     kind = StepKind.CHECK
     gates = ("T11", "T12")
     reads = ("versions",)
+    needs = (("irdma.verify", "rdma_device"),)
     explain = (
         "For every GPU, its distance to the RDMA NIC from `nvidia-smi topo -m` (NCCL uses "
         "GDR only up to PXB by default; NCCL_NET_GDR_LEVEL lifts the limit, not the physical "
@@ -100,7 +101,7 @@ class Readiness(Step):
 
     async def verify(self, ctx: StepContext) -> list[Finding]:
         report = Report("T11")
-        device = ctx.recorded("irdma.verify").get("rdma_device") or "irdma0"
+        device = ctx.need("rdma_device")
         topo = await probe(ctx, ["nvidia-smi", "topo", "-m"], "nvidia-smi-topo")
         if topo.ok:
             ctx.data["distances"] = evaluate_topology(topo.fact, str(device), report)

@@ -213,6 +213,7 @@ class VerifyRdma(Step):
     gates = ("T02",)
     requires = ("irdma.enable",)
     reads = ("node.bond", "node.rdma_ip")
+    provides = ("rdma_device", "rdma_netdev", "gid_index")
     explain = (
         "Modules ice, irdma, ib_core, ib_uverbs and rdma_cm are loaded; `rdma link` shows "
         "the E810 ports ACTIVE; ibv_devinfo shows link_layer Ethernet and PORT_ACTIVE; RoCE "

@@ -215,6 +215,7 @@ class NcclTests(Step):
     kind = StepKind.MEASURE
     gates = ("T11", "T12")
     reads = ("qos", "device_plugin", "measurements")
+    needs = (("irdma.verify", "rdma_device"),)
     explain = (
         "all_reduce_perf -b 8 -e 16G -f 2 runs as a Kubernetes Job (IPC_LOCK, memory-backed "
         "/dev/shm, NCCL_IB_HCA from discovery, NCCL_IB_TC=96 with QoS on). The log decides: every "
@@ -243,7 +244,7 @@ class NcclTests(Step):
     async def measure(self, ctx: StepContext) -> list[Finding]:
         assert ctx.node is not None
         report = Report("T11")
-        hca = str(ctx.recorded("irdma.verify").get("rdma_device") or "irdma0")
+        hca = str(ctx.need("rdma_device"))
         qos_on = ctx.engine.checkpoint.step_state("qos.apply", ctx.target).value == "done"
         job = nccl_job(ctx.site, ctx.node, hca, qos_on)
         kube = ctx.services.kube

@@ -253,7 +253,7 @@ class Engine:
             mismatch = identity.compare(before, cluster, identity.CLUSTER_FIELDS)
             if mismatch is not None:
                 reason = f"the cluster is not the one the results were recorded on ({mismatch})"
-                reset += self._reset_target(CLUSTER, reason, from_phase=join_phase)
+                reset += self._reset_target(CLUSTER, reason)
                 for name in names:
                     reset += self._reset_target(name, reason, from_phase=join_phase, quiet=True)
             else:
@@ -909,6 +909,14 @@ class Engine:
                 if not state.settled:
                     where = "" if req_target == target else f" on {req_target}"
                     return f"requires {req_id} ({req.title}){where}, which is {state.value}"
+        for provider, key in step.needs:
+            record = self.checkpoint.record(provider, target)
+            if record.get("extra", {}).get(key) is None:
+                state = record.get("state", StepState.PENDING.value)
+                return (
+                    f"needs {key} from {provider} ({self.plan.step(provider).title}), which "
+                    f"did not record it (it is {state}); run {provider} on {target} first"
+                )
         return None
 
     def _earlier_steps(self, step: Step) -> list[str]:

@@ -15,6 +15,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from wizard.artifacts import Artifact
+from wizard.errors import WizardError
 from wizard.events import CommandFinished, CommandStarted, OutputLine
 from wizard.model import Finding, Measurement, StepKind, StepState
 from wizard.site import Node, Site
@@ -36,6 +37,13 @@ T = TypeVar("T")
 class Scope(StrEnum):
     NODE = "node"  # once per GPU node, concurrently across nodes
     CLUSTER = "cluster"  # once for the site
+
+
+class MissingResultError(WizardError):
+    """A step needs a result an earlier step did not record."""
+
+    def __init__(self, step: str, provider: str, key: str) -> None:
+        super().__init__(f"{step} needs {key!r} from {provider}, which did not record it")
 
 
 class NotAutomated(Exception):
@@ -73,6 +81,12 @@ class Step:
     # ("node.bond"); a change there resets the step on resume.
     reads: ClassVar[tuple[str, ...]] = ()
     explain: ClassVar[str] = ""
+    # Results of earlier steps this one uses, as (step id, key) on the same node: the
+    # engine blocks the step with the reason when one was not recorded, and
+    # ``ctx.need(key)`` reads it. Never a silent default in its place.
+    needs: ClassVar[tuple[tuple[str, str], ...]] = ()
+    # The keys this step records in ``ctx.data`` for the steps that need them.
+    provides: ClassVar[tuple[str, ...]] = ()
     # Nodes take turns instead of fanning out: for measurements against a shared far end
     # (the first AIStor peer), so that each number is the node's own rather than a share
     # of the peer's link, and the peer's SSH channels are not all held by waiting servers.
@@ -370,6 +384,17 @@ class StepContext:
         cluster's node list): made once per step run and shared by the whole fan-out,
         instead of once per node."""
         return await self.engine.shared_read((self.step.id, name), read)
+
+    def need(self, key: str) -> Any:
+        """A result this step declared in ``needs`` (the engine blocked the step if the
+        providing step did not record it)."""
+        for step_id, name in self.step.needs:
+            if name == key:
+                value = self.recorded(step_id).get(key)
+                if value is None:
+                    raise MissingResultError(self.step.id, step_id, key)
+                return value
+        raise KeyError(f"{self.step.id} uses {key!r} without declaring it in `needs`")
 
     def recorded(self, step_id: str, target: str | None = None) -> dict[str, Any]:
         """What an earlier step stored for a target (its ``data``), e.g. discovered devices."""
