@@ -10,7 +10,8 @@ from textual.content import Content
 from textual.screen import Screen
 from textual.widgets import Button, DataTable, Footer, Header, Label, Static
 
-from wizard.model import GATES, Finding, Severity, worst
+from wizard.model import GATES, Finding, Severity
+from wizard.verdict import gate_verdicts
 
 VERDICT_STYLE = {
     "pass": "$text-success",
@@ -34,11 +35,8 @@ class ReportScreen(Screen[None]):
         self.stopped = stopped
 
     def verdicts(self) -> dict[str, str]:
-        result = {}
-        for gate in GATES:
-            mine = [f for _, _, f in self.findings if f.gate == gate]
-            result[gate] = worst(mine).value if mine else "-"
-        return result
+        verdicts = gate_verdicts(f for _, _, f in self.findings)
+        return {gate: (v.value if v else "-") for gate, v in verdicts.items()}
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False)

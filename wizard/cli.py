@@ -1,6 +1,7 @@
 """The command line: `gpu-node-wizard COMMAND ...` (a contract; see the README).
 
-Exit codes: 0 ok, 1 failed checks, 2 usage / site / connection error, 130 interrupted.
+Exit codes: 0 ok, 1 failed checks, 2 usage / site / connection error, 70 internal error,
+130 interrupted.
 An expected failure prints one clear message on stderr, never a traceback.
 """
 
@@ -19,6 +20,7 @@ from pathlib import Path
 from wizard import __version__
 from wizard.errors import (
     EXIT_BROKEN_PIPE,
+    EXIT_INTERNAL,
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_USAGE,
@@ -43,7 +45,8 @@ start here:
   gpu-node-wizard check site.yaml           read-only preflight of the real site
   gpu-node-wizard run site.yaml             the guided install (resumes)
   gpu-node-wizard status site.yaml          what the checkpoint holds
-exit codes: 0 ok, 1 a check failed, 2 usage/site/connection error, 130 interrupted
+exit codes: 0 ok, 1 a check failed, 2 usage/site/connection error, 70 internal error
+(a bug: the message names the file with the traceback), 130 interrupted
 """
 
 
@@ -130,6 +133,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "-v", "--verbose", action="store_true", help="headless: show commands and output"
     )
+    p.add_argument(
+        "--start-over",
+        action="store_true",
+        help="forget every recorded step result and begin again (the journal is kept; a "
+        "damaged checkpoint is set aside as state.json.damaged-TIME)",
+    )
     _common(p)
 
     p = sub.add_parser(
@@ -150,6 +159,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nodes", type=int, default=1, help="simulated GPU nodes (default 1)")
     p.add_argument("--fault", action="append", default=[], metavar="NAME", help="inject a fault")
     p.add_argument("--list-faults", action="store_true", help="list the faults and exit")
+    p.add_argument(
+        "--record-effects",
+        type=Path,
+        metavar="FILE",
+        help="append every change the hosts and the cluster receive to FILE (JSON lines)",
+    )
+    p.add_argument(
+        "--kill-on-effect",
+        type=Path,
+        metavar="CONTROL",
+        help='crash tests: SIGKILL the pid in CONTROL ({"pid": N}) right after each new '
+        "distinct change, before the wizard sees its answer",
+    )
     _common(p)
 
     p = sub.add_parser(
@@ -324,6 +346,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         from wizard.services import build_services
         from wizard.session import Session
 
+        if args.start_over:
+            from wizard.checkpoint import Checkpoint
+
+            with Checkpoint.open(_state_dir(args), site, start_over=True):
+                pass
         return run_tui(lambda: _session(Session(site, build_services(site), _state_dir(args))))
     from wizard.headless import HeadlessFrontEnd
     from wizard.runner import run_engine
@@ -343,8 +370,15 @@ def cmd_run(args: argparse.Namespace) -> int:
             phase=args.phase,
             step=args.step,
             waivers=waivers,
+            start_over=args.start_over,
         )
     )
+    if outcome.internal_errors:
+        print(
+            "internal error: a bug in gpu-node-wizard stopped a step (see above); the journal "
+            f"{_state_dir(args) / site.name / 'journal.jsonl'} has the traceback",
+            file=sys.stderr,
+        )
     if outcome.summary.stopped:
         print(f"stopped: {outcome.summary.stopped}")
     return outcome.exit_code
@@ -368,15 +402,32 @@ def cmd_lab(args: argparse.Namespace) -> int:
         check_faults(args.fault)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    return asyncio.run(_serve_lab(args.write_site, args.nodes, tuple(args.fault)))
+    return asyncio.run(
+        _serve_lab(
+            args.write_site, args.nodes, tuple(args.fault), args.record_effects, args.kill_on_effect
+        )
+    )
 
 
-async def _serve_lab(path: Path, nodes: int, faults: tuple[str, ...]) -> int:
+async def _serve_lab(
+    path: Path,
+    nodes: int,
+    faults: tuple[str, ...],
+    record_effects: Path | None = None,
+    kill_control: Path | None = None,
+) -> int:
     import signal
 
     from wizard.lab.lab import Lab
 
-    lab = Lab(path.resolve().parent, nodes=nodes, faults=faults, site_name=path.name)
+    lab = Lab(
+        path.resolve().parent,
+        nodes=nodes,
+        faults=faults,
+        site_name=path.name,
+        record_effects=record_effects,
+        kill_control=kill_control,
+    )
     await lab.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -448,6 +499,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("gpu-node-wizard: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        raise
+    except Exception as exc:  # a bug: one clear message, the traceback kept in a file
+        where = _crash_report(args, exc)
+        print(
+            f"gpu-node-wizard: internal error ({type(exc).__name__}: {exc}); this is a bug. "
+            f"The traceback is in {where}",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL
+
+
+def _crash_report(args: argparse.Namespace, exc: BaseException) -> str:
+    """Write the traceback of an unexpected exception to a private file; its path."""
+    import tempfile
+    import traceback
+
+    from wizard.checkpoint import default_state_dir
+
+    directory = getattr(args, "state_dir", None) or default_state_dir()
+    text = "".join(traceback.format_exception(exc))
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd, path = tempfile.mkstemp(prefix="crash-", suffix=".txt", dir=directory)
+        with os.fdopen(fd, "w") as handle:  # mkstemp makes it 0600
+            handle.write(text)
+        return path
+    except OSError:
+        print(text, file=sys.stderr)
+        return "the text above"
 
 
 def entry() -> None:

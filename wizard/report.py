@@ -14,6 +14,7 @@ from wizard.model import GATES, Finding, Severity, worst
 from wizard.plan import Plan
 from wizard.redact import Redactor
 from wizard.site import Site
+from wizard.verdict import gate_verdicts
 
 STATUS_ORDER = {"fail": 0, "warn": 1, "pass": 2, "skip": 3, "not run": 4}
 # Which measurements are the key numbers of a gate (by name).
@@ -79,7 +80,7 @@ def build_report(state: dict[str, Any] | None, site: Site, plan: Plan) -> dict[s
         for _, target, finding in findings:
             by_target.setdefault(target, []).append(finding)
         if findings:
-            status = worst([f for _, _, f in findings]).value
+            status = gate_verdicts(f for _, _, f in findings)[gate].value
             order = {Severity.FAIL: 0, Severity.WARN: 1, Severity.PASS: 2, Severity.SKIP: 3}
             headline = sorted(
                 findings, key=lambda x: order[Severity.WARN if x[2].waived else x[2].severity]

@@ -12,13 +12,14 @@ from typing import Any
 
 from wizard.checkpoint import Checkpoint
 from wizard.engine import Engine, RunSummary
-from wizard.errors import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE
+from wizard.errors import EXIT_CHECK_FAILED, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE
 from wizard.events import FrontEnd
 from wizard.fleet import is_fleet, targets_text
-from wizard.model import GATES, Finding, Severity, StepKind, worst
+from wizard.model import Finding, Severity, StepKind
 from wizard.plan import CLUSTER, Plan
 from wizard.services import build_services
 from wizard.site import Site
+from wizard.verdict import gate_verdicts
 
 READ_ONLY_PHASES = ("preflight", "e810", "bond", "irdma")
 _CONNECTION_CHECKS = (".reachable",)
@@ -53,7 +54,14 @@ class Outcome:
         return [f for _, _, f in self.findings if f.check.endswith(_CONNECTION_CHECKS)]
 
     @property
+    def internal_errors(self) -> list[Finding]:
+        """Failures that are bugs of the wizard, not conditions of the site."""
+        return [f for _, _, f in self.findings if f.check.endswith(".internal-error")]
+
+    @property
     def exit_code(self) -> int:
+        if self.internal_errors:
+            return EXIT_INTERNAL
         if self.unreachable:
             return EXIT_USAGE
         failed = any(f.severity is Severity.FAIL and not f.waived for _, _, f in self.findings)
@@ -62,13 +70,7 @@ class Outcome:
         return EXIT_OK
 
     def gate_verdicts(self) -> dict[str, Severity | None]:
-        verdicts: dict[str, Severity | None] = dict.fromkeys(GATES)
-        for _, _, finding in self.findings:
-            current = verdicts.get(finding.gate)
-            candidate = worst([finding])
-            if current is None or candidate.rank > current.rank:
-                verdicts[finding.gate] = candidate
-        return verdicts
+        return gate_verdicts(f for _, _, f in self.findings)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -137,11 +139,12 @@ async def run_engine(
     phase: str | None = None,
     step: str | None = None,
     waivers: dict[str, str] | None = None,
+    start_over: bool = False,
 ) -> Outcome:
     """Open the checkpoint and the transports, run the engine, close everything."""
     services = build_services(site)
     try:
-        with Checkpoint.open(state_dir, site) as checkpoint:
+        with Checkpoint.open(state_dir, site, start_over=start_over) as checkpoint:
             engine = Engine(site, plan, checkpoint, frontend, services, waivers=waivers)
             summary = await engine.run(
                 only=only, ignore_requires=ignore_requires, phase=phase, step=step
