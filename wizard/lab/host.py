@@ -827,4 +827,23 @@ class LabHost:
                 self.execute(line)
 
     def snapshot(self) -> dict[str, Any]:
-        return {"name": self.name, "boot_id": self.boot_id, "modules": sorted(self.modules)}
+        """The host's state as JSON (``GET /lab/v1/hosts`` on the lab's API server): what a
+        crash test compares the end of a run with."""
+        return {
+            "name": self.name,
+            "boot_id": self.boot_id,
+            "machine_id": self.machine_id,
+            "modules": sorted(self.modules),
+            "ports": {
+                port.name: {
+                    "enslaved": port.enslaved,
+                    "admin_up": port.admin_up,
+                    "lldp_agent": port.lldp_agent,
+                    "pfc": sorted(port.pfc),
+                    "app": [list(entry) for entry in port.app],
+                }
+                for port in self.ports
+            },
+            "configfs": dict(self.configfs),
+            "enabled_units": sorted(self.enabled_units),
+        }

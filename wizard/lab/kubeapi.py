@@ -148,6 +148,9 @@ class _Handler(BaseHTTPRequestHandler):
     # -- plumbing ----------------------------------------------------------------------------
 
     def _send(self, code: int, body: Any, content_type: str = "application/json") -> None:
+        effects = getattr(self.server, "effects", None)
+        if effects is not None and self.command != "GET" and not self.path.startswith("/lab/"):
+            effects.record("cluster", f"{self.command} {urlparse(self.path).path}")
         data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
         self.send_response(code)
         self.send_header("Content-Type", content_type)
@@ -325,6 +328,8 @@ class KubeApiServer:
         handler = type("Handler", (_Handler,), {"state": state})
         self.httpd = ThreadingHTTPServer((address, 0), handler)
         self.httpd.daemon_threads = True
+        # A client that went away mid-request (a killed wizard) is no error worth a traceback.
+        self.httpd.handle_error = lambda request, address: None  # type: ignore[method-assign]
         self.httpd.lab_handlers = {}  # type: ignore[attr-defined]
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 

@@ -22,6 +22,7 @@ from typing import Any
 import asyncssh
 import yaml
 
+from wizard.lab.effects import EffectLog
 from wizard.lab.faults import check_faults
 from wizard.lab.host import LabHost
 from wizard.lab.kubeapi import ClusterState, KubeApiServer
@@ -47,11 +48,17 @@ class Lab:
     api: KubeApiServer | None = None
     releases: dict[str, dict[str, Any]] = field(default_factory=dict)
     broker: Broker = field(default_factory=Broker)
+    # Crash tests (wizard/lab/effects.py): record every change received; kill on each new one.
+    record_effects: Path | None = None
+    kill_control: Path | None = None
+    effects: EffectLog | None = None
 
     def __post_init__(self) -> None:
         check_faults(self.faults)
         if not 1 <= self.nodes <= 250:
             raise ValueError("the lab serves 1 to 250 GPU nodes")
+        if self.record_effects is not None or self.kill_control is not None:
+            self.effects = EffectLog(self.record_effects, self.kill_control)
 
     @property
     def site_path(self) -> Path:
@@ -85,8 +92,14 @@ class Lab:
         (self.directory / "known_hosts").write_text("".join(known_hosts))
         self._seed_cluster()
         self.api = KubeApiServer(self.cluster)
+        self.api.httpd.effects = self.effects  # type: ignore[attr-defined]
         self.api.add_lab_handler("GET", "/lab/v1/helm/releases", lambda _: (200, self.releases))
         self.api.add_lab_handler("POST", "/lab/v1/helm/upgrade", self._helm_upgrade)
+        self.api.add_lab_handler(
+            "GET",
+            "/lab/v1/hosts",
+            lambda _: (200, {n: h.snapshot() for n, h in self.hosts.items()}),
+        )
         self.cluster.pod_logs = self._pod_logs
         self.cluster.on_create.append(self._on_create)
         self.api.start()
@@ -105,6 +118,7 @@ class Lab:
             reboot_seconds=self.reboot_seconds,
             slow_seconds=self.slow_seconds,
             broker=self.broker,
+            effects=self.effects,
         )
         port = await server.start()
         self.hosts[host.name] = host

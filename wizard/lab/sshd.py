@@ -13,6 +13,7 @@ import shlex
 
 import asyncssh
 
+from wizard.lab.effects import EffectLog, changes_host
 from wizard.lab.host import LabHost
 from wizard.lab.perf import PERFTEST, Broker, iperf3_json, run_perftest, split_prefixes
 from wizard.transports.base import WRITE_FILE_SCRIPT
@@ -31,8 +32,10 @@ class LabSshServer:
         reboot_seconds: float = 2.0,
         slow_seconds: float = SLOW_SSH_DELAY_S,
         broker: Broker | None = None,
+        effects: EffectLog | None = None,
     ) -> None:
         self.broker = broker
+        self.effects = effects
         self.slow_seconds = slow_seconds
         self.host = host
         self.address = address
@@ -97,6 +100,7 @@ class LabSshServer:
             process.get_extra_info("connection").abort()
             return
         if command.strip() in ("systemctl reboot", "sudo -n -- systemctl reboot", "reboot"):
+            self._record(command)
             process.exit(0)
             self._reboot_task = asyncio.get_running_loop().create_task(self._reboot())
             return
@@ -111,11 +115,17 @@ class LabSshServer:
             process.exit(status)
             return
         result = self.host.execute(command, stdin)
+        if changes_host(command):
+            self._record(command)  # may kill the wizard before it sees the answer
         if result.stdout:
             process.stdout.write(result.stdout)
         if result.stderr:
             process.stderr.write(result.stderr)
         process.exit(result.exit_status)
+
+    def _record(self, command: str) -> None:
+        if self.effects is not None:
+            self.effects.record(self.host.name, command)
 
     async def _benchmark(self, command: str) -> tuple[str, str, int] | None:
         """perftest and iperf3 pair up across hosts through the lab's broker."""
