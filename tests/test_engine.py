@@ -55,7 +55,9 @@ def test_whole_plan_passes_and_asks_before_every_change(two_node_site, state_dir
     }
     confirms = [d for d in frontend.decisions if d.kind is DecisionKind.CONFIRM_APPLY]
     assert {(d.step, d.target) for d in confirms} == {
-        ("two.apply", "gpu-1"), ("two.apply", "gpu-2"), ("two.cluster", "cluster"),
+        ("two.apply", "gpu-1"),
+        ("two.apply", "gpu-2"),
+        ("two.cluster", "cluster"),
     }  # fmt: skip  (a maintenance change is confirmed once, at its window gate)
     # The diff shown is the artifact against the (absent) live file.
     diff = next(d for d in confirms if d.step == "two.apply").diffs[0]
@@ -347,7 +349,10 @@ def test_maintenance_is_confirmed_on_every_node_even_after_apply_same(tmp_path, 
     site = tmp_path / "three.yaml"
     site.write_text(THREE_NODES)
     frontend = ScriptedFrontEnd(
-        {"confirm-apply": Reply(Answer.PROCEED_SAME), "maintenance-window": Reply(Answer.PROCEED_SAME, typed="")}
+        {
+            "confirm-apply": Reply(Answer.PROCEED_SAME),
+            "maintenance-window": Reply(Answer.PROCEED_SAME, typed=""),
+        }
     )
     summary, _, _ = run(site, state_dir, world, frontend, phase="three")
     # "the same change" never stands for a window: without each node's name typed, none ran.

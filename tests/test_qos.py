@@ -277,10 +277,16 @@ def test_reboot_survives_the_wizard_being_killed_and_resumed(tmp_path):
         assert final["extra"]["boot_id_after"] != before
         # Resumed from the capture: the node was rebooted once, not a second time.
         reboots = [
-            e for e in _journal(state) if e.get("command", "").endswith("systemctl reboot") and "intent" in e
+            e
+            for e in _journal(state)
+            if e.get("command", "").endswith("systemctl reboot") and "intent" in e
         ]
         assert len(reboots) == 1, reboots
 
 
 def _journal(state: Path) -> list[dict]:
-    return [json.loads(line) for line in (state / "lab" / "journal.jsonl").read_text().splitlines() if line.strip()]
+    return [
+        json.loads(line)
+        for line in (state / "lab" / "journal.jsonl").read_text().splitlines()
+        if line.strip()
+    ]

@@ -30,7 +30,10 @@ class Mismatch:
 
 
 def short(value: str) -> str:
-    return value if len(value) <= 16 else value[:12] + "..."
+    """An id cut to what tells two apart (a machine-id, a UID); addresses stay whole."""
+    if len(value) <= 16 or "/" in value or ":" in value.removeprefix("SHA256:"):
+        return value
+    return value[:12] + "..."
 
 
 def compare(recorded: dict[str, Any] | None, live: dict[str, Any], fields: tuple[str, ...]):
