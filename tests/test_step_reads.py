@@ -61,6 +61,7 @@ def test_a_new_node_address_resets_the_join():
 def test_an_added_node_resets_the_join_but_no_step_of_the_other_node():
     reset = invalidated(MINIMAL_SITE, with_nodes(2))
     assert ("join.kubespray", CLUSTER) in reset
+    assert ("rdma-plugin.install", CLUSTER) in reset  # its config and verify cover every node
     assert not {(s, t) for s, t in reset if t == "gpu-1"}
 
 
