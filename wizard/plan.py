@@ -21,6 +21,7 @@ from wizard.site import Node, Site
 from wizard.transports.base import (
     CommandResult,
     HostTransport,
+    read_file_command,
     render_command,
     write_file_command,
 )
@@ -339,7 +340,7 @@ class StepContext:
 
     async def read_file(self, path: str, *, on: str | None = None) -> str | None:
         """A file's content on the host, or None when it does not exist."""
-        result = await self.run(["cat", path], on=on)
+        result = await self.run(read_file_command(path), on=on)
         return result.stdout if result.exit_status == 0 else None
 
     async def write_file(
