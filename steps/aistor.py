@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from steps.bench import run_benchmark
+from steps.bench import benchmark_lines, run_benchmark
 from wizard.model import Finding, StepKind
 from wizard.plan import Phase, Step, StepContext
 from wizard.probe import Report
+from wizard.site import Node, Site
 
 
 class AIStorTcp(Step):
@@ -16,6 +17,9 @@ class AIStorTcp(Step):
     gates = ("T13",)
     reads = ("measurements",)
     explain = "An operator-configured S3 benchmark against AIStor over TCP: the baseline."
+
+    def commands(self, site: Site, node: Node | None) -> list[str]:
+        return benchmark_lines(site.measurements.aistor_tcp, "aistor_tcp")
 
     async def measure(self, ctx: StepContext) -> list[Finding]:
         report = Report("T13")
@@ -36,6 +40,9 @@ class AIStorDirect(Step):
         "The same benchmark over the RDMA / GPU-direct path. GPUDirect being possible does "
         "not mean S3/HTTP traffic uses it: the client library must use GPU buffers."
     )
+
+    def commands(self, site: Site, node: Node | None) -> list[str]:
+        return benchmark_lines(site.measurements.aistor_direct, "aistor_direct")
 
     async def measure(self, ctx: StepContext) -> list[Finding]:
         report = Report("T14")

@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import asyncio
 
-from steps.common import first_peer_ip, q
-from steps.host_rdma import perftest_commands
-from steps.perf import endpoints, iperf3_pair, perftest_pair, rdma_suite
+from steps.perf import (
+    BW_QPS,
+    endpoint_lines,
+    endpoints,
+    iperf3_lines,
+    iperf3_pair,
+    perftest_lines,
+    perftest_pair,
+    rdma_suite,
+    suite_lines,
+)
 from wizard.model import Finding, StepKind
 from wizard.plan import Phase, Step, StepContext
 from wizard.probe import Report
@@ -23,13 +31,9 @@ class TcpBaseline(Step):
     explain = "iperf3 in both directions with several streams, over the bond, as the TCP baseline."
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
-        peer = q(first_peer_ip(site))
-        streams = site.measurements.tcp_streams
-        return [
-            "iperf3 -s -1  # on the AIStor peer",
-            f"iperf3 -c {peer} -P {streams} -t {site.measurements.duration_s} -J",
-            f"iperf3 -c {peer} -P {streams} -t {site.measurements.duration_s} -R -J",
-        ]
+        if node is None:
+            return []
+        return [*iperf3_lines(site, node), *iperf3_lines(site, node, reverse=True)]
 
     async def measure(self, ctx: StepContext) -> list[Finding]:
         report = Report("T05")
@@ -65,7 +69,7 @@ class RdmaBaseline(Step):
     )
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
-        return perftest_commands(site)
+        return suite_lines(site, node, qos=False) if node else []
 
     async def measure(self, ctx: StepContext) -> list[Finding]:
         report = Report("T06")
@@ -86,6 +90,21 @@ class CiliumCoexistence(Step):
         "bond problem that starves one shows up."
     )
 
+    def commands(self, site: Site, node: Node | None) -> list[str]:
+        if node is None:
+            return []
+        rdma = perftest_lines(site, node, "ib_write_bw", qps=BW_QPS)
+        tcp = iperf3_lines(site, node)
+        return [
+            *endpoint_lines(site, node),
+            "# alone, one after the other:",
+            *tcp,
+            *rdma,
+            "# then both at once:",
+            *rdma,
+            *tcp,
+        ]
+
     async def measure(self, ctx: StepContext) -> list[Finding]:
         report = Report("T09")
         client, server, _ = await endpoints(ctx)
@@ -93,9 +112,9 @@ class CiliumCoexistence(Step):
             report.fail("coexistence", "no RDMA endpoint pair", "run the RDMA phases first")
             return report.findings
         solo_tcp, problem = await iperf3_pair(ctx)
-        solo_rdma, problem2 = await perftest_pair(ctx, "ib_write_bw", client, server, qps=4)
+        solo_rdma, problem2 = await perftest_pair(ctx, "ib_write_bw", client, server, qps=BW_QPS)
         (rdma, rdma_problem), (tcp, tcp_problem) = await asyncio.gather(
-            perftest_pair(ctx, "ib_write_bw", client, server, qps=4), iperf3_pair(ctx)
+            perftest_pair(ctx, "ib_write_bw", client, server, qps=BW_QPS), iperf3_pair(ctx)
         )
         if (
             None in (solo_tcp, tcp)

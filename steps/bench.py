@@ -9,6 +9,13 @@ from wizard.probe import Report
 from wizard.site import Benchmark
 
 
+def benchmark_lines(bench: Benchmark | None, field: str) -> list[str]:
+    """The runbook line of a configured benchmark: its command, run on the node as written."""
+    if bench is None:
+        return [f"# not configured (measurements.{field} in the site file)"]
+    return [bench.command]
+
+
 async def run_benchmark(
     ctx: StepContext,
     report: Report,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from steps.common import bond_name, q
+from steps.common import bonding_command, read_lines
 from wizard.facts.nic import Bonding
 from wizard.facts.pci import split_function
 from wizard.model import Finding, StepKind
@@ -112,6 +112,14 @@ def evaluate_bond(
         )
 
 
+def lacp_reads(node: Node) -> list[Read]:
+    """The bond's state, and each port's PCI address (both must be functions of one E810)."""
+    return [
+        Read(bonding_command(node), "bonding"),
+        *(Read(["ethtool", "-i", port], "ethtool-i", note="bus-info") for port in node.bond.ports),
+    ]
+
+
 class Lacp(Step):
     id = "bond.lacp"
     title = "bond1 is a healthy 802.3ad bond of one E810's two ports"
@@ -125,21 +133,13 @@ class Lacp(Step):
     )
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
-        bond = bond_name(node)
-        lines = [f"cat /proc/net/bonding/{q(bond)}"]
-        if node:
-            lines += [f"ethtool -i {q(port)}  # bus-info" for port in node.bond.ports]
-        return lines
+        return read_lines(lacp_reads(node)) if node else []
 
     async def verify(self, ctx: StepContext) -> list[Finding]:
         assert ctx.node is not None
         report = Report("T10")
         ports = list(ctx.node.bond.ports)
-        p, *infos = await read_all(
-            ctx,
-            Read(["cat", f"/proc/net/bonding/{ctx.node.bond.name}"], "bonding"),
-            *(Read(["ethtool", "-i", port], "ethtool-i") for port in ports),
-        )
+        p, *infos = await read_all(ctx, *lacp_reads(ctx.node))
         if not p.ok:
             report.unreadable("mode", p, f"/proc/net/bonding/{ctx.node.bond.name}")
             return report.findings

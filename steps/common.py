@@ -2,21 +2,108 @@
 
 from __future__ import annotations
 
+import re
 import shlex
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from wizard.artifacts import Artifact
 from wizard.plan import Change
 from wizard.site import Node, Site
+from wizard.transports.base import WRITE_VALUE_SCRIPT, read_file_command
 
 if TYPE_CHECKING:
     from wizard.plan import StepContext
-    from wizard.probe import Report
+    from wizard.probe import Read, Report
 
 
 def q(value: object) -> str:
     """Shell-quote one value for a command shown in the runbook or sent to a host."""
     return shlex.quote(str(value))
+
+
+# -- the runbook's form of the commands a step runs -------------------------------------------
+#
+# A step builds each command once (an argv list, or a Read) and both runs it and lists it in
+# the runbook (``commands()``) from that one definition. Values that only exist at run time
+# are placeholders: ``<rdma-dev>`` and ``<gid-index>`` (discovered on the host the command
+# runs on). A trailing comment may say where the command runs (``on aistor-01``, ``from the
+# jump host``; default: the step's node, or the jump host for a cluster step) and when.
+
+PLACEHOLDER = re.compile(r"<[a-z][a-z0-9-]*>")
+
+
+def shown(command: str | Sequence[str], note: str = "") -> str:
+    """One runbook line: an argv shell-quoted as the wizard sends it (a string as written),
+    placeholders left readable, and an optional trailing comment. The value-writing helper
+    (``write_value_command``) is shown as the printf line it runs."""
+    if isinstance(command, str):
+        text = command
+    elif list(command[:3]) == ["sh", "-c", WRITE_VALUE_SCRIPT] and len(command) == 6:
+        text = f"printf '%s\\n' {_word(str(command[4]))} > {_word(str(command[5]))}"
+    else:
+        text = " ".join(_word(str(part)) for part in command)
+    return f"{text}  # {note}" if note else text
+
+
+def _word(part: str) -> str:
+    if not PLACEHOLDER.search(part):
+        return shlex.quote(part)
+    # Quote the text around a placeholder, never the placeholder itself.
+    holes = PLACEHOLDER.findall(part)
+    pieces = [
+        shlex.quote(p) if p and not _SAFE.fullmatch(p) else p for p in PLACEHOLDER.split(part)
+    ]
+    return "".join(piece + hole for piece, hole in zip(pieces, [*holes, ""], strict=True))
+
+
+_SAFE = re.compile(r"[\w@%+=:,./-]+")
+
+
+def read_lines(reads: Iterable[Read], note: str = "") -> list[str]:
+    """The runbook lines of a step's reads: each with its Read's own note, the first also
+    with ``note`` (what the group is for)."""
+    lines = []
+    for i, r in enumerate(reads):
+        text = "; ".join(n for n in (note if i == 0 else "", r.note) if n)
+        lines.append(shown(r.command, text))
+    return lines
+
+
+def on_host(host: str, when: str = "") -> str:
+    """The trailing note of a command that runs on another host than the step's node."""
+    return f"on {host}, {when}" if when else f"on {host}"
+
+
+def host_file_lines(artifacts: Iterable[Artifact]) -> tuple[list[str], list[str]]:
+    """(reads, writes) of a step's host files: ``cat`` of each (the diff against live), and
+    the write of each changed one, as an ``install`` of the export's file (the wizard sends
+    the content over SSH to the same path, atomically, with the same mode)."""
+    files = [a for a in artifacts if a.host_path]
+    reads = [shown(read_file_command(a.host_path)) for a in files]  # type: ignore[arg-type]
+    writes = [
+        shown(["install", "-m", f"{a.mode:04o}", a.path, a.host_path], "when it differs")
+        for a in files
+    ]
+    return reads, writes
+
+
+RDMA_LINKS = ["rdma", "-j", "link", "show"]  # the RDMA devices, their netdevs and states
+LSMOD = ["lsmod"]
+
+
+def priv_flags_command(port: str) -> list[str]:
+    return ["ethtool", "--show-priv-flags", port]
+
+
+def bonding_command(node: Node) -> list[str]:
+    """The bonding driver's view of the node's bond (slaves, LACP partner, speeds)."""
+    return ["cat", f"/proc/net/bonding/{node.bond.name}"]
+
+
+def stats_command(port: str) -> list[str]:
+    """A port's driver counters (per-priority pause, errors)."""
+    return ["ethtool", "-S", port]
 
 
 def ports(node: Node | None) -> list[str]:

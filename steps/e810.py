@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from steps.common import ports, q
+from steps.common import read_lines
 from wizard.facts.nic import EthtoolInfo
 from wizard.facts.pci import Lspci
 from wizard.facts.system import ModInfo
@@ -93,6 +93,18 @@ def evaluate_e810(
             )
 
 
+MODULES = ("ice", "irdma")
+
+
+def ice_reads(node: Node) -> list[Read]:
+    """The PCI devices (the E810's Ethernet functions), each bond port's driver, the modules."""
+    return [
+        Read(["lspci", "-nn"], "lspci", note="the Ethernet controllers"),
+        *(Read(["ethtool", "-i", port], "ethtool-i") for port in node.bond.ports),
+        *(Read(["modinfo", module], "modinfo") for module in MODULES),
+    ]
+
+
 class IceDriver(Step):
     id = "e810.ice"
     title = "Intel E810 with the ice driver on both bond ports"
@@ -107,22 +119,14 @@ class IceDriver(Step):
     )
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
-        lines = ["lspci -nn | grep -i ethernet"]
-        lines += [f"ethtool -i {q(port)}" for port in ports(node)]
-        lines += ["modinfo ice", "modinfo irdma"]
-        return lines
+        return read_lines(ice_reads(node)) if node else []
 
     async def verify(self, ctx: StepContext) -> list[Finding]:
         assert ctx.node is not None
         report = Report("T02")
         ports = list(ctx.node.bond.ports)
-        modules = ("ice", "irdma")
-        pci, *rest = await read_all(
-            ctx,
-            Read(["lspci", "-nn"], "lspci"),
-            *(Read(["ethtool", "-i", port], "ethtool-i") for port in ports),
-            *(Read(["modinfo", module], "modinfo") for module in modules),
-        )
+        modules = MODULES
+        pci, *rest = await read_all(ctx, *ice_reads(ctx.node))
         if not pci.ok:
             report.unreadable("e810-present", pci, "the PCI devices")
             return report.findings

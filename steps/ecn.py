@@ -7,14 +7,14 @@ the switch, PFC or ECN. With Intel's irdma, DCQCN is per RDMA device in its conf
 
 from __future__ import annotations
 
-from steps.common import ports, q
-from steps.qos import dcqcn_path, rdma_device
+from steps.common import RDMA_LINKS, shown
+from steps.qos import dcqcn_commands, dcqcn_path, rdma_device
 from wizard.artifacts import Artifact, Target
 from wizard.model import Finding, StepKind
 from wizard.plan import Change, Phase, Step, StepContext
 from wizard.probe import Report
 from wizard.site import Node, Site
-from wizard.transports.base import write_value_command
+from wizard.transports.base import read_file_command
 
 
 class EnableEcn(Step):
@@ -33,12 +33,15 @@ class EnableEcn(Step):
     )
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
-        lines = [
-            "mkdir -p /sys/kernel/config/irdma/<rdma-dev>",
-            "printf '%s\\n' 1 > /sys/kernel/config/irdma/<rdma-dev>/roce_dcqcn_enable",
+        if not site.qos.ecn:
+            return ["# qos.ecn is false in the site file: nothing to run"]
+        device = "<rdma-dev>"
+        return [
+            shown(RDMA_LINKS, "only when irdma.verify recorded no device"),
+            shown(read_file_command(dcqcn_path(device))),
+            *(shown(c, "when it is not 1") for c in dcqcn_commands(device)),
+            "# the pause counters (ethtool -S, rx/tx_priority_N_xoff.nic) are read under load later",
         ]
-        lines += [f"ethtool -S {q(p)}  # rx/tx_priority_N_xoff.nic" for p in ports(node)]
-        return lines
 
     def _artifact(self, node: Node, device: str) -> Artifact:
         return Artifact(
@@ -60,9 +63,8 @@ class EnableEcn(Step):
         return [Change(self._artifact(ctx.node, device), current)]
 
     async def apply(self, ctx: StepContext, changes: list[Change]) -> None:
-        device = ctx.data["rdma_device"]
-        await ctx.run(["mkdir", "-p", f"/sys/kernel/config/irdma/{device}"], check=True)
-        await ctx.run(write_value_command(dcqcn_path(device), "1"), check=True)
+        for command in dcqcn_commands(ctx.data["rdma_device"]):
+            await ctx.run(command, check=True)
 
     async def verify(self, ctx: StepContext) -> list[Finding]:
         report = Report("T08")

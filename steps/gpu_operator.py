@@ -14,13 +14,14 @@ from typing import Any
 
 import yaml
 
-from steps.common import node_pod, q
+from steps.common import node_pod, q, shown
 from wizard.artifacts import Artifact, Target, k8s_object, render
 from wizard.facts import ParseError, parse
 from wizard.model import Finding, StepKind
 from wizard.plan import Change, Phase, Scope, Step, StepContext
 from wizard.probe import Report
 from wizard.site import Node, Site
+from wizard.transports.helm import get_values_args, helm_argv
 
 NAMESPACE = "gpu-operator"
 RELEASE = "gpu-operator"
@@ -159,13 +160,35 @@ def image_list(site: Site) -> list[str]:
     return sorted(tags)
 
 
+def upgrade_args(site: Site, values_file: str) -> list[str]:
+    """``helm upgrade --install`` of the pinned chart with the rendered values, waiting."""
+    return [
+        "upgrade",
+        "--install",
+        RELEASE,
+        CHART,
+        "--namespace",
+        NAMESPACE,
+        "--create-namespace",
+        "--version",
+        site.versions.gpu_operator,
+        "--values",
+        values_file,
+        "--wait",
+        "--timeout",
+        "20m",
+    ]
+
+
+def helm_line(site: Site, *args: str) -> str:
+    """A helm command as the runbook shows it: the site's helm binary and cluster, as written
+    in the site file (the wizard resolves them relative to it)."""
+    c = site.cluster
+    return shown(helm_argv(c.helm, c.kubeconfig, c.context, *args), "from the jump host")
+
+
 def helm_command(site: Site) -> str:
-    ctx = f" --kube-context {q(site.cluster.context)}" if site.cluster.context else ""
-    return (
-        f"helm upgrade --install {RELEASE} {CHART} --namespace {NAMESPACE} "
-        f"--create-namespace --version {q(site.versions.gpu_operator)} "
-        f"--values gpu-operator-values.yaml --wait --timeout 20m{ctx}"
-    )
+    return helm_line(site, *upgrade_args(site, VALUES_PATH))
 
 
 class OperatorPreflight(Step):
@@ -278,11 +301,7 @@ class InstallGpuOperator(Step):
         return files
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
-        ctx = f" --kube-context {q(site.cluster.context)}" if site.cluster.context else ""
-        return [
-            f"helm get values {RELEASE} --namespace {NAMESPACE} -o json{ctx}",
-            helm_command(site),
-        ]
+        return [helm_line(site, *get_values_args(RELEASE, NAMESPACE)), helm_command(site)]
 
     def _desired(self, ctx: StepContext) -> Artifact:
         prometheus = bool(ctx.recorded("gpu-operator.preflight").get("prometheus_crds", False))
@@ -306,20 +325,7 @@ class InstallGpuOperator(Step):
             values_file.write_text(self._desired(ctx).content)
             values_file.chmod(0o600)
             result = await helm.run(
-                "upgrade",
-                "--install",
-                RELEASE,
-                CHART,
-                "--namespace",
-                NAMESPACE,
-                "--create-namespace",
-                "--version",
-                ctx.site.versions.gpu_operator,
-                "--values",
-                str(values_file),
-                "--wait",
-                "--timeout",
-                "20m",
+                *upgrade_args(ctx.site, str(values_file)),
                 on_line=lambda stream, line: ctx.engine.emit(_output(line, stream)),
             )
         ctx.engine.journal(

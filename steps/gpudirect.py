@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import re
 
-from steps.preflight import _IOMMU, evaluate_acs
+from steps.common import read_lines
+from steps.preflight import ACS_READ, IOMMU_READ, evaluate_acs
 from wizard.facts.gpu import NvidiaSmiTopo, link_rank
 from wizard.model import Finding, StepKind
 from wizard.plan import Phase, Step, StepContext
-from wizard.probe import Report, probe
+from wizard.probe import Read, Report, read_all
 from wizard.site import Node, Site
+from wizard.transports.base import read_file_command
+
+DRIVER_VERSION = "/proc/driver/nvidia/version"
 
 NCCL_DEFAULT_GDR_LEVEL = "PXB"
 
@@ -76,6 +80,15 @@ def evaluate_driver(version_text: str | None, kernel: str, report: Report) -> No
         )
 
 
+READINESS_READS = (
+    Read(["nvidia-smi", "topo", "-m"], "nvidia-smi-topo"),
+    IOMMU_READ,
+    ACS_READ,
+    Read(read_file_command(DRIVER_VERSION)),
+    Read(["uname", "-r"]),
+)
+
+
 class Readiness(Step):
     id = "gpudirect.readiness"
     title = "GPU-to-NIC distance, IOMMU, ACS and DMA-BUF prerequisites"
@@ -91,23 +104,16 @@ class Readiness(Step):
     )
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
-        return [
-            "nvidia-smi topo -m",
-            "dmesg  # lines matching iommu|dmar",
-            "lspci -vvv  # ACSCtl",
-            "cat /proc/driver/nvidia/version",
-            "uname -r",
-        ]
+        return read_lines(READINESS_READS)
 
     async def verify(self, ctx: StepContext) -> list[Finding]:
         report = Report("T11")
         device = ctx.need("rdma_device")
-        topo = await probe(ctx, ["nvidia-smi", "topo", "-m"], "nvidia-smi-topo")
+        topo, dmesg, acs, version_read, kernel_read = await read_all(ctx, *READINESS_READS)
         if topo.ok:
             ctx.data["distances"] = evaluate_topology(topo.fact, str(device), report)
         else:
             report.unreadable("topology", topo, "the GPU/NIC topology")
-        dmesg = await probe(ctx, ["dmesg"], "iommu", keep=lambda line: bool(_IOMMU.search(line)))
         if dmesg.ok and dmesg.fact.translated:
             report.fail(
                 "iommu",
@@ -117,7 +123,6 @@ class Readiness(Step):
             )
         else:
             report.ok("iommu", "IOMMU is not translating DMA (off or passthrough)")
-        acs = await probe(ctx, ["lspci", "-vvv"], "lspci-acs")
         if acs.ok:
             scratch = Report("T11")
             evaluate_acs(acs.fact, scratch, acs)
@@ -128,8 +133,8 @@ class Readiness(Step):
                     report.fail("acs", finding.message, finding.remediation, *finding.evidence)
                 else:
                     report.findings.append(finding)
-        version = await ctx.read_file("/proc/driver/nvidia/version")
-        kernel = (await ctx.run(["uname", "-r"])).stdout.strip()
+        version = version_read.result.stdout if version_read.result.ok else None
+        kernel = kernel_read.result.stdout.strip()
         evaluate_driver(version, kernel, report)
         return report.findings
 

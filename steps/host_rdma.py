@@ -2,29 +2,11 @@
 
 from __future__ import annotations
 
-from steps.common import first_peer_ip, q
-from steps.perf import QP_SWEEP, rdma_suite
+from steps.perf import rdma_suite, suite_lines
 from wizard.model import Finding, StepKind
 from wizard.plan import Phase, Step, StepContext
 from wizard.probe import Report
 from wizard.site import Node, Site
-
-PERFTEST_TESTS = ("ib_write_bw", "ib_read_bw", "ib_send_bw", "ib_send_lat")
-
-
-def perftest_commands(site: Site, extra: str = "") -> list[str]:
-    peer = q(first_peer_ip(site))
-    lines = [
-        "# server on the AIStor peer first: timeout 120 <test> -d <dev> -x <gid> --report_gbits -q N -p PORT"
-    ]
-    for test in PERFTEST_TESTS:
-        gbits = "" if test.endswith("_lat") else " --report_gbits"
-        lines.append(f"{test} -d <rdma-dev> -x <gid-index>{gbits}{extra} -q 4 {peer}")
-    for qps in QP_SWEEP:
-        lines.append(
-            f"ib_write_bw -d <rdma-dev> -x <gid-index> --report_gbits{extra} -q {qps} {peer}"
-        )
-    return lines
 
 
 class HostPerftest(Step):
@@ -43,7 +25,7 @@ class HostPerftest(Step):
     )
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
-        return perftest_commands(site)
+        return suite_lines(site, node, qos=False) if node else []
 
     async def measure(self, ctx: StepContext) -> list[Finding]:
         report = Report("T04")

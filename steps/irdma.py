@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import ipaddress
 
-from steps.common import check_host_files, host_file_changes, ports, q, write_host_files
+from steps.common import (
+    LSMOD,
+    RDMA_LINKS,
+    check_host_files,
+    host_file_changes,
+    host_file_lines,
+    priv_flags_command,
+    read_lines,
+    shown,
+    write_host_files,
+)
 from steps.packages import evaluate_packages, packages_read
 from wizard.artifacts import Artifact, Target, host_file, render
 from wizard.facts.host import PrivFlags
@@ -18,6 +28,8 @@ from wizard.site import Node, Site
 MODULES_LOAD = "/etc/modules-load.d/irdma.conf"
 MODPROBE_OPTIONS = "/etc/modprobe.d/irdma.conf"
 REQUIRED_MODULES = ("ice", "irdma", "ib_core", "ib_uverbs", "rdma_cm")
+LOAD = ["modprobe", "irdma"]
+UNLOAD = ["modprobe", "-r", "irdma"]
 
 
 def irdma_artifacts(node: Node) -> list[Artifact]:
@@ -51,17 +63,21 @@ class EnableIrdma(Step):
         return irdma_artifacts(node) if node else []
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
+        if node is None:
+            return []
+        reads, writes = host_file_lines(irdma_artifacts(node))
         return [
-            f"cat {MODULES_LOAD} {MODPROBE_OPTIONS}",
-            f"write {MODULES_LOAD} and {MODPROBE_OPTIONS} (rendered files, mode 0644)",
-            "modprobe -r irdma  # only when irdma is loaded and its options changed",
-            "modprobe irdma",
+            *reads,
+            shown(LSMOD),
+            *writes,
+            shown(UNLOAD, "only when irdma is loaded and its options changed"),
+            shown(LOAD, "when irdma is not loaded"),
         ]
 
     async def changes(self, ctx: StepContext) -> list[Change]:
         assert ctx.node is not None
         result = await host_file_changes(ctx, irdma_artifacts(ctx.node))
-        lsmod = await probe(ctx, ["lsmod"], "lsmod")
+        lsmod = await probe(ctx, LSMOD, "lsmod")
         if lsmod.ok and not lsmod.fact.loaded("irdma"):
             # The files may be in place while the module is not loaded: still a change.
             ctx.data["load_needed"] = True
@@ -70,18 +86,18 @@ class EnableIrdma(Step):
 
     async def apply(self, ctx: StepContext, changes: list[Change]) -> None:
         options_changed = MODPROBE_OPTIONS in await write_host_files(ctx, changes)
-        lsmod = await probe(ctx, ["lsmod"], "lsmod")
+        lsmod = await probe(ctx, LSMOD, "lsmod")
         loaded = lsmod.ok and lsmod.fact.loaded("irdma")
         if loaded and options_changed:
-            await ctx.run(["modprobe", "-r", "irdma"], check=True)
+            await ctx.run(UNLOAD, check=True)
             loaded = False
         if not loaded:
-            await ctx.run(["modprobe", "irdma"], check=True)
+            await ctx.run(LOAD, check=True)
 
     async def verify(self, ctx: StepContext) -> list[Finding]:
         assert ctx.node is not None
         report = Report("T02")
-        lsmod = await probe(ctx, ["lsmod"], "lsmod")
+        lsmod = await probe(ctx, LSMOD, "lsmod")
         if lsmod.ok and lsmod.fact.loaded("irdma"):
             report.ok(
                 "irdma-loaded", "irdma is loaded", lsmod.evidence(lambda line: "irdma" in line)
@@ -206,6 +222,17 @@ def evaluate_rdma(
     return discovered
 
 
+def rdma_reads(node: Node) -> list[Read]:
+    """The host RDMA stack in one batch: modules, devices, GIDs, packages, LLDP flags."""
+    return [
+        Read(LSMOD, "lsmod"),
+        Read(RDMA_LINKS, "rdma-link"),
+        Read(["ibv_devinfo", "-v"], "ibv-devinfo"),
+        packages_read(node),
+        *(Read(priv_flags_command(port), "ethtool-priv-flags") for port in node.bond.ports),
+    ]
+
+
 class VerifyRdma(Step):
     id = "irdma.verify"
     title = "RDMA devices up, RoCEv2, link layer Ethernet"
@@ -223,21 +250,14 @@ class VerifyRdma(Step):
     )
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
-        lines = ["lsmod", "rdma -j link show", "ibv_devinfo -v"]
-        lines += [f"ethtool --show-priv-flags {q(port)}" for port in ports(node)]
-        return lines
+        return read_lines(rdma_reads(node)) if node else []
 
     async def verify(self, ctx: StepContext) -> list[Finding]:
         assert ctx.node is not None
         report = Report("T02")
         ports = list(ctx.node.bond.ports)
         lsmod, links, devinfo, package_list, *flag_reads = await read_all(
-            ctx,
-            Read(["lsmod"], "lsmod"),
-            Read(["rdma", "-j", "link", "show"], "rdma-link"),
-            Read(["ibv_devinfo", "-v"], "ibv-devinfo"),
-            packages_read(ctx.node),
-            *(Read(["ethtool", "--show-priv-flags", port], "ethtool-priv-flags") for port in ports),
+            ctx, *rdma_reads(ctx.node)
         )
         if not lsmod.ok:
             report.unreadable("modules", lsmod, "the loaded modules")

@@ -69,7 +69,9 @@ class KubesprayJoin(Step):
     kind = StepKind.MANUAL
     gates = ("T00",)
     scope = Scope.CLUSTER
-    reads = ("nodes", "cluster")
+    # Every node's inventory entry (name, SSH address and user, bond address), and what
+    # verify compares each node with: the cluster's version, the chart's containerd minimum.
+    reads = ("node.name", "node.host", "node.ssh", "node.rdma_ip", "cluster", "versions")
     explain = (
         "The operator adds the node to kube_node in the Kubespray inventory, runs facts.yml "
         "over the whole inventory (one unreachable host blocks scaling), then scale.yml "

@@ -6,9 +6,9 @@ import asyncio
 import time
 from typing import Any
 
-from steps.common import SHM_MOUNT, SHM_VOLUME, first_peer_ip, node_pod, q
+from steps.common import SHM_MOUNT, SHM_VOLUME, node_pod, q, shown
 from steps.gpu_operator import mirrored
-from steps.perf import endpoints, perftest_pair
+from steps.perf import BW_QPS, endpoint_lines, endpoints, perftest_lines, perftest_pair
 from wizard.artifacts import Artifact, k8s_object
 from wizard.facts import ParseError, parse
 from wizard.facts.nccl import NcclLog
@@ -149,6 +149,14 @@ def explain_verdict(log: NcclLog, readiness: dict[str, Any], profile: str, repor
         )
 
 
+PERFTEST_HELP = ["ib_write_bw", "--help"]
+GPU_MEMORY = ["--use_cuda=0"]  # the client's buffers in GPU 0's memory
+GPU_RUNS = (  # (check, gate, client options): GPU memory, then through DMA-BUF
+    ("cuda-perftest", "T11", []),
+    ("dmabuf-perftest", "T12", ["--use_cuda_dmabuf"]),
+)
+
+
 class CudaPerftest(Step):
     id = "nccl.cuda-perftest"
     title = "perftest from GPU memory (--use_cuda, DMA-BUF)"
@@ -163,17 +171,18 @@ class CudaPerftest(Step):
     )
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
-        peer = q(first_peer_ip(site))
-        base = "ib_write_bw -d <rdma-dev> -x <gid-index> --report_gbits -q 4 --use_cuda=0"
-        return [
-            "ib_write_bw --help | grep use_cuda",
-            f"{base} {peer}",
-            f"{base} --use_cuda_dmabuf {peer}",
-        ]
+        if node is None:
+            return []
+        lines = [shown(PERFTEST_HELP, "does it have --use_cuda?"), *endpoint_lines(site, node)]
+        for _, _, extra in GPU_RUNS:
+            lines += perftest_lines(
+                site, node, "ib_write_bw", qps=BW_QPS, client_extra=[*GPU_MEMORY, *extra]
+            )
+        return lines
 
     async def measure(self, ctx: StepContext) -> list[Finding]:
         report = Report("T11")
-        helptext = await ctx.run(["ib_write_bw", "--help"])
+        helptext = await ctx.run(PERFTEST_HELP)
         if "--use_cuda" not in helptext.stdout + helptext.stderr:
             report.skip(
                 "cuda-perftest", "the installed perftest has no CUDA support (--use_cuda missing)"
@@ -184,12 +193,14 @@ class CudaPerftest(Step):
         if client is None or server is None:
             report.fail("cuda-perftest", "no RDMA endpoint pair", "run the RDMA phases first")
             return report.findings
-        for name, gate, extra in (
-            ("cuda-perftest", "T11", []),
-            ("dmabuf-perftest", "T12", ["--use_cuda_dmabuf"]),
-        ):
+        for name, gate, extra in GPU_RUNS:
             fact, problem = await perftest_pair(
-                ctx, "ib_write_bw", client, server, qps=4, client_extra=["--use_cuda=0", *extra]
+                ctx,
+                "ib_write_bw",
+                client,
+                server,
+                qps=BW_QPS,
+                client_extra=[*GPU_MEMORY, *extra],
             )
             if fact is None or problem or fact.best_bw_gbps is None:
                 report.fail(

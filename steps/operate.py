@@ -7,15 +7,16 @@ import contextlib
 import time
 from typing import Any
 
-from steps.common import bond_name, q
+from steps.common import bonding_command, q, read_lines, shown, stats_command
 from wizard.artifacts import Artifact, Target
 from wizard.model import Finding, StepKind
 from wizard.plan import Change, Phase, Step, StepContext
 from wizard.probe import Report
 from wizard.site import Node, Site
-from wizard.transports.base import TransportError
+from wizard.transports.base import TransportError, read_file_command
 
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
+REBOOT = ["systemctl", "reboot"]
 REBOOT_TIMEOUT_S = 900.0
 REBOOT_POLL_S = 2.0
 
@@ -27,6 +28,11 @@ class Vllm(Step):
     gates = ("T15",)
     reads = ("measurements",)
     explain = "An operator-configured vLLM serving benchmark on the node; its headline number is recorded."
+
+    def commands(self, site: Site, node: Node | None) -> list[str]:
+        from steps.bench import benchmark_lines
+
+        return benchmark_lines(site.measurements.vllm, "vllm")
 
     async def measure(self, ctx: StepContext) -> list[Finding]:
         from steps.bench import run_benchmark
@@ -48,8 +54,25 @@ class Soak(Step):
         "10%) and no new errors or link failures."
     )
 
+    def commands(self, site: Site, node: Node | None) -> list[str]:
+        from steps.perf import BW_QPS, endpoint_lines, perftest_lines
+
+        if node is None:
+            return []
+        counters = [
+            *(shown(stats_command(port), "errors") for port in node.bond.ports),
+            shown(bonding_command(node), "link failures"),
+        ]
+        return [
+            *endpoint_lines(site, node),
+            *counters,
+            f"# repeated for measurements.soak_seconds ({site.measurements.soak_seconds} s):",
+            *perftest_lines(site, node, "ib_write_bw", qps=BW_QPS),
+            *counters,
+        ]
+
     async def measure(self, ctx: StepContext) -> list[Finding]:
-        from steps.perf import endpoints, perftest_pair
+        from steps.perf import BW_QPS, endpoints, perftest_pair
         from wizard.probe import probe
 
         assert ctx.node is not None
@@ -62,12 +85,12 @@ class Soak(Step):
         async def counters() -> dict[str, int]:
             totals: dict[str, int] = {}
             for port in ctx.node.bond.ports:
-                stats = await probe(ctx, ["ethtool", "-S", port], "ethtool-s")
+                stats = await probe(ctx, stats_command(port), "ethtool-s")
                 if stats.ok:
                     for name, value in stats.fact.counters.items():
                         if any(word in name for word in ("error", "crc", "discard", "drop")):
                             totals[f"{port}:{name}"] = value
-            bond = await probe(ctx, ["cat", f"/proc/net/bonding/{ctx.node.bond.name}"], "bonding")
+            bond = await probe(ctx, bonding_command(ctx.node), "bonding")
             if bond.ok:
                 for slave in bond.fact.slaves:
                     totals[f"{slave.name}:link_failures"] = slave.link_failure_count or 0
@@ -78,7 +101,7 @@ class Soak(Step):
         failures = 0
         deadline = time.monotonic() + ctx.site.measurements.soak_seconds
         while time.monotonic() < deadline or not samples:
-            fact, problem = await perftest_pair(ctx, "ib_write_bw", client, server, qps=4)
+            fact, problem = await perftest_pair(ctx, "ib_write_bw", client, server, qps=BW_QPS)
             if fact is None or problem or fact.best_bw_gbps is None:
                 failures += 1
             else:
@@ -122,14 +145,25 @@ class Reboot(Step):
     )
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
-        name = q(node.name) if node else "<node>"
+        from steps.bond import lacp_reads
+        from steps.irdma import rdma_reads
+        from steps.qos import verify_lines
+
+        if node is None:
+            return []
+        name = q(node.name)
         return [
-            f"kubectl drain {name} --ignore-daemonsets --delete-emptydir-data --timeout=10m",
-            "cat /proc/sys/kernel/random/boot_id",
-            "systemctl reboot",
-            "cat /proc/sys/kernel/random/boot_id  # must differ",
-            f"cat /proc/net/bonding/{q(bond_name(node))}",
-            f"kubectl uncordon {name}",
+            shown(read_file_command(BOOT_ID)),
+            f"kubectl drain {name} --ignore-daemonsets --delete-emptydir-data --timeout=10m"
+            "  # from the jump host",
+            shown(REBOOT),
+            shown(read_file_command(BOOT_ID), "until it differs"),
+            "# then what was done before the reboot must hold after it (irdma.verify, "
+            "bond.lacp, qos.apply; gpu-operator.verify reads the cluster):",
+            *read_lines(rdma_reads(node)),
+            *read_lines(lacp_reads(node)),
+            *verify_lines(node),
+            f"kubectl uncordon {name}  # from the jump host",
         ]
 
     def rollback(self, site: Site, node: Node | None) -> str | None:

@@ -14,24 +14,31 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from steps.common import RDMA_LINKS, bonding_command, on_host, shown, stats_command
 from wizard.facts import ParseError, parse
 from wizard.facts.perftest import Perftest
 from wizard.plan import StepContext
 from wizard.probe import Report, probe
-from wizard.site import AIStorPeer
+from wizard.site import AIStorPeer, Node, Site
 from wizard.transports.base import TransportError
 
 SERVER_TIMEOUT_S = 120
 LISTEN_GRACE_S = 0.5
 BW_TESTS = ("ib_write_bw", "ib_read_bw", "ib_send_bw")
+BW_QPS = 4  # the bandwidth tests and the loads (coexistence, soak, GPU memory)
+LAT_TEST, LAT_QPS = "ib_send_lat", 1
 QP_SWEEP = (1, 4, 8)
+
+
+def devinfo_command(device: str) -> list[str]:
+    return ["ibv_devinfo", "-v", "-d", device]
 
 
 @dataclass(frozen=True)
 class Endpoint:
     host: str  # host name in the site (transport key)
     device: str
-    gid_index: int | None
+    gid_index: int | str | None  # a str only as the runbook's placeholder
     address: str  # RDMA (bond1) address
 
 
@@ -46,12 +53,12 @@ async def discover(
 ) -> Endpoint | None:
     """The RDMA device and RoCEv2 GID index for ``address`` on ``host``."""
     if device is None:
-        links = await probe(ctx, ["rdma", "-j", "link", "show"], "rdma-link", on=host)
+        links = await probe(ctx, RDMA_LINKS, "rdma-link", on=host)
         active = [lk for lk in (links.fact.links if links.ok else []) if lk.state == "ACTIVE"]
         if not active:
             return None
         device = active[0].device
-    info = await probe(ctx, ["ibv_devinfo", "-v", "-d", device], "ibv-devinfo", on=host)
+    info = await probe(ctx, devinfo_command(device), "ibv-devinfo", on=host)
     gid_index = None
     if info.ok:
         for dev in info.fact.devices:
@@ -78,12 +85,38 @@ async def endpoints(ctx: StepContext) -> tuple[Endpoint | None, Endpoint | None,
     return client, server, peer
 
 
+def planned_endpoints(site: Site, node: Node) -> tuple[Endpoint, Endpoint | None]:
+    """The endpoints as the runbook shows them: what discovery finds is a placeholder."""
+    client = Endpoint(node.name, "<rdma-dev>", "<gid-index>", node.rdma_ip)
+    peer = site.aistor.peers[0] if site.aistor.peers else None
+    server = (
+        Endpoint(peer.name, peer.rdma_device or "<rdma-dev>", "<gid-index>", peer.rdma_ip)
+        if peer
+        else None
+    )
+    return client, server
+
+
+def endpoint_lines(site: Site, node: Node) -> list[str]:
+    """The runbook lines of ``endpoints``: discovery of the RDMA device and GID index."""
+    peer = site.aistor.peers[0] if site.aistor.peers else None
+    lines = [
+        shown(RDMA_LINKS, "only when irdma.verify recorded no device and GID"),
+        shown(devinfo_command("<rdma-dev>"), "then, for the device it shows"),
+    ]
+    if peer is not None:
+        if peer.rdma_device is None:
+            lines.append(shown(RDMA_LINKS, on_host(peer.name)))
+        lines.append(shown(devinfo_command(peer.rdma_device or "<rdma-dev>"), on_host(peer.name)))
+    return lines
+
+
 _TESTS = (*BW_TESTS, "ib_write_lat", "ib_read_lat", "ib_send_lat")
 
 
-def _port(ctx: StepContext, base: int, test: str, qps: int) -> int:
+def _port(site: Site, target: str, base: int, test: str, qps: int) -> int:
     """A port per node, test and QP count, so concurrent runs against one peer never clash."""
-    node_index = next((i for i, n in enumerate(ctx.site.nodes) if n.name == ctx.target), 0)
+    node_index = next((i for i, n in enumerate(site.nodes) if n.name == target), 0)
     return base + 100 * node_index + 10 * _TESTS.index(test) + min(qps, 9)
 
 
@@ -97,7 +130,65 @@ def _args(endpoint: Endpoint, qps: int, port: int, extra: list[str]) -> list[str
 SERVER_REAP_S = 15.0  # how long a stopped one-shot server may take to exit
 
 
-async def _stop_server(ctx: StepContext, task: asyncio.Task, host: str, pattern: str) -> None:
+@dataclass(frozen=True)
+class ServerRun:
+    """A one-shot server on the far end, the client on the node, and the server's cleanup."""
+
+    server: list[str]
+    client: list[str]
+    stop: list[str]  # pkill, for a server the client never reached
+
+    def lines(self, server_host: str) -> list[str]:
+        return [
+            shown(self.server, on_host(server_host, "first")),
+            shown(self.client),
+            shown(self.stop, on_host(server_host, "if that server still waits")),
+        ]
+
+
+def perftest_run(
+    site: Site,
+    target: str,
+    test: str,
+    client: Endpoint,
+    server: Endpoint,
+    *,
+    qps: int = 1,
+    extra: list[str] | None = None,
+    client_extra: list[str] | None = None,
+) -> ServerRun:
+    """The commands of one perftest pair (``perftest_pair`` runs them)."""
+    extra = list(extra or [])
+    if not test.endswith("_lat"):
+        extra.append("--report_gbits")
+    port = _port(site, target, site.measurements.perftest_port, test, qps)
+    return ServerRun(
+        ["timeout", str(SERVER_TIMEOUT_S), test, *_args(server, qps, port, extra)],
+        [test, *_args(client, qps, port, extra + list(client_extra or [])), server.address],
+        ["pkill", "-f", f"{test} .*-p {port}"],
+    )
+
+
+def perftest_lines(
+    site: Site,
+    node: Node,
+    test: str,
+    *,
+    qps: int = 1,
+    extra: list[str] | None = None,
+    client_extra: list[str] | None = None,
+) -> list[str]:
+    """The runbook lines of one perftest pair."""
+    client, server = planned_endpoints(site, node)
+    if server is None:
+        return ["# no AIStor peer in the site: no perftest server"]
+    run = perftest_run(
+        site, node.name, test, client, server, qps=qps, extra=extra, client_extra=client_extra
+    )
+    return run.lines(server.host)
+
+
+async def _stop_server(ctx: StepContext, task: asyncio.Task, host: str, stop: list[str]) -> None:
     """End a one-shot server the client never reached (it would wait forever), then reap it.
 
     Runs in a `finally`, so neither a failed pkill nor the task's own error may mask the
@@ -105,7 +196,7 @@ async def _stop_server(ctx: StepContext, task: asyncio.Task, host: str, pattern:
     """
     if not task.done():
         with contextlib.suppress(TransportError):
-            await ctx.run(["pkill", "-f", pattern], on=host)
+            await ctx.run(stop, on=host)
     # asyncio.wait neither raises the task's error nor times out with an exception, and a
     # cancellation of *this* coroutine (the operator quit, a deadline) still propagates.
     done, _ = await asyncio.wait({task}, timeout=SERVER_REAP_S)
@@ -127,20 +218,17 @@ async def perftest_pair(
     client_extra: list[str] | None = None,
 ) -> tuple[Perftest | None, str]:
     """Run ``test`` server-on-peer / client-on-node; return (fact, problem)."""
-    extra = list(extra or [])
-    if not test.endswith("_lat"):
-        extra.append("--report_gbits")
-    port = _port(ctx, ctx.site.measurements.perftest_port, test, qps)
-    server_argv = ["timeout", str(SERVER_TIMEOUT_S), test, *_args(server, qps, port, extra)]
+    run = perftest_run(
+        ctx.site, ctx.target, test, client, server, qps=qps, extra=extra, client_extra=client_extra
+    )
     server_task = asyncio.ensure_future(
-        ctx.run(server_argv, on=server.host, timeout=SERVER_TIMEOUT_S + 10)
+        ctx.run(run.server, on=server.host, timeout=SERVER_TIMEOUT_S + 10)
     )
     try:
         await asyncio.sleep(LISTEN_GRACE_S)
-        argv = [test, *_args(client, qps, port, extra + list(client_extra or [])), server.address]
-        result = await ctx.run(argv, on=client.host, timeout=SERVER_TIMEOUT_S)
+        result = await ctx.run(run.client, on=client.host, timeout=SERVER_TIMEOUT_S)
     finally:
-        await _stop_server(ctx, server_task, server.host, f"{test} .*-p {port}")
+        await _stop_server(ctx, server_task, server.host, run.stop)
     try:
         fact = parse("perftest", result.stdout + result.stderr)
     except ParseError as exc:
@@ -153,7 +241,7 @@ async def perftest_pair(
 async def line_rate_gbps(ctx: StepContext) -> tuple[float | None, float | None]:
     """(one port, the bond aggregate) in Gb/s from /proc/net/bonding."""
     assert ctx.node is not None
-    bond = await probe(ctx, ["cat", f"/proc/net/bonding/{ctx.node.bond.name}"], "bonding")
+    bond = await probe(ctx, bonding_command(ctx.node), "bonding")
     if not bond.ok:
         return None, None
     speeds = [s.speed_mbps for s in bond.fact.slaves if s.speed_mbps]
@@ -194,6 +282,23 @@ def judge_bandwidth(
     return gbps
 
 
+def suite_extra(site: Site, qos: bool) -> list[str]:
+    """With QoS: through the connection manager (-R) with the RoCE ToS (-T)."""
+    return ["-R", "-T", str(site.qos.roce_tos)] if qos else []
+
+
+def suite_lines(site: Site, node: Node, *, qos: bool) -> list[str]:
+    """The runbook lines of ``rdma_suite``, in the order it runs them."""
+    extra = suite_extra(site, qos)
+    lines = [*endpoint_lines(site, node), shown(bonding_command(node), "line rate")]
+    for test in BW_TESTS:
+        lines += perftest_lines(site, node, test, qps=BW_QPS, extra=extra)
+    lines += perftest_lines(site, node, LAT_TEST, qps=LAT_QPS, extra=extra)
+    for qps in QP_SWEEP:
+        lines += perftest_lines(site, node, "ib_write_bw", qps=qps, extra=extra)
+    return lines
+
+
 async def rdma_suite(ctx: StepContext, report: Report, *, series: str, qos: bool) -> None:
     """write/read/send bandwidth, send latency and a write QP sweep, recorded as ``series``."""
     client, server, peer = await endpoints(ctx)
@@ -205,7 +310,7 @@ async def rdma_suite(ctx: StepContext, report: Report, *, series: str, qos: bool
             gate="T04",
         )
         return
-    extra = ["-R", "-T", str(ctx.site.qos.roce_tos)] if qos else []
+    extra = suite_extra(ctx.site, qos)
     port_rate, bond_rate = await line_rate_gbps(ctx)
     if port_rate:
         ctx.record(f"{series}.line_rate_port", port_rate, "Gb/s")
@@ -214,7 +319,7 @@ async def rdma_suite(ctx: StepContext, report: Report, *, series: str, qos: bool
     minimum = ctx.site.measurements.min_line_rate_percent
     functional = True
     for test in BW_TESTS:
-        fact, problem = await perftest_pair(ctx, test, client, server, qps=4, extra=extra)
+        fact, problem = await perftest_pair(ctx, test, client, server, qps=BW_QPS, extra=extra)
         if fact is None or problem:
             functional = False
             report.fail(
@@ -225,28 +330,28 @@ async def rdma_suite(ctx: StepContext, report: Report, *, series: str, qos: bool
             )
             continue
         gbps = judge_bandwidth(
-            report, f"{series}-{test}", f"{test} (4 QPs)", fact, port_rate, minimum, "T06"
+            report, f"{series}-{test}", f"{test} ({BW_QPS} QPs)", fact, port_rate, minimum, "T06"
         )
         if gbps is not None:
             ctx.record(
-                f"{series}.{test}.q4",
+                f"{series}.{test}.q{BW_QPS}",
                 gbps,
                 "Gb/s",
                 tos=str(fact.tos) if fact.tos is not None else "",
             )
-    lat, problem = await perftest_pair(ctx, "ib_send_lat", client, server, extra=extra)
+    lat, problem = await perftest_pair(ctx, LAT_TEST, client, server, qps=LAT_QPS, extra=extra)
     if lat and not problem and lat.results:
         typical = lat.results[0].get("t_typical_us")
-        ctx.record(f"{series}.ib_send_lat.typical", float(typical), "us")
+        ctx.record(f"{series}.{LAT_TEST}.typical", float(typical), "us")
         report.ok(
             f"{series}-latency",
-            f"ib_send_lat typical {typical} us, p99 {lat.results[0].get('p99_us')} us",
+            f"{LAT_TEST} typical {typical} us, p99 {lat.results[0].get('p99_us')} us",
             gate="T06",
         )
     else:
         functional = False
         report.fail(
-            f"{series}-latency", f"ib_send_lat failed: {problem}", "see the output", gate="T06"
+            f"{series}-latency", f"{LAT_TEST} failed: {problem}", "see the output", gate="T06"
         )
     sweep = {}
     for qps in QP_SWEEP:
@@ -278,24 +383,17 @@ async def rdma_suite(ctx: StepContext, report: Report, *, series: str, qos: bool
         )
 
 
-async def iperf3_pair(ctx: StepContext, *, reverse: bool = False) -> tuple[float | None, str]:
-    """TCP throughput between the GPU node and the peer over bond1 (Gb/s)."""
-    assert ctx.node is not None
-    peer = ctx.site.aistor.peers[0] if ctx.site.aistor.peers else None
+def iperf3_run(site: Site, target: str, *, reverse: bool = False) -> ServerRun | None:
+    """The commands of one iperf3 pair over the bond (None without an AIStor peer)."""
+    peer = site.aistor.peers[0] if site.aistor.peers else None
     if peer is None:
-        return None, "no AIStor peer in the site"
-    m = ctx.site.measurements
-    port = m.iperf3_port + next(
-        (i for i, n in enumerate(ctx.site.nodes) if n.name == ctx.target), 0
-    )
-    server = asyncio.ensure_future(
-        ctx.run(
-            ["timeout", str(SERVER_TIMEOUT_S), "iperf3", "-s", "-1", "-p", str(port)], on=peer.name
-        )
-    )
-    try:
-        await asyncio.sleep(LISTEN_GRACE_S)
-        argv = [
+        return None
+    m = site.measurements
+    port = m.iperf3_port + next((i for i, n in enumerate(site.nodes) if n.name == target), 0)
+    server = ["iperf3", "-s", "-1", "-p", str(port)]
+    return ServerRun(
+        ["timeout", str(SERVER_TIMEOUT_S), *server],
+        [
             "iperf3",
             "-c",
             peer.rdma_ip,
@@ -307,10 +405,31 @@ async def iperf3_pair(ctx: StepContext, *, reverse: bool = False) -> tuple[float
             str(m.duration_s),
             "-J",
             *(["-R"] if reverse else []),
-        ]
-        result = await ctx.run(argv, timeout=m.duration_s + 60)
+        ],
+        ["pkill", "-f", " ".join(server)],
+    )
+
+
+def iperf3_lines(site: Site, node: Node, *, reverse: bool = False) -> list[str]:
+    run = iperf3_run(site, node.name, reverse=reverse)
+    if run is None:
+        return ["# no AIStor peer in the site: no iperf3 server"]
+    return run.lines(site.aistor.peers[0].name)
+
+
+async def iperf3_pair(ctx: StepContext, *, reverse: bool = False) -> tuple[float | None, str]:
+    """TCP throughput between the GPU node and the peer over bond1 (Gb/s)."""
+    assert ctx.node is not None
+    run = iperf3_run(ctx.site, ctx.target, reverse=reverse)
+    if run is None:
+        return None, "no AIStor peer in the site"
+    peer = ctx.site.aistor.peers[0]
+    server = asyncio.ensure_future(ctx.run(run.server, on=peer.name))
+    try:
+        await asyncio.sleep(LISTEN_GRACE_S)
+        result = await ctx.run(run.client, timeout=ctx.site.measurements.duration_s + 60)
     finally:
-        await _stop_server(ctx, server, peer.name, f"iperf3 -s -1 -p {port}")
+        await _stop_server(ctx, server, peer.name, run.stop)
     if result.exit_status != 0:
         return None, (
             result.stderr.strip() or result.stdout.strip() or "iperf3 failed"
@@ -327,7 +446,11 @@ async def pause_counters(ctx: StepContext) -> dict[str, dict[str, dict[str, int]
     assert ctx.node is not None
     result = {}
     for port in ctx.node.bond.ports:
-        stats = await probe(ctx, ["ethtool", "-S", port], "ethtool-s")
+        stats = await probe(ctx, stats_command(port), "ethtool-s")
         if stats.ok:
             result[port] = {p: {"rx": v.rx, "tx": v.tx} for p, v in stats.fact.prio_pause.items()}
     return result
+
+
+def pause_counter_lines(node: Node, note: str = "per-priority pause counters") -> list[str]:
+    return [shown(stats_command(port), note) for port in node.bond.ports]

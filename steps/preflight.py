@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from steps.common import q
+from steps.common import q, read_lines
 from wizard.facts.gpu import NvidiaSmiList
 from wizard.facts.host import IpAddr
 from wizard.facts.pci import Iommu, Lspci, LspciAcs
@@ -227,6 +227,13 @@ def evaluate_ssh_path(
 # -- steps ----------------------------------------------------------------------------------
 
 
+HOST_READS = (
+    Read(["cat", "/etc/os-release"], "os-release"),
+    Read(["uname", "-r"]),
+    Read(["uname", "-m"]),
+)
+
+
 class HostFacts(Step):
     id = "preflight.host"
     title = "OS, kernel and architecture"
@@ -240,15 +247,12 @@ class HostFacts(Step):
     )
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
-        return ["cat /etc/os-release", "uname -r", "uname -m"]
+        return read_lines(HOST_READS)
 
     async def verify(self, ctx: StepContext) -> list[Finding]:
         assert ctx.node is not None
         report = Report("T00")
-        os_probe, kernel_read, arch_read = await read_all(
-            ctx, Read(["cat", "/etc/os-release"], "os-release"), Read(["uname", "-r"]),
-            Read(["uname", "-m"]),
-        )  # fmt: skip
+        os_probe, kernel_read, arch_read = await read_all(ctx, *HOST_READS)
         kernel = kernel_read.result.stdout.strip()
         arch = arch_read.result.stdout.strip()
         if not os_probe.ok:
@@ -277,6 +281,9 @@ def _is_worker(node: dict[str, Any]) -> bool:
     return "node-role.kubernetes.io/control-plane" not in labels
 
 
+CONTAINERD_READ = Read(["containerd", "--version"], "containerd-version")
+
+
 class Containerd(Step):
     id = "preflight.containerd"
     title = "containerd version"
@@ -289,11 +296,11 @@ class Containerd(Step):
     )
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
-        return ["containerd --version"]
+        return read_lines([CONTAINERD_READ])
 
     async def verify(self, ctx: StepContext) -> list[Finding]:
         report = Report("T00")
-        p = await probe(ctx, ["containerd", "--version"], "containerd-version")
+        p = await probe(ctx, CONTAINERD_READ.command, CONTAINERD_READ.kind)
         if p.ok:
             evaluate_containerd(ctx.site, p.fact, report, p)
         elif p.result.exit_status == 127:
@@ -308,6 +315,12 @@ class Containerd(Step):
         return report.findings
 
 
+GPU_READS = (
+    Read(["lspci", "-nn"], "lspci"),
+    Read(["nvidia-smi", "-L"], "nvidia-smi-l", note="once a driver is present"),
+)
+
+
 class Gpus(Step):
     id = "preflight.gpus"
     title = "GPU count"
@@ -317,14 +330,12 @@ class Gpus(Step):
     explain = "lspci lists the expected number of NVIDIA GPUs (8 x B300 by default)."
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
-        return ["lspci -nn", "nvidia-smi -L  # once a driver is present"]
+        return read_lines(GPU_READS)
 
     async def verify(self, ctx: StepContext) -> list[Finding]:
         assert ctx.node is not None
         report = Report("T00")
-        p, smi = await read_all(
-            ctx, Read(["lspci", "-nn"], "lspci"), Read(["nvidia-smi", "-L"], "nvidia-smi-l")
-        )
+        p, smi = await read_all(ctx, *GPU_READS)
         if not p.ok:
             report.unreadable("gpu-count", p, "the PCI devices")
             return report.findings
@@ -409,22 +420,11 @@ class GpuDirectReadiness(Step):
     )
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
-        return [
-            "dmesg  # lines matching iommu|dmar",
-            "cat /proc/cmdline",
-            "lspci -vvv",
-            "ulimit -l",
-        ]
+        return read_lines(EARLY_GPUDIRECT_READS)
 
     async def verify(self, ctx: StepContext) -> list[Finding]:
         report = Report("T11")
-        dmesg, cmdline, acs, memlock_read = await read_all(
-            ctx,
-            Read(["dmesg"], "iommu", keep=lambda line: bool(_IOMMU.search(line))),
-            Read(["cat", "/proc/cmdline"]),
-            Read(["lspci", "-vvv"], "lspci-acs"),
-            Read("ulimit -l"),
-        )
+        dmesg, cmdline, acs, memlock_read = await read_all(ctx, *EARLY_GPUDIRECT_READS)
         evidence = dmesg.evidence(lambda line: bool(_IOMMU.search(line)))
         evaluate_iommu(dmesg.fact, cmdline.result.stdout, report, evidence)
         if acs.ok:
@@ -444,6 +444,19 @@ class GpuDirectReadiness(Step):
 
 
 _IOMMU = re.compile(r"iommu|dmar|amd-vi", re.IGNORECASE)
+# Shared with the GPUDirect phase, which enforces what preflight only warns about.
+IOMMU_READ = Read(
+    ["dmesg"],
+    "iommu",
+    keep=lambda line: bool(_IOMMU.search(line)),
+    note="lines matching iommu|dmar",
+)
+ACS_READ = Read(["lspci", "-vvv"], "lspci-acs", note="ACSCtl")
+EARLY_GPUDIRECT_READS = (IOMMU_READ, Read(["cat", "/proc/cmdline"]), ACS_READ, Read("ulimit -l"))
+
+
+# The SSH session's own addresses, and the host's interfaces (qos.apply reads them too).
+SSH_PATH_READS = (Read("echo $SSH_CONNECTION"), Read(["ip", "-j", "addr", "show"], "ip-addr"))
 
 
 class SshPath(Step):
@@ -459,14 +472,12 @@ class SshPath(Step):
     )
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
-        return ["echo $SSH_CONNECTION", "ip -j addr show"]
+        return read_lines(SSH_PATH_READS)
 
     async def verify(self, ctx: StepContext) -> list[Finding]:
         assert ctx.node is not None
         report = Report("T10")
-        connection_read, addrs = await read_all(
-            ctx, Read("echo $SSH_CONNECTION"), Read(["ip", "-j", "addr", "show"], "ip-addr")
-        )
+        connection_read, addrs = await read_all(ctx, *SSH_PATH_READS)
         connection = connection_read.result.stdout.split()
         server_ip = connection[2] if len(connection) >= 4 else None
         if not addrs.ok:

@@ -16,19 +16,35 @@ from typing import Any
 import yaml
 
 from steps.bond import evaluate_bond
-from steps.common import check_host_files, host_file_changes, q, write_host_files
-from steps.preflight import evaluate_ssh_path
+from steps.common import (
+    RDMA_LINKS,
+    bonding_command,
+    check_host_files,
+    host_file_changes,
+    host_file_lines,
+    on_host,
+    priv_flags_command,
+    q,
+    read_lines,
+    shown,
+    stats_command,
+    write_host_files,
+)
+from steps.preflight import SSH_PATH_READS, evaluate_ssh_path
 from wizard.artifacts import Artifact, Target, host_file, render
 from wizard.facts.dcb import DcbApp, DcbEts, DcbPfc
 from wizard.model import Finding, StepKind
 from wizard.plan import Change, Phase, Scope, Step, StepContext
-from wizard.probe import Report, probe
+from wizard.probe import Report, probe, read_all
 from wizard.site import Node, Site
-from wizard.transports.base import write_value_command
+from wizard.transports.base import read_file_command, write_value_command
 
 UNIT = "gpu-node-wizard-roce-qos.service"
 UNIT_PATH = f"/etc/systemd/system/{UNIT}"
 SCRIPT_PATH = "/usr/local/sbin/gpu-node-wizard-roce-qos"
+IS_ENABLED = ["systemctl", "is-enabled", UNIT]
+DAEMON_RELOAD = ["systemctl", "daemon-reload"]
+ENABLE = ["systemctl", "enable", UNIT]
 LACP_WAIT_S = 60.0
 DRAIN_TIMEOUT_S = 600.0
 
@@ -168,17 +184,76 @@ def dcb_batch(commands: list[list[str]], port: str) -> str:
 
 
 def shell(commands: list[list[str]]) -> str:
-    return "\n".join(" ".join(q(part) for part in c) for c in commands)
-
-
-def shell_word(text: str) -> str:
-    """A device name or path for a shell line, quoted; the dry-run placeholder ``<rdma-dev>``
-    stays readable (the runbook tells the operator to substitute it)."""
-    return text if "<rdma-dev>" in text else q(text)
+    """Commands as script lines (a ``<rdma-dev>`` placeholder stays readable: the runbook
+    tells the operator to substitute it)."""
+    return "\n".join(shown(c) for c in commands)
 
 
 def tos_path(device: str) -> str:
     return f"/sys/kernel/config/rdma_cm/{device}/ports/1/default_roce_tos"
+
+
+def tos_commands(device: str, tos: str | int) -> list[list[str]]:
+    """The RoCE ToS of the device's connection manager (configfs: the folder first)."""
+    return [
+        ["mkdir", "-p", f"/sys/kernel/config/rdma_cm/{device}"],
+        write_value_command(tos_path(device), str(tos)),
+    ]
+
+
+def leave_bond_commands(node: Node) -> list[list[str]]:
+    """Release both ports from the bond (Intel's LAG blocks QoS changes on bonded ports)."""
+    return [
+        ["ip", "link", "set", "dev", port, state]
+        for port in node.bond.ports
+        for state in ("down", "nomaster")
+    ]
+
+
+def join_bond_commands(node: Node) -> list[list[str]]:
+    return [
+        command
+        for port in node.bond.ports
+        for command in (
+            ["ip", "link", "set", "dev", port, "master", node.bond.name],
+            ["ip", "link", "set", "dev", port, "up"],
+        )
+    ]
+
+
+def change_lines(
+    site: Site, node: Node, device: str, per_port: dict[str, list[list[str]]]
+) -> list[str]:
+    """The change itself, in order: out of the bond, each port's QoS, the ToS, back in."""
+    lines = [shell(leave_bond_commands(node))]
+    for port, commands in per_port.items():
+        lines += [f"# {port}", shell(commands)]
+    lines += [shell(tos_commands(device, site.qos.roce_tos)), shell(join_bond_commands(node))]
+    return "\n".join(lines).splitlines()
+
+
+def dcb_show(obj: str, port: str) -> list[str]:
+    return ["dcb", "-j", obj, "show", "dev", port]
+
+
+def state_lines(node: Node, device: str, note: str) -> list[str]:
+    """The runbook lines of reading the QoS state back (``read_port`` and ``read_tos``)."""
+    lines = []
+    for port in node.bond.ports:
+        lines += [
+            shown(priv_flags_command(port), note),
+            *(shown(dcb_show(obj, port)) for obj in ("pfc", "app", "ets")),
+        ]
+    return [*lines, shown(read_file_command(tos_path(device)))]
+
+
+def verify_lines(node: Node, device: str = "<rdma-dev>") -> list[str]:
+    """The runbook lines of ``ApplyQos.verify`` (also run again after a reboot)."""
+    return [
+        *state_lines(node, device, "read back: both ports as desired"),
+        shown(bonding_command(node), f"until LACP is up again (at most {LACP_WAIT_S:g} s)"),
+        shown(RDMA_LINKS, "the RDMA device is ACTIVE again"),
+    ]
 
 
 def procedure(site: Site, node: Node, device: str, per_port: dict[str, list[list[str]]]) -> str:
@@ -192,20 +267,8 @@ def procedure(site: Site, node: Node, device: str, per_port: dict[str, list[list
         "# Intel's RDMA-over-LAG blocks QoS changes on bonded ports: leave the bond, change, rejoin.",
         "# With NetworkManager, prefer `nmcli connection down`/`up` of the bond's port profiles.",
         "set -eu",
-    ]
-    for port in node.bond.ports:
-        lines += [f"ip link set dev {q(port)} down", f"ip link set dev {q(port)} nomaster"]
-    for port, commands in per_port.items():
-        lines.append(f"# {port}")
-        lines += [shell([c]) for c in commands]
-    lines += [
-        f"mkdir -p {shell_word(f'/sys/kernel/config/rdma_cm/{device}')}",
-        f"printf '%s\\n' {site.qos.roce_tos} > {shell_word(tos_path(device))}",
-    ]
-    for port in node.bond.ports:
-        lines += [f"ip link set dev {q(port)} master {q(bond)}", f"ip link set dev {q(port)} up"]
-    lines += [
-        f"cat /proc/net/bonding/{q(bond)}",
+        *change_lines(site, node, device, per_port),
+        shown(bonding_command(node)),
         f"# then, from the jump host: kubectl uncordon {node.name}",
     ]
     return "\n".join(lines) + "\n"
@@ -214,22 +277,19 @@ def procedure(site: Site, node: Node, device: str, per_port: dict[str, list[list
 def rollback_script(
     site: Site, node: Node, previous: dict[str, PortQos], device: str, tos: str | None
 ) -> str:
-    bond = node.bond.name
     lines = [
         "#!/bin/sh",
         f"# gpu-node-wizard: restore the QoS captured before the change on {node.name}.",
         "set -eu",
+        shell(leave_bond_commands(node)),
     ]
-    for port in node.bond.ports:
-        lines += [f"ip link set dev {q(port)} down", f"ip link set dev {q(port)} nomaster"]
     for port in node.bond.ports:
         lines.append(f"# {port}")
         lines += [
             shell([c]) for c in restore_commands(site, port, desired_port(site), previous[port])
         ]
-    lines.append(f"printf '%s\\n' {tos or 0} > {shell_word(tos_path(device))}")
-    for port in node.bond.ports:
-        lines += [f"ip link set dev {q(port)} master {q(bond)}", f"ip link set dev {q(port)} up"]
+    lines.append(shown(write_value_command(tos_path(device), str(tos or 0))))
+    lines.append(shell(join_bond_commands(node)))
     return "\n".join(lines) + "\n"
 
 
@@ -243,15 +303,9 @@ def boot_script(site: Site, node: Node, device: str) -> str:
     ]
     for port in node.bond.ports:
         lines += [shell([c]) for c in port_commands(site, port, FACTORY)]
-    lines += [
-        f"mkdir -p {shell_word(f'/sys/kernel/config/rdma_cm/{device}')}",
-        f"printf '%s\\n' {site.qos.roce_tos} > {shell_word(tos_path(device))}",
-    ]
+    lines.append(shell(tos_commands(device, site.qos.roce_tos)))
     if site.qos.ecn:
-        lines += [
-            f"mkdir -p {shell_word(f'/sys/kernel/config/irdma/{device}')}",
-            f"printf '%s\\n' 1 > {shell_word(dcqcn_path(device))}",
-        ]
+        lines.append(shell(dcqcn_commands(device)))
     return "\n".join(lines) + "\n"
 
 
@@ -259,21 +313,29 @@ def dcqcn_path(device: str) -> str:
     return f"/sys/kernel/config/irdma/{device}/roce_dcqcn_enable"
 
 
+def dcqcn_commands(device: str) -> list[list[str]]:
+    """DCQCN (ECN) on in irdma's configfs for the device (the folder first)."""
+    return [
+        ["mkdir", "-p", f"/sys/kernel/config/irdma/{device}"],
+        write_value_command(dcqcn_path(device), "1"),
+    ]
+
+
 def boot_unit(node: Node) -> str:
     return render("host/roce-qos.service.j2", node=node, script=SCRIPT_PATH)
 
 
 async def read_port(ctx: StepContext, port: str) -> tuple[PortQos, list[Any]]:
-    flags = await probe(ctx, ["ethtool", "--show-priv-flags", port], "ethtool-priv-flags")
-    pfc = await probe(ctx, ["dcb", "-j", "pfc", "show", "dev", port], "dcb-pfc")
-    app_result = await ctx.run(["dcb", "-j", "app", "show", "dev", port])
+    flags = await probe(ctx, priv_flags_command(port), "ethtool-priv-flags")
+    pfc = await probe(ctx, dcb_show("pfc", port), "dcb-pfc")
+    app_result = await ctx.run(dcb_show("app", port))
     app = None
     if app_result.ok and app_result.stdout.strip():
-        app_probe = await probe(ctx, ["dcb", "-j", "app", "show", "dev", port], "dcb-app")
+        app_probe = await probe(ctx, dcb_show("app", port), "dcb-app")
         app = app_probe.fact
     elif app_result.ok:
         app = DcbApp([], [], {})  # dcb prints nothing when there are no entries
-    ets = await probe(ctx, ["dcb", "-j", "ets", "show", "dev", port], "dcb-ets")
+    ets = await probe(ctx, dcb_show("ets", port), "dcb-ets")
     lldp = flags.fact.flags.get("fw-lldp-agent") if flags.ok else None
     evidence = [p.evidence() for p in (flags, pfc, ets)]
     return live_port(pfc.fact, app, ets.fact, lldp), evidence
@@ -283,7 +345,7 @@ async def rdma_device(ctx: StepContext) -> str | None:
     recorded = ctx.recorded("irdma.verify").get("rdma_device")
     if recorded:
         return str(recorded)
-    links = await probe(ctx, ["rdma", "-j", "link", "show"], "rdma-link")
+    links = await probe(ctx, RDMA_LINKS, "rdma-link")
     if not links.ok or ctx.node is None:
         return None
     bond_ports = set(ctx.node.bond.ports) | {ctx.node.bond.name}
@@ -347,12 +409,20 @@ class SwitchIntent(Step):
             "Cisco NX-OS are in cluster/switch/. Confirm when the switch is configured."
         )
 
+    def commands(self, site: Site, node: Node | None) -> list[str]:
+        """After the operator confirms: every node's pause counters, before any QoS load."""
+        return [
+            shown(stats_command(port), on_host(n.name, "pause counters before the load"))
+            for n in site.nodes
+            for port in n.bond.ports
+        ]
+
     async def verify(self, ctx: StepContext) -> list[Finding]:
         report = Report("T08")
         for node in ctx.site.nodes:
             counters = {}
             for port in node.bond.ports:
-                stats = await probe(ctx, ["ethtool", "-S", port], "ethtool-s", on=node.name)
+                stats = await probe(ctx, stats_command(port), "ethtool-s", on=node.name)
                 if stats.ok:
                     counters[port] = {p: asdict(v) for p, v in stats.fact.prio_pause.items()}
             ctx.data.setdefault("pause_before", {})[node.name] = counters
@@ -392,17 +462,18 @@ class ApplyQos(Step):
     def commands(self, site: Site, node: Node | None) -> list[str]:
         if node is None:
             return []
+        device = "<rdma-dev>"
+        # The change as from a port in factory state; the wizard computes it from the live one.
         per_port = {p: port_commands(site, p, FACTORY) for p in node.bond.ports}
-        on_node = [
-            line
-            for line in procedure(site, node, "<rdma-dev>", per_port).splitlines()[7:]
-            if not line.startswith("# then")
-        ]
         name = q(node.name)
         return [
+            *read_lines(SSH_PATH_READS, "does the SSH session run over the bond?"),
+            shown(RDMA_LINKS, "only when irdma.verify recorded no device"),
+            *state_lines(node, device, "the live state, kept for the rollback"),
             f"# from the jump host: kubectl cordon {name}",
             f"# from the jump host: kubectl drain {name} --ignore-daemonsets --delete-emptydir-data --timeout=10m",
-            *on_node,
+            *change_lines(site, node, device, per_port),
+            *verify_lines(node, device),
             f"# from the jump host, once verified: kubectl uncordon {name}",
         ]
 
@@ -452,8 +523,8 @@ class ApplyQos(Step):
     async def preconditions(self, ctx: StepContext) -> list[Finding]:
         assert ctx.node is not None
         report = Report("T10")
-        connection = (await ctx.run("echo $SSH_CONNECTION")).stdout.split()
-        addrs = await probe(ctx, ["ip", "-j", "addr", "show"], "ip-addr")
+        connection_read, addrs = await read_all(ctx, *SSH_PATH_READS)
+        connection = connection_read.result.stdout.split()
         if not addrs.ok:
             report.unreadable("ssh-path", addrs, "the interface addresses")
             return report.findings
@@ -645,7 +716,7 @@ class ApplyQos(Step):
         report = Report("T10")
         deadline = time.monotonic() + LACP_WAIT_S
         while True:
-            bonding = await probe(ctx, ["cat", f"/proc/net/bonding/{node.bond.name}"], "bonding")
+            bonding = await probe(ctx, bonding_command(node), "bonding")
             healthy = (
                 bonding.ok
                 and len(bonding.fact.slaves) == 2
@@ -659,7 +730,7 @@ class ApplyQos(Step):
         else:
             bus = ctx.recorded("e810.ice").get("bus_info") or {}
             evaluate_bond(node, bonding.fact, bus, report, bonding)
-        links = await probe(ctx, ["rdma", "-j", "link", "show"], "rdma-link")
+        links = await probe(ctx, RDMA_LINKS, "rdma-link")
         bond_ports = set(node.bond.ports) | {node.bond.name}
         active = [
             lk
@@ -722,10 +793,16 @@ class BootPersistence(Step):
     )
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
+        if node is None:
+            return []
+        reads, writes = host_file_lines(self._files(site, node, "<rdma-dev>"))
         return [
-            f"cat {UNIT_PATH} {SCRIPT_PATH}",
-            "systemctl daemon-reload",
-            f"systemctl enable {UNIT}",
+            shown(RDMA_LINKS, "only when irdma.verify recorded no device"),
+            *reads,
+            shown(IS_ENABLED),
+            *writes,
+            shown(DAEMON_RELOAD),
+            shown(ENABLE),
         ]
 
     def _files(self, site: Site, node: Node, device: str) -> list[Artifact]:
@@ -747,7 +824,7 @@ class BootPersistence(Step):
         assert ctx.node is not None
         device = await rdma_device(ctx) or "<rdma-dev>"
         result = await host_file_changes(ctx, self._files(ctx.site, ctx.node, device))
-        enabled = await ctx.run(["systemctl", "is-enabled", UNIT])
+        enabled = await ctx.run(IS_ENABLED)
         result.append(
             Change(
                 Artifact(
@@ -764,8 +841,8 @@ class BootPersistence(Step):
 
     async def apply(self, ctx: StepContext, changes: list[Change]) -> None:
         await write_host_files(ctx, changes)
-        await ctx.run(["systemctl", "daemon-reload"], check=True)
-        await ctx.run(["systemctl", "enable", UNIT], check=True)
+        await ctx.run(DAEMON_RELOAD, check=True)
+        await ctx.run(ENABLE, check=True)
 
     async def verify(self, ctx: StepContext) -> list[Finding]:
         assert ctx.node is not None
@@ -774,7 +851,7 @@ class BootPersistence(Step):
         await check_host_files(
             ctx, report, "persist-files", self._files(ctx.site, ctx.node, device)
         )
-        enabled = await ctx.run(["systemctl", "is-enabled", UNIT])
+        enabled = await ctx.run(IS_ENABLED)
         if enabled.stdout.strip() == "enabled":
             report.ok("persist-enabled", f"{UNIT} is enabled")
         else:
@@ -795,6 +872,17 @@ class QosMeasure(Step):
         "(-R -T 96), side by side with the baseline; the per-priority pause counters are read "
         "before and after the load: pause frames on priority 3 show PFC at work."
     )
+
+    def commands(self, site: Site, node: Node | None) -> list[str]:
+        from steps.perf import pause_counter_lines, suite_lines
+
+        if node is None:
+            return []
+        return [
+            *pause_counter_lines(node, "pause counters before the load"),
+            *suite_lines(site, node, qos=True),
+            *pause_counter_lines(node, "and after it"),
+        ]
 
     async def measure(self, ctx: StepContext) -> list[Finding]:
         from steps.perf import pause_counters, rdma_suite

@@ -153,7 +153,9 @@ class InstallRdmaPlugin(Step):
     gates = ("T03",)
     scope = Scope.CLUSTER
     requires = ("gpu-operator.verify",)
-    reads = ("device_plugin", "registry", "labels", "nic")
+    # node.name: the config lists every node's netdev and verify checks every node's
+    # allocatable, so a node added to the site resets this step.
+    reads = ("device_plugin", "registry", "labels", "nic", "node.name")
     explain = (
         "ConfigMap rdma-devices (config.json) with the site's resource name and rdmaHcaMax; "
         "selectors vendor 8086 and driver ice plus the netdevs `rdma link` showed on the nodes "

@@ -27,7 +27,9 @@ async def _server_that_never_ends() -> None:
 async def test_a_cancelled_caller_is_not_swallowed_while_reaping_the_server():
     ctx = HangingPeer()
     server = asyncio.ensure_future(_server_that_never_ends())
-    reaper = asyncio.ensure_future(perf._stop_server(ctx, server, "peer", "ib_write_bw"))
+    reaper = asyncio.ensure_future(
+        perf._stop_server(ctx, server, "peer", ["pkill", "-f", "ib_write_bw"])
+    )
     await asyncio.sleep(0.05)
     reaper.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -39,7 +41,9 @@ async def test_a_cancelled_caller_is_not_swallowed_while_reaping_the_server():
 async def test_a_server_that_outlives_pkill_is_given_up_without_a_timeout_error(monkeypatch):
     monkeypatch.setattr(perf, "SERVER_REAP_S", 0.05)
     server = asyncio.ensure_future(_server_that_never_ends())
-    await perf._stop_server(HangingPeer(), server, "peer", "iperf3 -s")  # no TimeoutError
+    await perf._stop_server(
+        HangingPeer(), server, "peer", ["pkill", "-f", "iperf3 -s"]
+    )  # no TimeoutError
     assert server.cancelled()
 
 
@@ -49,4 +53,6 @@ async def test_the_servers_own_error_does_not_mask_the_client():
 
     server = asyncio.ensure_future(failing())
     await asyncio.sleep(0)
-    await perf._stop_server(HangingPeer(), server, "peer", "x")  # returns; error retrieved
+    await perf._stop_server(
+        HangingPeer(), server, "peer", ["pkill", "-f", "x"]
+    )  # returns; error retrieved

@@ -22,7 +22,9 @@ from tests.engine_world import ScriptedFrontEnd, World, world_plan
 from wizard.checkpoint import Checkpoint, read_state
 from wizard.engine import Engine
 from wizard.errors import LockHeldError
-from wizard.model import Evidence, Finding, Severity, StepState
+from wizard.events import Notice
+from wizard.model import Evidence, Finding, Severity, StepKind, StepState
+from wizard.plan import Phase, Plan, Step, StepContext
 from wizard.redact import REDACTED
 from wizard.site import load_site
 
@@ -218,3 +220,105 @@ def test_check_results_in_memory_are_written_when_the_run_is_interrupted(site_fi
         directory = checkpoint.directory
         raise KeyboardInterrupt
     assert read_state(directory)["steps"]["one.check"]["gpu-1"]["state"] == "done"
+
+
+# A reader that never takes the lock (like `gpu-node-wizard status` in another terminal): it
+# reads state.json in a tight loop until told to stop and reports what it saw.
+_READER = """
+import json, os, sys
+path, stop = sys.argv[1], sys.argv[2]
+reads, bad, inodes = 0, [], set()
+open(sys.argv[3], "w").close()  # ready
+while not os.path.exists(stop):
+    try:
+        with open(path, "rb") as handle:
+            inodes.add(os.fstat(handle.fileno()).st_ino)
+            raw = handle.read()
+    except FileNotFoundError:
+        bad.append("missing")
+        continue
+    reads += 1
+    try:
+        json.loads(raw)
+    except ValueError as exc:
+        bad.append(f"{len(raw)} bytes: {exc}")
+print(json.dumps({"reads": reads, "bad": bad[:5], "bad_count": len(bad), "inodes": len(inodes)}))
+"""
+
+
+def test_a_concurrent_reader_only_ever_sees_a_whole_state(site_file, state_dir, tmp_path):
+    """Each save replaces state.json (a new inode) rather than rewriting it in place, so a
+    reader in another process sees the old or the new state, never a torn or empty file."""
+    site = load_site(site_file)
+    finding = Finding("T02.big", "T02", Severity.WARN, "x" * 200, "y" * 200)
+    with Checkpoint.open(state_dir, site) as checkpoint:
+        for i in range(600):  # about 360 kB of state
+            checkpoint.set_step(f"s{i}", "gpu-1", StepState.DONE, findings=[finding], durable=False)
+        checkpoint.save()
+        path = checkpoint.directory / "state.json"
+        assert path.stat().st_size > 300_000
+        stop, ready = tmp_path / "stop", tmp_path / "ready"
+        reader = subprocess.Popen(
+            [sys.executable, "-c", _READER, str(path), str(stop), str(ready)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            deadline = time.monotonic() + 5
+            while not ready.exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            same_inode = 0
+            for i in range(200):
+                before = path.stat().st_ino
+                checkpoint.set_step("s0", "gpu-1", StepState.DONE, message=str(i))
+                same_inode += path.stat().st_ino == before
+        finally:
+            stop.touch()
+            out, _ = reader.communicate(timeout=10)
+    seen = json.loads(out)
+    assert same_inode == 0, "a save rewrote state.json in place"
+    assert seen["bad_count"] == 0, seen["bad"]
+    assert seen["reads"] > 50 and seen["inodes"] > 1, seen  # the reader really overlapped
+
+
+class _MixedCheck(Step):
+    """One pass, one warning and one failure, each under its own check name."""
+
+    id = "mixed.check"
+    title = "mixed results"
+    kind = StepKind.CHECK
+    gates = ("T01",)
+
+    async def verify(self, ctx: StepContext) -> list[Finding]:
+        return [
+            Finding("mixed.pass", "T01", Severity.PASS, "fine"),
+            Finding("mixed.warn", "T01", Severity.WARN, "odd", "look at it"),
+            Finding("mixed.fail", "T01", Severity.FAIL, "broken", "fix it"),
+        ]
+
+
+def test_a_waiver_marks_only_a_failure_of_that_name(site_file, state_dir):
+    """The operator waives check names; the checkpoint records the reason on the failed
+    finding alone. A pass or a warning under a waived name is recorded as it was: it did not
+    need a waiver, and the report must not claim one was used."""
+    site = load_site(site_file)
+    plan = Plan((Phase("mixed", 1, "Mixed", "checks", (_MixedCheck(),)),))
+    waivers = {name: f"ticket for {name}" for name in ("mixed.pass", "mixed.warn", "mixed.fail")}
+    frontend = ScriptedFrontEnd()
+    with Checkpoint.open(state_dir, site) as checkpoint:
+        engine = Engine(site, plan, checkpoint, frontend, waivers=waivers)
+        summary = asyncio.run(engine.run())
+        directory = checkpoint.directory
+    assert summary.ok  # the one failure is waived
+    record = read_state(directory)["steps"]["mixed.check"]["gpu-1"]
+    assert record["state"] == "done"
+    recorded = {f["check"]: (f["severity"], f["waived"]) for f in record["findings"]}
+    assert recorded == {
+        "mixed.pass": ("pass", None),
+        "mixed.warn": ("warn", None),
+        "mixed.fail": ("fail", "ticket for mixed.fail"),
+    }
+    notices = [
+        e.message for e in frontend.events if isinstance(e, Notice) and "waived" in e.message
+    ]
+    assert notices == ["mixed.fail failed but is waived: ticket for mixed.fail"]

@@ -46,7 +46,9 @@ def scope(journal: Journal, step: str, target: str) -> Iterator[None]:
 
 
 def begin(entry: dict[str, Any]) -> str | None:
-    """Record an effect's intent durably; None outside any step (nothing to journal to)."""
+    """Record an effect's intent durably; None outside any step (nothing to journal to).
+
+    ``entry`` names its own ``target`` (the cluster, helm); ``for`` is the step's target."""
     current = _SCOPE.get()
     if current is None:
         return None

@@ -22,6 +22,7 @@ from wizard.site import Node, Site
 from wizard.transports.base import (
     CommandResult,
     HostTransport,
+    read_file_command,
     render_command,
     write_file_command,
 )
@@ -77,8 +78,16 @@ class Step:
     gates: ClassVar[tuple[str, ...]] = ()
     scope: ClassVar[Scope] = Scope.NODE
     requires: ClassVar[tuple[str, ...]] = ()  # step ids that must be done first
-    # Site sections this step depends on: top-level keys ("qos") or node fields
-    # ("node.bond"); a change there resets the step on resume.
+    # The parts of the site file this step depends on; a change there resets the step on
+    # resume (``Plan.invalidated``). Each entry is one of:
+    # - a top-level key of Site ("qos", "cluster", "aistor"): any change under it, down to
+    #   one AIStor peer's fields;
+    # - "node.<field>", a field of Node ("node.bond", "node.host"): that field of the step's
+    #   own node; on a cluster-scope step, that field of any node, so adding or removing a
+    #   node counts too;
+    # - "node": any field of the node (on a cluster-scope step: of any node).
+    # The node list itself is never a read ("nodes"): say which node fields matter.
+    # tests/test_step_reads.py checks every step's names against the Site and Node models.
     reads: ClassVar[tuple[str, ...]] = ()
     explain: ClassVar[str] = ""
     # Results of earlier steps this one uses, as (step id, key) on the same node: the
@@ -204,21 +213,27 @@ class Plan:
 
     def invalidated(self, changed: Sequence[str], site: Site) -> list[tuple[str, str]]:
         """(step, target) pairs that a change of the given site sections invalidates."""
-        changed_set = set(changed)
-        result = []
-        for step in self.steps():
-            for target in self.targets(step, site):
-                keys = set()
-                for read in step.reads:
-                    if read.startswith("node.") and target != CLUSTER:
-                        keys.add(f"nodes.{target}.{read.removeprefix('node.')}")
-                    elif read == "node" and target != CLUSTER:
-                        keys.update(k for k in changed_set if k.startswith(f"nodes.{target}."))
-                    else:
-                        keys.add(read)
-                if keys & changed_set:
-                    result.append((step.id, target))
-        return result
+        return [
+            (step.id, target)
+            for step in self.steps()
+            for target in self.targets(step, site)
+            if any(read_matches(read, key, target) for read in step.reads for key in changed)
+        ]
+
+
+def read_matches(read: str, section: str, target: str) -> bool:
+    """Whether a change of ``section`` (a key of ``Site.sections()``) touches a step that runs
+    on ``target`` and declares ``read`` (see ``Step.reads``)."""
+    if read == "node" or read.startswith("node."):
+        # Node sections are "nodes.<node name>.<field>"; a field name has no dot, a node
+        # name may (a DNS subdomain).
+        owner, _, field = section.rpartition(".")
+        if not owner.startswith("nodes."):
+            return False
+        if target != CLUSTER and owner != f"nodes.{target}":
+            return False
+        return read == "node" or field == read.removeprefix("node.")
+    return section == read or section.startswith(f"{read}.")
 
 
 @dataclass
@@ -403,7 +418,7 @@ class StepContext:
 
     async def read_file(self, path: str, *, on: str | None = None) -> str | None:
         """A file's content on the host, or None when it does not exist."""
-        result = await self.run(["cat", path], on=on)
+        result = await self.run(read_file_command(path), on=on)
         return result.stdout if result.exit_status == 0 else None
 
     async def write_file(

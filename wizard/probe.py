@@ -60,6 +60,7 @@ class Read:
     command: str | Sequence[str]
     kind: str | None = None
     keep: Callable[[str], bool] | None = None
+    note: str = ""  # shown after the command in the runbook (e.g. which lines are kept)
 
 
 async def read_all(ctx: StepContext, *reads: Read, on: str | None = None) -> list[Probe]:

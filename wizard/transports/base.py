@@ -26,6 +26,11 @@ WRITE_FILE_SCRIPT = (
 WRITE_VALUE_SCRIPT = 'printf "%s\\n" "$1" > "$2"'
 
 
+def read_file_command(path: str) -> list[str]:
+    """The argv that reads a file (``StepContext.read_file``)."""
+    return ["cat", path]
+
+
 def write_value_command(path: str, value: str) -> list[str]:
     """The argv that writes one value into a configfs/sysfs attribute."""
     return ["sh", "-c", WRITE_VALUE_SCRIPT, "sh", value, path]

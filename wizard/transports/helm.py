@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import re
+import shlex
 import shutil
 from typing import Any
 
@@ -22,6 +23,18 @@ class HelmError(TransportError):
         super().__init__(TARGET, message)
 
 
+def helm_argv(binary: str, kubeconfig: str, context: str | None, *args: str) -> list[str]:
+    """One helm invocation with the site's cluster (the runbook shows the same argv)."""
+    argv = [binary, *args, "--kubeconfig", kubeconfig]
+    if context:
+        argv += ["--kube-context", context]
+    return argv
+
+
+def get_values_args(release: str, namespace: str) -> list[str]:
+    return ["get", "values", release, "--namespace", namespace, "-o", "json"]
+
+
 class HelmCli:
     def __init__(self, binary: str, kubeconfig: str, context: str | None = None) -> None:
         self.binary = binary
@@ -29,10 +42,7 @@ class HelmCli:
         self.context = context
 
     def _argv(self, *args: str) -> list[str]:
-        argv = [self.binary, *args, "--kubeconfig", self.kubeconfig]
-        if self.context:
-            argv += ["--kube-context", self.context]
-        return argv
+        return helm_argv(self.binary, self.kubeconfig, self.context, *args)
 
     async def run(
         self, *args: str, on_line: LineCallback | None = None, timeout: float = 1800
@@ -45,7 +55,7 @@ class HelmCli:
             )
         # A release change is journaled ahead (wizard/journal.py); reads are not.
         intent = (
-            journal.begin({"command": " ".join(argv)})
+            journal.begin({"target": TARGET, "command": shlex.join(argv)})
             if args[:1] and args[0] in _CHANGING
             else None
         )
@@ -73,9 +83,9 @@ class HelmCli:
         except TimeoutError:
             process.kill()
             journal.end(intent, {"error": f"timed out after {timeout:g}s"})
-            raise HelmError(f"`{' '.join(argv)}` did not finish within {timeout:g}s") from None
+            raise HelmError(f"`{shlex.join(argv)}` did not finish within {timeout:g}s") from None
         journal.end(intent, {"exit": status})
-        return CommandResult(TARGET, " ".join(argv), status, "".join(out), "".join(err))
+        return CommandResult(TARGET, shlex.join(argv), status, "".join(out), "".join(err))
 
     async def version(self) -> str:
         """The helm version (``v3.16.2``); a helm older than 3 is an error."""
@@ -91,7 +101,7 @@ class HelmCli:
 
     async def get_values(self, release: str, namespace: str) -> dict[str, Any] | None:
         """The release's user-supplied values, or None when it is not installed."""
-        result = await self.run("get", "values", release, "--namespace", namespace, "-o", "json")
+        result = await self.run(*get_values_args(release, namespace))
         if result.exit_status != 0:
             if "not found" in result.stderr:
                 return None

@@ -87,7 +87,9 @@ class KubeClient:
         # A write is journaled ahead (wizard/journal.py): method, path and what, never the
         # body (it may carry a pull secret).
         intent = (
-            None if method == "GET" else journal.begin({"api": f"{method} {path}", "what": what})
+            None
+            if method == "GET"
+            else journal.begin({"target": TARGET, "api": f"{method} {path}", "what": what})
         )
         try:
             status, data = await asyncio.to_thread(
