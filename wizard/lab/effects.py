@@ -25,8 +25,8 @@ from wizard.transports.base import WRITE_FILE_SCRIPT, WRITE_VALUE_SCRIPT
 
 _DCB_CHANGES = {"set", "add", "del", "replace", "flush"}
 _SYSTEMCTL_CHANGES = {"enable", "disable", "start", "stop", "restart", "daemon-reload", "reboot"}
-_ALWAYS = {"modprobe", "mkdir", "install", "dnf", "yum", "apt-get", "dracut", "update-initramfs",
-           "nmcli", "networkctl", "rm", "mv", "reboot"}  # fmt: skip
+_ALWAYS = {"modprobe", "mkdir", "rmdir", "install", "dnf", "yum", "apt-get", "dracut",
+           "update-initramfs", "tee", "rm", "mv", "reboot"}  # fmt: skip
 
 
 def changes_host(command: str) -> bool:
@@ -56,6 +56,19 @@ def changes_host(command: str) -> bool:
         return bool(rest) and (rest[0].startswith("--set") or rest[0] in ("-s", "-K", "-L", "-G"))
     if tool == "systemctl":
         return bool(rest) and rest[0] in _SYSTEMCTL_CHANGES
+    words = [w for w in rest if not w.startswith("-") and "," not in w]
+    if tool == "nmcli":  # `connection up/down ...`, `device connect/disconnect ...`
+        return words[:1] in (["connection"], ["device"]) and words[1:2] in (
+            ["up"],
+            ["down"],
+            ["modify"],
+            ["add"],
+            ["delete"],
+            ["connect"],
+            ["disconnect"],
+        )
+    if tool == "networkctl":
+        return words[:1] in (["reconfigure"], ["reload"], ["up"], ["down"], ["renew"])
     return False
 
 

@@ -9,12 +9,14 @@ gives a new boot id. The output formats follow the samples in ``../shared/fixtur
 from __future__ import annotations
 
 import json
-import re
 import shlex
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from wizard.lab.dcb import DcbTool, PortDcb
+from wizard.lab.kmod import KernelModulesMixin
+from wizard.lab.network import NetworkMixin
 from wizard.transports.base import WRITE_FILE_SCRIPT, WRITE_VALUE_SCRIPT
 from wizard.transports.batch import BATCH_SCRIPT, BatchPart, encode_batch_output
 
@@ -81,9 +83,8 @@ class Port:
     admin_up: bool = True
     enslaved: bool = True
     lldp_agent: bool = True
-    pfc: set[int] = field(default_factory=set)
-    app: list[tuple[int, int]] = field(default_factory=list)
-    prio_tc: dict[int, int] = field(default_factory=lambda: dict.fromkeys(range(8), 0))
+    dcb: PortDcb = field(default_factory=PortDcb)  # the driver's DCB (wizard/lab/dcb.py)
+    nm_profile_active: bool = True  # its NetworkManager port profile (RHEL)
     pause_rx: dict[int, int] = field(default_factory=lambda: dict.fromkeys(range(8), 0))
     pause_tx: dict[int, int] = field(default_factory=lambda: dict.fromkeys(range(8), 0))
 
@@ -91,9 +92,17 @@ class Port:
     def active(self) -> bool:
         return self.up and self.admin_up
 
+    @property
+    def pfc(self) -> set[int]:
+        return self.dcb.pfc
+
+    @property
+    def app(self) -> list[tuple[int, int]]:
+        return self.dcb.app
+
 
 @dataclass
-class LabHost:
+class LabHost(NetworkMixin, KernelModulesMixin):
     """One simulated machine. ``role`` is ``gpu`` (a B300 node) or ``peer`` (AIStor)."""
 
     name: str
@@ -115,6 +124,15 @@ class LabHost:
     gpu_driver: bool = False  # set once the (simulated) GPU Operator driver is running
     enabled_units: set[str] = field(default_factory=set)
     commands: list[str] = field(default_factory=list)
+    # What the boot units printed and returned at each boot (wizard/lab/shell.py runs them).
+    boot_log: list[dict[str, Any]] = field(default_factory=list)
+    # Kernel messages since boot beyond the fixed boot lines (dmesg shows both).
+    kernel_log: list[str] = field(default_factory=list)
+    # irdma's mode as loaded (module options are read when it loads), the options the
+    # initramfs was built with (it loads irdma at boot), and whether Intel's LAG kept RDMA.
+    irdma_roce: bool = False
+    initramfs_irdma_options: str = ""
+    lag_rdma_ok: bool = True
 
     def __post_init__(self) -> None:
         if not self.ports:
@@ -138,7 +156,11 @@ class LabHost:
                     "# Intel's out-of-tree irdma loads in iWARP mode unless RoCE is enabled; "
                     "RoCEv2 is required.\noptions irdma roce_ena=1\n"
                 )
+        base.add("rdma_ucm")  # rdma-core's rdma.conf loads it for any RDMA device
         self.modules = base
+        options = self.files.get("/etc/modprobe.d/irdma.conf", "")
+        self.irdma_roce = "roce_ena=1" in options
+        self.initramfs_irdma_options = options  # a host prepared earlier, consistently
         if self.os.startswith("ubuntu"):
             self.packages = set()
 
@@ -154,14 +176,13 @@ class LabHost:
 
     @property
     def roce(self) -> bool:
-        if self.in_tree:
-            return False
-        return "roce_ena=1" in self.files.get("/etc/modprobe.d/irdma.conf", "")
+        """The mode irdma was loaded in (not what the options file says now)."""
+        return not self.in_tree and self.irdma_roce
 
     @property
     def rdma_devices(self) -> list[tuple[str, Port]]:
         """(ibdev, port) pairs that exist: Intel's LAG registers one device on the primary."""
-        if "irdma" not in self.modules or self.in_tree:
+        if "irdma" not in self.modules or self.in_tree or not self.lag_rdma_ok:
             return []  # the in-tree ice drops RDMA from bonded ports
         return [("irdma0", self.ports[0])]
 
@@ -176,6 +197,7 @@ class LabHost:
     def execute(self, command: str, stdin: str = "") -> Result:
         """Run one command line (no pipes: the wizard filters output itself)."""
         self.commands.append(command)
+        self._stdin = stdin
         try:
             argv = shlex.split(command)
         except ValueError as exc:
@@ -351,6 +373,7 @@ class LabHost:
             "[    4.551230] ice 0000:3b:00.0: The DDP package was successfully loaded: ICE COMMS "
             "Package version 1.3.51.0\n"
             "[    9.118804] bond1: (slave ens5f0np0): Enslaving as a backup interface with an up link\n"
+            + "".join(f"[{30.0 + i:12.6f}] {line}\n" for i, line in enumerate(self.kernel_log))
         )
 
     # -- NIC --------------------------------------------------------------------------------------
@@ -466,9 +489,9 @@ class LabHost:
                 )
             words = rest[1:]
             if "nomaster" in words:
-                port.enslaved = False
-            if "master" in words:
-                port.enslaved = True
+                self.link_master(port, False)
+            elif "master" in words:
+                self.link_master(port, True)
             if "down" in words:
                 port.admin_up = False
             if "up" in words:
@@ -498,15 +521,6 @@ class LabHost:
                 f"{name:<24}{sizes.get(name, 40960):>7}  {len(used)} {','.join(used)}".rstrip()
             )
         return Result("\n".join(lines) + "\n")
-
-    def cmd_modprobe(self, args: list[str]) -> Result:
-        names = [a for a in args if not a.startswith("-")]
-        for name in names:
-            if name not in ("irdma", "ice", "ib_uverbs", "rdma_cm", "bonding"):
-                return Result(stderr=f"modprobe: FATAL: Module {name} not found in directory "
-                              f"/lib/modules/{self.kernel}\n", exit_status=1)  # fmt: skip
-            self.modules.add(name)
-        return Result()
 
     def cmd_modinfo(self, args: list[str]) -> Result:
         if not args:
@@ -619,82 +633,28 @@ class LabHost:
     # -- DCB -------------------------------------------------------------------------------------
 
     def cmd_dcb(self, args: list[str]) -> Result:
-        json_out = "-j" in args
-        args = [a for a in args if a not in ("-j", "-N", "-p", "-s")]
+        words = [a for a in args if a not in ("-j", "-N", "-p", "-s")]
         if (
-            len(args) < 4
-            or args[1] not in ("show", "set", "add", "del", "replace")
-            or args[2] != "dev"
+            len(words) < 4
+            or words[1] not in ("show", "set", "add", "del", "replace")
+            or words[2] != "dev"
         ):
             return Result(
                 stderr="Usage: dcb [ OPTIONS ] OBJECT { COMMAND | help }\n", exit_status=1
             )
-        obj, verb, port = args[0], args[1], self._port(args[3])
+        port = self._port(words[3])
         if port is None:
-            return Result(stderr=f'Cannot find device "{args[3]}"\n', exit_status=1)
-        rest = args[4:]
-        if verb != "show" and port.lldp_agent:
-            return Result(
-                stderr="Error: Operation not permitted (firmware LLDP agent is on)\n", exit_status=1
-            )
-        if obj == "pfc":
-            if verb == "set" and "pfc-not-applied" in self.faults and port is self.ports[-1]:
-                return Result()  # a firmware that acknowledges and ignores (readback differs)
-            if verb == "set":
-                for token in rest[1:]:
-                    key, _, value = token.partition(":")
-                    prios = range(8) if key == "all" else [int(key)]
-                    for prio in prios:
-                        (port.pfc.add if value == "on" else port.pfc.discard)(prio)
-                return Result()
-            if json_out:
-                return Result(json.dumps({"pfc_cap": 4, "macsec_bypass": False, "delay": 0,
-                                          "prio_pfc": [p in port.pfc for p in range(8)]}) + "\n")  # fmt: skip
-            pairs = " ".join(f"{p}:{'on' if p in port.pfc else 'off'}" for p in range(8))
-            return Result(f"pfc-cap 4 macsec-bypass off delay 0\nprio-pfc {pairs}\n")
-        if obj == "ets":
-            if verb == "set":
-                if "prio-tc" in rest:
-                    for token in rest[rest.index("prio-tc") + 1 :]:
-                        if ":" not in token:
-                            break
-                        key, _, value = token.partition(":")
-                        port.prio_tc[int(key)] = int(value)
-                return Result()
-            tc = port.prio_tc
-            if port.app:  # DSCP mode: priority maps 1:1 to TC
-                tc = {p: p for p in range(8)}
-            if json_out:
-                return Result(json.dumps({"willing": False, "ets_cap": 8, "cbs": False,
-                                          "tc_bw": [100] + [0] * 7, "tc_tsa": ["ets"] * 8,
-                                          "prio_tc": [tc[p] for p in range(8)]}) + "\n")  # fmt: skip
-            return Result(
-                "willing off ets-cap 8 cbs off\ntc-bw 0:100 1:0 2:0 3:0 4:0 5:0 6:0 7:0\n"
-                "tc-tsa 0:ets 1:ets 2:ets 3:ets 4:ets 5:ets 6:ets 7:ets\n"
-                "prio-tc " + " ".join(f"{p}:{tc[p]}" for p in range(8)) + "\n"
-            )
-        if obj == "app":
-            if verb in ("add", "del"):
-                if not rest or rest[0] != "dscp-prio":
-                    return Result(
-                        stderr="Error: E810 accepts DSCP app entries only\n", exit_status=1
-                    )
-                for token in rest[1:]:
-                    dscp, _, prio = token.partition(":")
-                    entry = (int(dscp), int(prio))
-                    if verb == "add":
-                        if entry in port.app:
-                            return Result(stderr="Error: File exists\n", exit_status=1)
-                        port.app.append(entry)
-                    elif entry in port.app:
-                        port.app.remove(entry)
-                return Result()
-            if json_out:
-                return Result(json.dumps({"dscp_prio": [[d, p, " "] for d, p in port.app]}) + "\n")
-            if not port.app:
-                return Result()
-            return Result("dscp-prio " + " ".join(f"{d}:{p}" for d, p in port.app) + "\n")
-        return Result(stderr=f'Object "{obj}" is unknown\n', exit_status=1)
+            return Result(stderr=f'Cannot find device "{words[3]}"\n', exit_status=1)
+        if (
+            words[:2] == ["pfc", "set"]
+            and "pfc-not-applied" in self.faults
+            and port is self.ports[-1]
+        ):
+            return Result()  # a firmware that acknowledges and ignores (readback differs)
+        answer = DcbTool(self.kernel_log).run(
+            args, port.dcb, port=port.name, lldp_agent=port.lldp_agent, bonded=port.enslaved
+        )
+        return Result(answer.stdout, answer.stderr, answer.exit_status)
 
     # -- GPUs ------------------------------------------------------------------------------------
 
@@ -784,47 +744,42 @@ class LabHost:
                 self.enabled_units.add(unit)
             return Result()
         if args[:1] == ["is-enabled"]:
-            unit = args[-1]
-            enabled = unit in self.enabled_units
-            return Result("enabled\n" if enabled else "disabled\n", "", 0 if enabled else 1)
+            # systemctl(1): one line per unit; exit 0 when at least one is enabled.
+            units = [u for u in args[1:] if not u.startswith("-")]
+            states = ["enabled" if u in self.enabled_units else "disabled" for u in units]
+            return Result("".join(f"{s}\n" for s in states), "", 0 if "enabled" in states else 1)
         return Result()
 
     def reboot(self) -> None:
         """What a reboot changes: a new boot id; dcb and configfs state are lost."""
         self.boot_id = str(uuid.uuid4())
         for port in self.ports:
-            port.pfc.clear()
-            port.app.clear()
-            port.prio_tc = dict.fromkeys(range(8), 0)
+            port.dcb.reset()  # software DCB lives in the driver: gone at boot
         self.configfs.clear()
         for port in self.ports:
-            port.lldp_agent = port.lldp_agent  # the ethtool private flag persists (firmware)
-            port.enslaved, port.admin_up = True, True
-        loaded = "irdma" in self.files.get("/etc/modules-load.d/irdma.conf", "")
-        self.modules.discard("irdma")
-        if loaded:
-            self.modules.add("irdma")
-        self._run_boot_units()
+            # The ethtool private flag persists (firmware); the bond forms only once the
+            # network is up, after the early boot units (LabShell.boot, then form_bond).
+            port.enslaved, port.admin_up, port.nm_profile_active = False, True, True
+        self.lag_rdma_ok = True
+        self.boot_modules()
+        # The enabled boot units run next, in a real shell (LabShell.boot, awaited by the
+        # SSH server as the host comes back).
 
-    def _run_boot_units(self) -> None:
-        """Run enabled oneshot units' ExecStart scripts, as systemd would at boot."""
-        for unit in sorted(self.enabled_units):
-            text = self.files.get(f"/etc/systemd/system/{unit}", "")
-            for line in text.splitlines():
-                if line.startswith("ExecStart="):
-                    self._run_script(self.files.get(line.split("=", 1)[1].strip(), ""))
-
-    def _run_script(self, script: str) -> None:
-        """Run a plain script's command lines (the lab has no shell: no pipes or branches)."""
-        for raw in script.splitlines():
-            line = raw.strip()
-            if not line or line.startswith("#") or line.startswith("set "):
-                continue
-            redirect = re.match(r"^printf '%s\\n' (\S+) > (\S+)$", line)
-            if redirect:
-                self.write_value(redirect.group(2), redirect.group(1))
+    def cmd_tee(self, args: list[str]) -> Result:
+        """tee(1) into the host model: a configfs/sysfs attribute takes the value, any
+        other path the content (``-a`` appends)."""
+        append = "-a" in args
+        for path in (a for a in args if not a.startswith("-")):
+            if path.startswith(("/sys/", "/proc/sys/")):
+                written = self.write_value(path, self._stdin.rstrip("\n"))
+                if written.exit_status != 0:
+                    return Result(stderr=written.stderr.replace("sh:", "tee:"), exit_status=1)
             else:
-                self.execute(line)
+                self.write_file(path, (self.files.get(path, "") if append else "") + self._stdin)
+        return Result(self._stdin)
+
+    def cmd_sleep(self, args: list[str]) -> Result:
+        return Result()  # simulated time: a wait loop in a script does not wait here
 
     def snapshot(self) -> dict[str, Any]:
         """The host's state as JSON (``GET /lab/v1/hosts`` on the lab's API server): what a

@@ -27,6 +27,7 @@ from wizard.lab.faults import check_faults
 from wizard.lab.host import LabHost
 from wizard.lab.kubeapi import ClusterState, KubeApiServer
 from wizard.lab.perf import Broker, nccl_job_log
+from wizard.lab.shell import LabShell
 from wizard.lab.sshd import LabSshServer
 
 KUBERNETES_VERSION = "1.33.5"
@@ -52,6 +53,7 @@ class Lab:
     record_effects: Path | None = None
     kill_control: Path | None = None
     effects: EffectLog | None = None
+    shell: LabShell | None = None  # the hosts' /bin/sh for scripts (wizard/lab/shell.py)
 
     def __post_init__(self) -> None:
         check_faults(self.faults)
@@ -78,6 +80,8 @@ class Lab:
         os.chmod(key_path, 0o600)
         public = client_key.export_public_key().decode()
         faults = set(self.faults)
+        self.shell = LabShell(self.hosts)
+        await self.shell.start()
         known_hosts = []
         for i in range(self.nodes):
             name = f"gpu-b300-{i + 1:02d}"
@@ -119,6 +123,7 @@ class Lab:
             slow_seconds=self.slow_seconds,
             broker=self.broker,
             effects=self.effects,
+            shell=self.shell,
         )
         port = await server.start()
         self.hosts[host.name] = host
@@ -128,6 +133,9 @@ class Lab:
     async def stop(self) -> None:
         for server in self.servers.values():
             await server.stop()
+        if self.shell is not None:
+            await self.shell.stop()
+            self.shell = None
         if self.api is not None:
             self.api.stop()
             self.api = None

@@ -16,6 +16,7 @@ import asyncssh
 from wizard.lab.effects import EffectLog, changes_host
 from wizard.lab.host import LabHost
 from wizard.lab.perf import PERFTEST, Broker, iperf3_json, run_perftest, split_prefixes
+from wizard.lab.shell import LabShell
 from wizard.transports.base import WRITE_FILE_SCRIPT
 
 SLOW_SSH_DELAY_S = 1.0
@@ -33,9 +34,11 @@ class LabSshServer:
         slow_seconds: float = SLOW_SSH_DELAY_S,
         broker: Broker | None = None,
         effects: EffectLog | None = None,
+        shell: LabShell | None = None,
     ) -> None:
         self.broker = broker
         self.effects = effects
+        self.shell = shell
         self.slow_seconds = slow_seconds
         self.host = host
         self.address = address
@@ -180,5 +183,9 @@ class LabSshServer:
             self._acceptor.close()
             self._acceptor = None
         self.host.reboot()
+        if self.shell is not None:
+            await self.shell.boot(self.host)  # early units, the bond forms, late units
+        else:
+            self.host.form_bond()
         await asyncio.sleep(self.reboot_seconds)
         await self.start(port)

@@ -1,0 +1,250 @@
+"""The DCB of one E810 port, as Intel's ice driver, the kernel's dcbnl and iproute2's
+``dcb`` tool together answer it. Each rule names its source; the lab's hosts delegate
+``dcb ...`` here, so that a command the real driver would refuse or silently ignore fails
+a test instead of passing in a lab that agrees with the wizard.
+
+Sources (read for this model; quoted where the code depends on a message):
+- ice: drivers/net/ethernet/intel/ice/ice_dcb_nl.c, ice_dcb_lib.c (Linux), and Intel's
+  out-of-tree ice 1.13.x (src/ice_dcb_nl.c, src/ice_lag.c);
+- dcbnl: net/dcb/dcbnl.c (``dcb_ieee_setapp`` -EEXIST, ``dcb_ieee_delapp`` -ENOENT);
+- iproute2: dcb/dcb_ets.c, dcb/dcb_app.c, man/man8/dcb-ets.8, dcb-app.8.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+# iproute2 prints a failed netlink write with perror("Attribute write") (dcb/dcb.c).
+EINVAL = "Attribute write: Invalid argument\n"
+EEXIST = "Attribute write: File exists\n"
+ENOENT = "Attribute write: No such file or directory\n"
+
+# lib/rt_names.c + /etc/iproute2/rt_dsfield: the names `dcb app show` prints without -N.
+_DSCP_NAMES = (
+    {8 * n: f"CS{n}" for n in range(8)}
+    | {8 * x + 2 * y: f"AF{x}{y}" for x in range(1, 5) for y in range(1, 4)}
+    | {46: "EF"}
+)
+
+
+def default_bw() -> list[int]:
+    return [100] + [0] * 7
+
+
+@dataclass
+class PortDcb:
+    """What the driver holds for one port (software DCB, firmware LLDP agent off)."""
+
+    pfc: set[int] = field(default_factory=set)
+    app: list[tuple[int, int]] = field(default_factory=list)  # (dscp, priority)
+    prio_tc: list[int] = field(default_factory=lambda: [0] * 8)
+    tc_bw: list[int] = field(default_factory=default_bw)
+    tc_tsa: list[str] = field(default_factory=lambda: ["ets"] * 8)
+    dscp_mode: bool = False  # ICE_QOS_MODE_DSCP after the first DSCP app entry
+
+    def reset(self) -> None:
+        """``ice_dcb_sw_dflt_cfg``: one TC, every priority on TC0, no PFC, no apps."""
+        self.pfc.clear()
+        self.app.clear()
+        self.prio_tc = [0] * 8
+        self.tc_bw = default_bw()
+        self.tc_tsa = ["ets"] * 8
+        self.dscp_mode = False
+
+    def config(self) -> tuple:
+        """The whole DCB config, to compare two ports (OOT ice compares them at bond time:
+        "Found netdev %s with different DCB config" and RDMA stays off)."""
+        return (tuple(sorted(self.pfc)), tuple(sorted(self.app)), tuple(self.prio_tc),
+                tuple(self.tc_bw), tuple(self.tc_tsa), self.dscp_mode)  # fmt: skip
+
+
+@dataclass
+class Answer:
+    stdout: str = ""
+    stderr: str = ""
+    exit_status: int = 0
+
+
+def _pairs(tokens: list[str]) -> list[tuple[str, str]]:
+    return [tuple(t.split(":", 1)) for t in tokens if ":" in t]  # type: ignore[misc]
+
+
+def _map(tokens: list[str], key: str) -> dict[str, str] | None:
+    """The ``i:v`` tokens that follow ``key`` (``all:v`` allowed), or None when absent."""
+    if key not in tokens:
+        return None
+    found: dict[str, str] = {}
+    for token in tokens[tokens.index(key) + 1 :]:
+        if ":" not in token:
+            break
+        index, _, value = token.partition(":")
+        found[index] = value
+    return found
+
+
+def _expand(mapping: dict[str, str], current: list) -> list:
+    result = list(current)
+    if "all" in mapping:
+        result = [mapping["all"]] * 8
+    for index, value in mapping.items():
+        if index != "all":
+            result[int(index)] = value
+    return result
+
+
+def contiguous(prio_tc: list[int]) -> bool:
+    """ice_dcb_tc_contig: the TCs in use must be 0..n-1, no gaps."""
+    used = set(prio_tc)
+    return used == set(range(max(used) + 1))
+
+
+class DcbTool:
+    """`dcb OBJECT COMMAND dev PORT ...` against a port's ``PortDcb``.
+
+    ``log`` receives the kernel messages the driver would print (dmesg).
+    """
+
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+
+    def run(
+        self, args: list[str], dcb: PortDcb, *, port: str, lldp_agent: bool, bonded: bool
+    ) -> Answer:
+        json_out, numeric = "-j" in args, "-N" in args
+        args = [a for a in args if a not in ("-j", "-N", "-p", "-s")]
+        obj, verb, rest = args[0], args[1], args[4:]
+        if verb == "show":
+            return self._show(obj, dcb, rest, json_out, numeric)
+        # ice_dcb_nl.c: with the firmware LLDP agent on (DCB_CAP_DCBX_LLD_MANAGED) setets /
+        # setpfc return -EINVAL silently; setapp logs "can't do DSCP QoS when FW DCB agent
+        # active". Intel's OOT ice refuses any change while the port is in a bond (no
+        # message; mainline >= 6.6 logs "DCB changes not allowed when in a bond").
+        if lldp_agent:
+            if obj == "app":
+                self.log.append(f"ice {port}: can't do DSCP QoS when FW DCB agent active")
+            return Answer(stderr=EINVAL, exit_status=1)
+        if bonded:
+            return Answer(stderr=EINVAL, exit_status=1)
+        if obj == "pfc" and verb == "set":
+            for index, value in (_map(rest, "prio-pfc") or {}).items():
+                prios = range(8) if index == "all" else [int(index)]
+                for prio in prios:
+                    (dcb.pfc.add if value == "on" else dcb.pfc.discard)(prio)
+            return Answer()
+        if obj == "ets" and verb == "set":
+            return self._set_ets(dcb, rest, port)
+        if obj == "app" and verb in ("add", "del", "replace"):
+            return self._app(dcb, verb, rest, port)
+        return Answer(stderr=f'Command "{verb}" is unknown, try "dcb {obj} help".\n', exit_status=1)
+
+    # -- ETS -------------------------------------------------------------------------------
+
+    def _set_ets(self, dcb: PortDcb, rest: list[str], port: str) -> Answer:
+        bw = _map(rest, "tc-bw")
+        tsa = _map(rest, "tc-tsa")
+        prio = _map(rest, "prio-tc")
+        new_bw = [int(v) for v in _expand(bw, dcb.tc_bw)] if bw is not None else dcb.tc_bw
+        new_tsa = _expand(tsa, dcb.tc_tsa) if tsa is not None else dcb.tc_tsa
+        # dcb_ets.c (client side, before anything is sent): with any ETS class the
+        # percentages must total 100.
+        if "ets" in new_tsa and sum(new_bw) != 100:
+            return Answer(
+                stderr=f"Bandwidth percentages in tc-bw sum to {sum(new_bw)}%, expected 100%\n",
+                exit_status=1,
+            )
+        dcb.tc_bw, dcb.tc_tsa = new_bw, list(new_tsa)
+        if prio is not None and not dcb.dscp_mode:
+            # ice_dcbnl_setets copies prio_tc only in VLAN mode ("in DSCP mode up->tc
+            # mapping cannot change"): in DSCP mode it is accepted and ignored.
+            dcb.prio_tc = [int(v) for v in _expand(prio, dcb.prio_tc)]
+            if not contiguous(dcb.prio_tc):
+                # ice_dcb_lib.c ice_dcb_get_num_tc / ice_dcb_noncontig_cfg: one TC again.
+                self.log.append("Non-contiguous TCs - Disabling DCB")
+                dcb.reset()
+        return Answer()
+
+    # -- APP -------------------------------------------------------------------------------
+
+    def _app(self, dcb: PortDcb, verb: str, rest: list[str], port: str) -> Answer:
+        if not rest or rest[0] != "dscp-prio":
+            # ice_dcbnl_setapp: "ONLY DSCP APP TLVs have operational significance"
+            return Answer(stderr=EINVAL, exit_status=1)
+        entries = [(int(d), int(p)) for d, p in _pairs(rest[1:])]
+        if verb == "add":
+            for entry in entries:
+                answer = self._add(dcb, entry, port)
+                if answer.exit_status:
+                    return answer
+            return Answer()
+        if verb == "del":
+            for entry in entries:
+                if entry not in dcb.app:
+                    return Answer(stderr=ENOENT, exit_status=1)  # dcb_ieee_delapp
+                self._delete(dcb, entry, port)
+            return Answer()
+        # replace (dcb_app.c dcb_cmd_app_replace): add what is new, then delete the other
+        # entries of the same DSCP; it prints an error but returns 0 whatever happened.
+        errors = ""
+        for entry in entries:
+            if entry not in dcb.app and self._add(dcb, entry, port).exit_status:
+                errors = "Could not add new APP entries\n"
+        for dscp, prio in list(dcb.app):
+            if any(d == dscp and p != prio for d, p in entries):
+                self._delete(dcb, (dscp, prio), port)
+        return Answer(stderr=errors)
+
+    def _add(self, dcb: PortDcb, entry: tuple[int, int], port: str) -> Answer:
+        dscp = entry[0]
+        if entry in dcb.app:
+            return Answer(stderr=EEXIST, exit_status=1)  # dcb_ieee_setapp: -EEXIST
+        if any(d == dscp for d, _ in dcb.app):
+            self.log.append(f"ice {port}: DSCP value 0x{dscp:04X} already user mapped")
+            return Answer(stderr=EINVAL, exit_status=1)
+        if not dcb.dscp_mode:
+            # The first DSCP entry switches the port to L3 mode: ETS back to TC0 = 100 %,
+            # priority n -> TC n (ice_dcbnl_setapp).
+            self.log.append(f"ice {port}: Switched QoS to L3 DSCP mode")
+            dcb.dscp_mode = True
+            dcb.tc_bw, dcb.tc_tsa = default_bw(), ["ets"] * 8
+            dcb.prio_tc = list(range(8))
+        dcb.app.append(entry)
+        return Answer()
+
+    def _delete(self, dcb: PortDcb, entry: tuple[int, int], port: str) -> None:
+        dcb.app.remove(entry)
+        if not dcb.app:
+            self.log.append(f"ice {port}: Switched QoS to L2 VLAN mode")
+            dcb.reset()
+
+    # -- show ------------------------------------------------------------------------------
+
+    def _show(
+        self, obj: str, dcb: PortDcb, rest: list[str], json_out: bool, numeric: bool
+    ) -> Answer:
+        if obj == "pfc":
+            if json_out:
+                return Answer(json.dumps({"pfc_cap": 4, "macsec_bypass": False, "delay": 0,
+                                          "prio_pfc": [p in dcb.pfc for p in range(8)]}) + "\n")  # fmt: skip
+            pairs = " ".join(f"{p}:{'on' if p in dcb.pfc else 'off'}" for p in range(8))
+            return Answer(f"pfc-cap 4 macsec-bypass off delay 0\nprio-pfc {pairs}\n")
+        if obj == "ets":
+            if json_out:
+                return Answer(json.dumps({"willing": False, "ets_cap": 8, "cbs": False,
+                                          "tc_bw": dcb.tc_bw, "tc_tsa": dcb.tc_tsa,
+                                          "prio_tc": dcb.prio_tc}) + "\n")  # fmt: skip
+            return Answer(
+                "willing off ets-cap 8 cbs off\n"
+                "tc-bw " + " ".join(f"{i}:{b}" for i, b in enumerate(dcb.tc_bw)) + "\n"
+                "tc-tsa " + " ".join(f"{i}:{t}" for i, t in enumerate(dcb.tc_tsa)) + "\n"
+                "prio-tc " + " ".join(f"{i}:{t}" for i, t in enumerate(dcb.prio_tc)) + "\n"
+            )
+        if obj == "app":
+            if json_out:
+                # iproute2 >= 6.5 prints a trailing " " in each entry (a245bfe1).
+                return Answer(json.dumps({"dscp_prio": [[d, p, " "] for d, p in dcb.app]}) + "\n")
+            if not dcb.app:
+                return Answer()  # no line at all when there are no entries
+            names = [f"{d if numeric else _DSCP_NAMES.get(d, d)}:{p}" for d, p in dcb.app]
+            return Answer("dscp-prio " + " ".join(names) + "\n")
+        return Answer(stderr=f'Object "{obj}" is unknown\n', exit_status=1)
