@@ -1,10 +1,11 @@
 """The Ansible hand-off for a fleet: an inventory and a playbook with the host-level phases.
 
 The playbook is rendered from the same functions the wizard's own steps use (package
-lists, irdma files, the per-port QoS commands, the boot unit and script), written per node
-into host_vars, so the wizard and the playbook can never drift apart. QoS rolls in
-``serial`` batches of ``rollout.maintenance_batch`` with the drain / un-bond / apply /
-re-bond / uncordon sequence.
+lists, irdma files, the boot scripts and units, and the QoS change script itself), written
+per node into host_vars and files/, so the wizard and the playbook can never drift apart.
+QoS rolls in ``serial`` batches of ``rollout.maintenance_batch``: refuse an SSH session over
+the bond, drain, the apply script (un-bond through the bond's manager, DCB, re-bond, ToS),
+the boot units, verify, uncordon.
 """
 
 from __future__ import annotations
@@ -13,11 +14,9 @@ import yaml
 
 from steps.irdma import irdma_artifacts
 from steps.packages import PACKAGES
-from steps.qos import FACTORY, SCRIPT_PATH, UNIT, UNIT_PATH, boot_script, boot_unit, port_commands
+from steps.qos import DCB_UNIT, TOS_UNIT, BootPersistence, procedure
 from wizard.artifacts import Artifact, Target, render
 from wizard.site import Node, Site
-
-RDMA_DEV = "{{ rdma_dev }}"  # discovered on each host by the playbook itself
 
 
 def host_vars(site: Site, node: Node) -> dict:
@@ -32,12 +31,10 @@ def host_vars(site: Site, node: Node) -> dict:
         "gnw_files": [
             {"dest": a.host_path, "content": a.content, "mode": f"{a.mode:04o}"} for a in irdma
         ],
-        "gnw_qos_commands": [
-            c for port in node.bond.ports for c in port_commands(site, port, FACTORY)
+        "gnw_boot_files": [
+            {"dest": a.host_path, "content": a.content, "mode": f"{a.mode:04o}"}
+            for a in BootPersistence().artifacts(site, node)
         ],
-        "gnw_roce_tos": site.qos.roce_tos,
-        "gnw_boot_script": boot_script(site, node, RDMA_DEV),
-        "gnw_boot_unit": boot_unit(node),
     }
 
 
@@ -69,9 +66,7 @@ def ansible_artifacts(site: Site) -> list[Artifact]:
             render(
                 "ansible/site.yml.j2",
                 site=site,
-                unit=UNIT,
-                unit_path=UNIT_PATH,
-                script_path=SCRIPT_PATH,
+                units=[DCB_UNIT, TOS_UNIT],
                 max_fail_percentage=max_fail_percentage(site),
             ),
             Target.SCRIPT,
@@ -80,6 +75,16 @@ def ansible_artifacts(site: Site) -> list[Artifact]:
         ),
     ]
     for node in site.nodes:
+        files.append(
+            Artifact(
+                f"ansible/files/{node.name}/apply-qos.sh",
+                procedure(site, node),
+                Target.SCRIPT,
+                f"run on {node.name} by the QoS play",
+                "the wizard's QoS change for this node (the same as nodes/<node>/qos/apply-qos.sh)",
+                mode=0o755,
+            )
+        )
         files.append(
             Artifact(
                 f"ansible/host_vars/{node.name}.yml",

@@ -21,12 +21,21 @@ JOB_NAMESPACE = "default"
 VENDOR_SUPPORTED = {"connectx"}  # NVIDIA's GPUDirect RDMA matrix: ConnectX / BlueField only
 
 
-def nccl_job(site: Site, node: Node, hca: str, qos_on: bool) -> dict[str, Any]:
-    """all_reduce_perf on every GPU of the node, forced through the NIC (P2P/SHM off)."""
+# The exported Job (no wizard at hand to discover the device) finds it in the pod: the RDMA
+# device the shared device plugin exposes is the node's (Intel's LAG registers one).
+FIND_HCA = (
+    'NCCL_IB_HCA="$(ls /sys/class/infiniband | head -n 1)"; export NCCL_IB_HCA; '
+    'echo "NCCL_IB_HCA=$NCCL_IB_HCA"; exec "$@"'
+)
+
+
+def nccl_job(site: Site, node: Node, hca: str | None, qos_on: bool) -> dict[str, Any]:
+    """all_reduce_perf on every GPU of the node, forced through the NIC (P2P/SHM off).
+    ``hca`` None: the Job finds the RDMA device itself (the exported form)."""
     env = [
         {"name": "NCCL_DEBUG", "value": "INFO"},
         {"name": "NCCL_DEBUG_SUBSYS", "value": "INIT,NET"},
-        {"name": "NCCL_IB_HCA", "value": hca},
+        *([{"name": "NCCL_IB_HCA", "value": hca}] if hca else []),
         # One node, all GPUs: turn off NVLink/shared memory so that the traffic crosses the NIC.
         {"name": "NCCL_P2P_DISABLE", "value": "1"},
         {"name": "NCCL_SHM_DISABLE", "value": "1"},
@@ -58,6 +67,8 @@ def nccl_job(site: Site, node: Node, hca: str, qos_on: bool) -> dict[str, Any]:
         },
         "volumeMounts": [SHM_MOUNT],
     }
+    if hca is None:
+        container["command"] = ["sh", "-c", FIND_HCA, "sh", *container["command"]]
     pod = node_pod(site, node, "unused", JOB_NAMESPACE, container, [SHM_VOLUME])["spec"]
     return {
         "apiVersion": "batch/v1",
@@ -242,7 +253,7 @@ class NcclTests(Step):
     def artifacts(self, site: Site, node: Node | None) -> list[Artifact]:
         if node is None:
             return []
-        job = nccl_job(site, node, "<rdma-dev>", qos_on=True)
+        job = nccl_job(site, node, None, qos_on=True)
         return [
             k8s_object(
                 f"nodes/{node.name}/k8s/nccl-job.yaml",

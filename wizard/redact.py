@@ -95,4 +95,9 @@ def _keep_key(match: re.Match[str]) -> str:
     value = match.group("value")
     if value == REDACTED or value.strip("\"'") in ("", REDACTED):
         return match.group(0)
+    # A reference to a variable (`--src-creds "$SRC_CREDS"`, `password=${PW}`) is how a
+    # script keeps a secret out of itself: it holds no secret, and rewriting it would break
+    # the script's syntax.
+    if value.lstrip("\"'").startswith("$"):
+        return match.group(0)
     return f"{match.group('key')}{REDACTED}"

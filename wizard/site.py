@@ -206,6 +206,12 @@ class QoS(Strict):
     traffic_class: int = Field(3, ge=0, le=7)
     pfc_priorities: list[Annotated[int, Field(ge=0, le=7)]] = Field(default_factory=lambda: [3])
     ecn: bool = Field(False, description="ECN is turned on in its own phase, after PFC works")
+    roce_bandwidth_percent: int = Field(
+        50,
+        ge=1,
+        le=99,
+        description="the RoCE traffic class's guaranteed share of ETS bandwidth (TC0 gets the rest)",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> QoS:
