@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from steps import build_plan
-from steps.qos import FACTORY, port_commands
+from steps.qos import BootPersistence, procedure
 from tests.conftest import MINIMAL_SITE
 from wizard.export import export
 from wizard.lab.host import LabHost
@@ -45,20 +45,22 @@ def test_playbook_uses_the_wizards_own_commands(exported):
     host_vars = yaml.safe_load((ansible / "host_vars/gpu-2.yml").read_text())
     assert host_vars["ansible_port"] == 2222 and host_vars["ansible_user"] == "ops"
     assert host_vars["gnw_bond_ports"] == ["enp1s0f0", "enp1s0f1"]
-    expected = [c for port in node.bond.ports for c in port_commands(site, port, FACTORY)]
-    assert host_vars["gnw_qos_commands"] == expected
+    # The QoS change is the wizard's own script for this node; the boot files its own too.
+    assert (ansible / "files/gpu-2/apply-qos.sh").read_text() == procedure(site, node)
+    boot = {f["dest"]: f["content"] for f in host_vars["gnw_boot_files"]}
+    assert boot == {a.host_path: a.content for a in BootPersistence().artifacts(site, node)}
     assert "ibverbs-providers" in host_vars["gnw_packages"]  # the Ubuntu profile
-    assert "{{ rdma_dev }}" in host_vars["gnw_boot_script"]
     playbook = yaml.safe_load((ansible / "site.yml").read_text())
     qos_play = playbook[1]
     assert qos_play["serial"] == 2 and qos_play["max_fail_percentage"] == 0
     names = [t["name"] for t in qos_play["tasks"]]
-    assert names.index("Cordon and drain the node") < names.index(
-        "Take the ports out of the bond (QoS is blocked on bonded ports)"
+    # The out-of-band rule holds in the play too: refused before anything is drained.
+    assert names.index("Refuse when the SSH session runs over the bond this change takes down") < (
+        names.index("Cordon and drain the node")
     )
-    assert names.index("Put the ports back into the bond") < names.index("Uncordon the node")
-    inventory = (ansible / "inventory.ini").read_text()
-    assert "[gpu_nodes]\ngpu-1\ngpu-2\ngpu-3\n" in inventory
+    assert names.index("Cordon and drain the node") < names.index(
+        "Apply identical QoS to both ports (the wizard's own script, idempotent)"
+    )
 
 
 def _tool(name: str) -> str:
@@ -122,9 +124,9 @@ def test_check_mode_on_localhost_shows_the_changes_and_makes_none(exported, tmp_
     assert result.returncode == 0, output
     assert "failed=0" in output
     assert "+options irdma roce_ena=1" in output  # the irdma file, shown as a diff
-    # The boot script is the wizard's own, with the device the node reported.
-    assert "+dcb app add dev ens5f0np0 dscp-prio 24:3" in output
-    assert "/sys/kernel/config/rdma_cm/irdma0/ports/1/default_roce_tos" in output
+    # The boot scripts are the wizard's own, shown as diffs (the device is found at boot).
+    assert '+    dcb ets set dev "$port" tc-tsa all:ets tc-bw 0:50 1:0 2:0 3:50' in output
+    assert '+write_tos "$dev" "$TOS"' in output
     assert {path: path.exists() for path in written} == before  # --check wrote nothing
 
 

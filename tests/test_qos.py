@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -22,85 +23,100 @@ from wizard.engine import DecisionRequired
 from wizard.events import Answer, Reply
 from wizard.export import export
 from wizard.headless import HeadlessFrontEnd
+from wizard.lab.host import LabHost
 from wizard.model import Severity
 from wizard.site import load_site, parse_site
 
 SITE = parse_site(MINIMAL_SITE)
 
 
-def test_factory_port_gets_lldp_off_pfc_map_then_dscp():
+def _port_after(commands: list[list[str]], start: PortQos = FACTORY, *, bonded: bool = False):
+    """Run commands on a lab port the way the ice driver answers them (wizard/lab/dcb.py);
+    the resulting port state, the answers, and the kernel log."""
+    host = LabHost("gpu-1", "gpu", "10.0.0.1", "192.168.50.1")
+    port = host.ports[0]
+    port.enslaved = bonded
+    port.lldp_agent = start.lldp_agent is not False
+    for dscp, prio in start.dscp_prio:
+        port.dcb.dscp_mode = True
+        port.dcb.app.append((dscp, prio))
+        port.dcb.prio_tc = list(range(8))
+    port.dcb.pfc.update(start.pfc)
+    answers = [host.execute(shlex.join(c)) for c in commands]
+    ets = json.loads(host.execute("dcb -j ets show dev ens5f0np0").stdout)
+    state = PortQos(
+        port.lldp_agent, tuple(sorted(port.dcb.pfc)), tuple(sorted(port.dcb.app)),
+        tuple(ets["prio_tc"]), tuple(ets["tc_bw"]),
+    )  # fmt: skip
+    return state, answers, host.kernel_log
+
+
+def test_from_a_factory_port_the_driver_ends_in_the_desired_state():
     commands = port_commands(SITE, "ens5f0np0", FACTORY)
-    assert commands == [
+    state, answers, log = _port_after(commands)
+    assert all(a.exit_status == 0 for a in answers), answers
+    assert state == desired_port(SITE)
+    assert state.tc_bw == (50, 0, 0, 50, 0, 0, 0, 0)  # the RoCE TC has a guaranteed share
+    assert "Non-contiguous TCs - Disabling DCB" not in log
+    # The ice order: LLDP agent off, the DSCP entry (switches to DSCP mode, resets ETS),
+    # then PFC, ETS last; never a prio-tc.
+    assert [c[:3] for c in commands] == [
+        ["ethtool", "--set-priv-flags", "ens5f0np0"], ["dcb", "app", "add"],
+        ["dcb", "pfc", "set"], ["dcb", "ets", "set"],
+    ]  # fmt: skip
+    assert not any("prio-tc" in c for c in commands)
+
+
+def test_the_old_order_leaves_the_port_lossy_in_the_driver_model():
+    """What the wizard sent before: PFC, then `ets prio-tc 3:3` (TCs 0 and 3, a gap), then
+    the DSCP entry. The driver disables DCB on the gap and the DSCP entry resets ETS."""
+    old = [
         ["ethtool", "--set-priv-flags", "ens5f0np0", "fw-lldp-agent", "off"],
-        [
-            "dcb",
-            "pfc",
-            "set",
-            "dev",
-            "ens5f0np0",
-            "prio-pfc",
-            "0:off",
-            "1:off",
-            "2:off",
-            "3:on",
-            "4:off",
-            "5:off",
-            "6:off",
-            "7:off",
-        ],
-        [
-            "dcb",
-            "ets",
-            "set",
-            "dev",
-            "ens5f0np0",
-            "prio-tc",
-            "0:0",
-            "1:0",
-            "2:0",
-            "3:3",
-            "4:0",
-            "5:0",
-            "6:0",
-            "7:0",
-        ],
+        ["dcb", "pfc", "set", "dev", "ens5f0np0", "prio-pfc", *[f"{p}:{'on' if p == 3 else 'off'}" for p in range(8)]],
+        ["dcb", "ets", "set", "dev", "ens5f0np0", "prio-tc", *[f"{p}:{3 if p == 3 else 0}" for p in range(8)]],
         ["dcb", "app", "add", "dev", "ens5f0np0", "dscp-prio", "24:3"],
-    ]
+    ]  # fmt: skip
+    state, _, log = _port_after(old)
+    assert "Non-contiguous TCs - Disabling DCB" in log
+    assert state.pfc == () and state.tc_bw == (100, 0, 0, 0, 0, 0, 0, 0)
+    assert state != desired_port(SITE)
 
 
-def test_existing_entries_are_not_added_twice_and_conflicts_are_removed():
-    live = PortQos(False, (3,), ((24, 2), (46, 5)), tuple(range(8)))
-    commands = port_commands(SITE, "p0", live)
-    assert ["dcb", "app", "del", "dev", "p0", "dscp-prio", "24:2"] in commands
-    assert ["dcb", "app", "add", "dev", "p0", "dscp-prio", "24:3"] in commands
-    assert not any(c[:2] == ["dcb", "pfc"] for c in commands)  # already right
+def test_each_command_can_run_twice_and_conflicts_are_removed_first():
+    live = PortQos(False, (3,), ((24, 2), (46, 5)), tuple(range(8)), (100,) + (0,) * 7)
+    commands = port_commands(SITE, "ens5f0np0", live)
+    assert commands.index(["dcb", "app", "del", "dev", "ens5f0np0", "dscp-prio", "24:2"]) < (
+        commands.index(["dcb", "app", "add", "dev", "ens5f0np0", "dscp-prio", "24:3"])
+    )
     assert not any(c[0] == "ethtool" for c in commands)  # LLDP agent already off
-    done = PortQos(False, (3,), ((24, 3),), tuple(range(8)))
-    assert port_commands(SITE, "p0", done) == []  # idempotent
+    done = desired_port(SITE)
+    assert port_commands(SITE, "ens5f0np0", done) == []  # nothing left to do
+    # The driver refuses a second add of the same entry: the commands never repeat one.
+    twice = port_commands(SITE, "ens5f0np0", FACTORY)
+    _, answers, _ = _port_after(twice + [c for c in twice if c[2] == "add"])
+    assert answers[-1].stderr == "Attribute write: File exists\n"
+
+
+def test_a_bonded_port_refuses_dcb_changes():
+    _, answers, _ = _port_after(port_commands(SITE, "ens5f0np0", FACTORY), bonded=True)
+    assert [a.exit_status for a in answers[1:]] == [1, 1, 1]
+    assert all(a.stderr == "Attribute write: Invalid argument\n" for a in answers[1:])
 
 
 def test_restore_puts_back_what_was_there():
-    commands = restore_commands(SITE, "p0", desired_port(SITE), FACTORY)
-    assert ["dcb", "app", "del", "dev", "p0", "dscp-prio", "24:3"] in commands
-    assert [
-        "dcb",
-        "pfc",
-        "set",
-        "dev",
-        "p0",
-        "prio-pfc",
-        *[f"{p}:off" for p in range(8)],
-    ] in commands
-    assert commands[-1] == ["ethtool", "--set-priv-flags", "p0", "fw-lldp-agent", "on"]
+    commands = restore_commands("ens5f0np0", desired_port(SITE), FACTORY)
+    state, answers, log = _port_after(commands, desired_port(SITE))
+    assert all(a.exit_status == 0 for a in answers), answers
+    assert state == FACTORY
+    assert "Switched QoS to L2 VLAN mode" in " ".join(log)
+    assert commands[-1] == ["ethtool", "--set-priv-flags", "ens5f0np0", "fw-lldp-agent", "on"]
 
 
 def _dcb_lines() -> list[list[str]]:
     lines = []
     for live in (FACTORY, PortQos(False, (3,), ((24, 2),), None)):
         lines += [c[1:] for c in port_commands(SITE, "lo", live) if c[0] == "dcb"]
-    lines += [
-        c[1:] for c in restore_commands(SITE, "lo", desired_port(SITE), FACTORY) if c[0] == "dcb"
-    ]
+    lines += [c[1:] for c in restore_commands("lo", desired_port(SITE), FACTORY) if c[0] == "dcb"]
     batch = dcb_batch(port_commands(SITE, "lo", FACTORY), "lo")
     lines += [line.split() for line in batch.splitlines() if not line.startswith("#")]
     return lines
@@ -140,7 +156,8 @@ def test_export_has_batches_procedure_rollback_unit_and_switch_sheets(tmp_path):
         "app add dev ens5f0np0 dscp-prio 24:3" in batch
         and "pfc set dev ens5f0np0 prio-pfc" in batch
     )
-    assert "nomaster" in (base / "qos/apply-qos.sh").read_text()
+    apply = (base / "qos/apply-qos.sh").read_text()
+    assert "nmcli connection down" in apply and "networkctl reconfigure" in apply
     assert "fw-lldp-agent on" in (base / "qos/rollback-qos.sh").read_text()
     unit = (base / "host/etc/systemd/system/gpu-node-wizard-roce-qos.service").read_text()
     assert (
@@ -148,10 +165,10 @@ def test_export_has_batches_procedure_rollback_unit_and_switch_sheets(tmp_path):
         and "Before=network-pre.target" in unit
     )
     assert "ExecStart=/usr/local/sbin/gpu-node-wizard-roce-qos" in unit
-    assert (
-        "dcb app add dev ens5f1np1 dscp-prio 24:3"
-        in (base / "host/usr/local/sbin/gpu-node-wizard-roce-qos").read_text()
-    )
+    boot = (base / "host/usr/local/sbin/gpu-node-wizard-roce-qos").read_text()
+    assert "PORTS='ens5f0np0 ens5f1np1'" in boot and "tc-bw 0:50 1:0 2:0 3:50" in boot
+    tos_unit = (base / "host/etc/systemd/system/gpu-node-wizard-roce-tos.service").read_text()
+    assert "After=network-online.target" in tos_unit
     for sheet in ("intent.md", "arista-eos.txt", "cisco-nxos.txt"):
         text = (out / "cluster/switch" / sheet).read_text()
         assert "24" in text and "3" in text
@@ -186,11 +203,28 @@ async def test_maintenance_flow_applies_identical_qos_and_uncordons(tmp_path):
     checks = {f.check: f for f in step_findings(outcome, "qos.apply")}
     assert checks["T08.qos-identical"].severity is Severity.PASS
     assert checks["T10.lacp"].severity is Severity.PASS
-    # The ports really left the bond for the change (QoS is blocked on bonded ports).
+    # The ports left the bond through NetworkManager (which owns bond1 on RHEL) for the
+    # change, and the ToS was written after the bond re-formed (a re-registered device
+    # starts at 0).
     commands = host.commands
-    assert commands.index("ip link set dev ens5f0np0 nomaster") < commands.index(
+    assert commands.index("nmcli connection down bond1-port1") < commands.index(
         "dcb app add dev ens5f0np0 dscp-prio 24:3"
     )
+    assert not any(c.endswith("nomaster") for c in commands)
+    tos_write = max(i for i, c in enumerate(commands) if "default_roce_tos" in c and "printf" in c)
+    assert tos_write > commands.index("nmcli connection up bond1-port2")
+
+
+async def test_raw_ip_under_network_manager_is_undone_and_the_change_refused(tmp_path):
+    """The old way (`ip link set PORT nomaster` with NetworkManager owning bond1): NM puts
+    the port back at once, and the driver then refuses DCB on the still-bonded port."""
+    host = LabHost("gpu-1", "gpu", "10.0.0.1", "192.168.50.1")
+    host.execute("ip link set dev ens5f0np0 nomaster")
+    assert host.ports[0].enslaved
+    assert "released from controller device bond1" in " ".join(host.kernel_log)
+    host.execute("ethtool --set-priv-flags ens5f0np0 fw-lldp-agent off")
+    refused = host.execute("dcb app add dev ens5f0np0 dscp-prio 24:3")
+    assert refused.exit_status == 1 and "Invalid argument" in refused.stderr
 
 
 async def test_no_window_no_change(tmp_path):

@@ -42,6 +42,8 @@ DISCOVERED = (
 )
 # A token after one of these options is discovered: the RoCEv2 GID index (ibv_devinfo).
 DISCOVERED_AFTER = {"-x": (re.compile(r"^\d+$"), "<gid-index>")}
+# The NetworkManager profile of a bond port (`nmcli device status`), after `connection up/down`.
+PROFILE = (("connection", "down"), ("connection", "up"))
 
 
 def normalise(tokens: list[str], site: Site) -> tuple[str, ...]:
@@ -68,6 +70,8 @@ def normalise(tokens: list[str], site: Site) -> tuple[str, ...]:
         after = DISCOVERED_AFTER.get(tokens[i - 1]) if i else None
         if after and after[0].match(token):
             token = after[1]
+        if i == 3 and tokens[0] == "nmcli" and tuple(tokens[1:3]) in PROFILE:
+            token = "<profile>"
         out.append(token)
     return tuple(out)
 

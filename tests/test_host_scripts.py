@@ -1,0 +1,198 @@
+"""The host scripts the wizard exports and installs, judged by real tools and a real shell.
+
+- Every exported script of several site variants passes `sh -n` and `shellcheck`, and
+  nothing executable (script, unit, manifest, playbook file) keeps a `<placeholder>`.
+- The scripts run in the real /bin/sh of a lab host (wizard/lab/shell.py), whose commands
+  the driver model answers: the boot scripts and the exported apply and rollback scripts
+  converge, and running them twice gives the same result; the old plain boot script does
+  not survive a second run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from steps import build_plan
+from steps.qos import (
+    BootPersistence,
+    boot_dcb_script,
+    boot_tos_script,
+    desired_port,
+    procedure,
+    rollback_script,
+)
+from tests.conftest import MINIMAL_SITE, with_nodes
+from wizard.export import export
+from wizard.lab.host import LabHost
+from wizard.lab.shell import LabShell
+from wizard.site import load_site, parse_site
+
+VARIANTS = {
+    "rhel": MINIMAL_SITE,
+    "ubuntu": MINIMAL_SITE.replace("    rdma_ip: 192.168.50.1\n", "    rdma_ip: 192.168.50.1\n    os: ubuntu-24.04\n"),
+    "two-nodes": with_nodes(2),
+    "taint-mirror-ecn": MINIMAL_SITE
+    + "taint: {enabled: true}\nregistry: {mirror: nexus.example.com:8443}\nqos: {ecn: true}\n",
+}  # fmt: skip
+PLACEHOLDER = re.compile(r"<[a-z][a-z0-9 -]*>")
+
+
+@pytest.fixture(scope="module", params=sorted(VARIANTS))
+def exported(request, tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp(request.param)
+    (tmp / "site.yaml").write_text(VARIANTS[request.param])
+    export(load_site(tmp / "site.yaml"), build_plan(), tmp / "out")
+    return tmp / "out"
+
+
+def _scripts(out: Path) -> list[Path]:
+    return [
+        p for p in sorted(out.rglob("*"))
+        if p.is_file() and p.suffix != ".md" and p.read_text().startswith("#!/bin/sh")
+    ]  # fmt: skip
+
+
+def test_every_exported_script_parses_and_passes_shellcheck(exported):
+    shellcheck = shutil.which("shellcheck")
+    if shellcheck is None:
+        if os.environ.get("CI"):
+            pytest.fail("shellcheck is missing: .ci/run installs it")
+        pytest.skip("shellcheck not installed")
+    scripts = _scripts(exported)
+    assert len(scripts) >= 5, scripts  # apply, rollback, the two boot scripts, the copy-images
+    for script in scripts:
+        parsed = subprocess.run(["sh", "-n", str(script)], capture_output=True, text=True)
+        assert parsed.returncode == 0, (script, parsed.stderr)
+        checked = subprocess.run([shellcheck, "-S", "style", "-s", "sh", str(script)],
+                                 capture_output=True, text=True)  # fmt: skip
+        assert checked.returncode == 0, (script, checked.stdout)
+
+
+def test_nothing_executable_keeps_a_placeholder(exported):
+    for path in sorted(exported.rglob("*")):
+        if not path.is_file() or path.suffix in (".md", ".txt") or path.name == "MANIFEST.json":
+            continue
+        found = PLACEHOLDER.findall(path.read_text())
+        assert not found, (path.relative_to(exported), found)
+
+
+# -- in a real shell on a lab host ------------------------------------------------------------
+
+
+@pytest.fixture
+async def lab_host(request):
+    os_name = getattr(request, "param", "rhel-10.2")
+    host = LabHost("gpu-b300-01", "gpu", "10.10.0.21", "192.168.50.21", os=os_name)
+    shell = LabShell({host.name: host})
+    await shell.start()
+    try:
+        yield shell, host
+    finally:
+        await shell.stop()
+
+
+def _site(os_name: str):
+    site = MINIMAL_SITE.replace("gpu-1", "gpu-b300-01")
+    if os_name.startswith("ubuntu"):
+        site = site.replace(
+            "    rdma_ip: 192.168.50.1\n", "    rdma_ip: 192.168.50.1\n    os: ubuntu-24.04\n"
+        )
+    return parse_site(site)
+
+
+def _qos(host: LabHost):
+    return [(p.lldp_agent, sorted(p.pfc), list(p.app), p.dcb.tc_bw) for p in host.ports]
+
+
+WANTED = [(False, [3], [(24, 3)], [50, 0, 0, 50, 0, 0, 0, 0])] * 2
+TOS = "/sys/kernel/config/rdma_cm/irdma0/ports/1/default_roce_tos"
+
+
+async def test_boot_scripts_run_twice_with_the_same_result(lab_host):
+    shell, host = lab_host
+    site = _site(host.os)
+    node = site.nodes[0]
+    host.reboot()  # the ports are not in the bond yet: the early unit's moment
+    for _ in range(2):
+        result = await shell.run(host, boot_dcb_script(site, node))
+        assert result.exit_status == 0, result.stderr
+        assert _qos(host) == WANTED
+    host.form_bond()  # the network comes up; Intel's LAG registers the RDMA device again
+    assert host.rdma_devices, host.kernel_log
+    for _ in range(2):
+        result = await shell.run(host, boot_tos_script(site, node))
+        assert result.exit_status == 0, result.stderr
+        assert host.configfs[TOS] == "96\n"
+
+
+async def test_the_old_plain_boot_script_fails_on_its_second_run(lab_host):
+    shell, host = lab_host
+    host.reboot()
+    old = "#!/bin/sh\nset -eu\n" + "".join(
+        f"ethtool --set-priv-flags {p} fw-lldp-agent off\ndcb app add dev {p} dscp-prio 24:3\n"
+        for p in ("ens5f0np0", "ens5f1np1")
+    )
+    assert (await shell.run(host, old)).exit_status == 0
+    second = await shell.run(host, old)
+    assert second.exit_status == 1 and "File exists" in second.stderr
+
+
+@pytest.mark.parametrize("lab_host", ["rhel-10.2", "ubuntu-24.04"], indirect=True)
+async def test_exported_apply_and_rollback_converge_through_the_bonds_manager(lab_host):
+    shell, host = lab_host
+    site = _site(host.os)
+    node = site.nodes[0]
+    for _ in range(2):  # a second run finds everything in place and changes nothing
+        result = await shell.run(host, procedure(site, node))
+        assert result.exit_status == 0, result.stderr
+        assert _qos(host) == WANTED
+        assert all(p.enslaved and p.admin_up for p in host.ports)
+        assert host.configfs[TOS] == "96\n"
+    manager = "NetworkManager" if host.os.startswith("rhel") else "networkd"
+    assert f"{node.bond.name} is managed by: {manager}" in result.stderr
+    assert not any("released from controller" in line for line in host.kernel_log)
+    for _ in range(2):
+        result = await shell.run(host, rollback_script(site, node, None, "0"))
+        assert result.exit_status == 0, result.stderr
+        assert [(p.lldp_agent, sorted(p.pfc), list(p.app)) for p in host.ports] == [
+            (True, [], [])
+        ] * 2
+        assert all(p.enslaved for p in host.ports) and host.configfs[TOS] == "0\n"
+
+
+async def test_a_reboot_runs_the_units_before_and_after_the_network(lab_host):
+    """Installed as the wizard installs them, the two units bring the QoS and the ToS back
+    after a reboot; with only the DCB unit (ToS written before the bond formed), the ToS of
+    the re-registered device is lost."""
+    shell, host = lab_host
+    site = _site(host.os)
+    node = site.nodes[0]
+    for artifact in BootPersistence().artifacts(site, node):
+        host.files[artifact.host_path] = artifact.content
+    host.enabled_units |= {"gpu-node-wizard-roce-qos.service", "gpu-node-wizard-roce-tos.service"}
+    host.reboot()
+    await shell.boot(host)
+    assert [entry["exit"] for entry in host.boot_log] == [0, 0], host.boot_log
+    assert _qos(host) == WANTED and host.configfs[TOS] == "96\n"
+    # Without the late unit: the bond forms after the early one, the device starts at 0.
+    host.enabled_units.discard("gpu-node-wizard-roce-tos.service")
+    host.files[TOS.replace("/default_roce_tos", "")] = ""
+    host.reboot()
+    await shell.boot(host)
+    assert host.configfs.get(TOS, "0\n") == "0\n"
+
+
+async def test_the_lab_shell_refuses_a_script_that_writes_files_behind_the_model(lab_host):
+    shell, host = lab_host
+    result = await shell.run(host, "#!/bin/sh\nprintf '%s\\n' 96 > /sys/kernel/config/x\n")
+    assert result.exit_status == 126 and "tee" in result.stderr
+
+
+def test_desired_port_reads_back_as_the_driver_reports_it():
+    assert desired_port(_site("rhel-10.2")).tc_bw == (50, 0, 0, 50, 0, 0, 0, 0)
