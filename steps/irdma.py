@@ -27,9 +27,25 @@ from wizard.site import Node, Site
 
 MODULES_LOAD = "/etc/modules-load.d/irdma.conf"
 MODPROBE_OPTIONS = "/etc/modprobe.d/irdma.conf"
-REQUIRED_MODULES = ("ice", "irdma", "ib_core", "ib_uverbs", "rdma_cm")
+REQUIRED_MODULES = ("ice", "irdma", "ib_core", "ib_uverbs", "rdma_cm", "rdma_ucm", "ib_umad")
+# Loaded and persisted by irdma.enable: irdma, and the user-space device modules rdma-core
+# does not load on a RoCE host (ib_umad) but the shared RDMA device plugin needs.
+LOADED_BY_WIZARD = ("irdma", "ib_uverbs", "rdma_ucm", "ib_umad")
 LOAD = ["modprobe", "irdma"]
 UNLOAD = ["modprobe", "-r", "irdma"]
+# The character devices the shared RDMA device plugin requires (rdma_device_spec.go:
+# requiredRdmaDevices = rdma_cm, umad, uverbs): without one it skips the device.
+INFINIBAND_DEVICES = ["ls", "/dev/infiniband"]
+PLUGIN_NEEDS = ("rdma_cm", "umad", "uverbs")
+# rdma-core's dracut module puts irdma into the initramfs, which loads it at boot with the
+# options it was built with (kernel-boot/dracut/50rdma/module-setup.sh): after a new
+# modprobe option the initramfs is rebuilt, or irdma comes back in iWARP mode.
+INITRAMFS_OPTIONS = {"rhel-10.2": ["lsinitrd", "-f", "/etc/modprobe.d/irdma.conf"]}
+REBUILD_INITRAMFS = {"rhel-10.2": ["dracut", "-f"], "ubuntu-24.04": ["update-initramfs", "-u"]}
+
+
+def modprobe_command(modules: list[str]) -> list[str]:
+    return ["modprobe", "-a", *modules]
 
 
 def irdma_artifacts(node: Node) -> list[Artifact]:
@@ -44,6 +60,13 @@ def irdma_artifacts(node: Node) -> list[Artifact]:
             "RoCEv2 mode for Intel's irdma",
         ),
     ]
+
+
+def irdma_enable_verify_lines(node: Node) -> list[str]:
+    """The runbook lines of ``EnableIrdma.verify`` (run again after a reboot)."""
+    reads, _ = host_file_lines(irdma_artifacts(node))
+    initramfs = INITRAMFS_OPTIONS.get(node.os)
+    return [shown(LSMOD), *reads, *([shown(initramfs)] if initramfs else [])]
 
 
 class EnableIrdma(Step):
@@ -66,25 +89,51 @@ class EnableIrdma(Step):
         if node is None:
             return []
         reads, writes = host_file_lines(irdma_artifacts(node))
+        initramfs = INITRAMFS_OPTIONS.get(node.os)
         return [
             *reads,
             shown(LSMOD),
+            *([shown(initramfs, "the irdma options inside the initramfs")] if initramfs else []),
             *writes,
             shown(UNLOAD, "only when irdma is loaded and its options changed"),
             shown(LOAD, "when irdma is not loaded"),
+            shown(modprobe_command(list(LOADED_BY_WIZARD[1:])), "those of them not loaded"),
+            shown(REBUILD_INITRAMFS[node.os], "when the initramfs holds other irdma options"),
         ]
 
     async def changes(self, ctx: StepContext) -> list[Change]:
         assert ctx.node is not None
-        result = await host_file_changes(ctx, irdma_artifacts(ctx.node))
+        artifacts = irdma_artifacts(ctx.node)
+        result = await host_file_changes(ctx, artifacts)
         lsmod = await probe(ctx, LSMOD, "lsmod")
-        if lsmod.ok and not lsmod.fact.loaded("irdma"):
-            # The files may be in place while the module is not loaded: still a change.
-            ctx.data["load_needed"] = True
-            result.append(Change(_module_state_artifact(ctx.node), "irdma: not loaded\n"))
+        missing = [m for m in LOADED_BY_WIZARD if lsmod.ok and not lsmod.fact.loaded(m)]
+        if missing:
+            # The files may be in place while the modules are not loaded: still a change.
+            result.append(
+                Change(
+                    _module_state_artifact(ctx.node), "".join(f"{m}: not loaded\n" for m in missing)
+                )
+            )
+        options = next(a.content for a in artifacts if a.host_path == MODPROBE_OPTIONS)
+        in_initramfs = await self._initramfs_options(ctx)
+        options_change = any(c.artifact.host_path == MODPROBE_OPTIONS and c.changed for c in result)
+        if in_initramfs != options or (in_initramfs is None and options_change):
+            result.append(
+                Change(_initramfs_artifact(ctx.node, options), in_initramfs or "(not readable)\n")
+            )
         return result
 
+    async def _initramfs_options(self, ctx: StepContext) -> str | None:
+        """The irdma options file as the initramfs holds it (None where it cannot be read)."""
+        assert ctx.node is not None
+        command = INITRAMFS_OPTIONS.get(ctx.node.os)
+        if command is None:
+            return None
+        result = await ctx.run(command)
+        return result.stdout if result.ok else ""
+
     async def apply(self, ctx: StepContext, changes: list[Change]) -> None:
+        assert ctx.node is not None
         options_changed = MODPROBE_OPTIONS in await write_host_files(ctx, changes)
         lsmod = await probe(ctx, LSMOD, "lsmod")
         loaded = lsmod.ok and lsmod.fact.loaded("irdma")
@@ -93,6 +142,11 @@ class EnableIrdma(Step):
             loaded = False
         if not loaded:
             await ctx.run(LOAD, check=True)
+        others = [m for m in LOADED_BY_WIZARD[1:] if not (lsmod.ok and lsmod.fact.loaded(m))]
+        if others:
+            await ctx.run(modprobe_command(others), check=True)
+        if any(c.artifact.path.endswith("/initramfs") for c in changes if c.changed):
+            await ctx.run(REBUILD_INITRAMFS[ctx.node.os], check=True, timeout=900)
 
     async def verify(self, ctx: StepContext) -> list[Finding]:
         assert ctx.node is not None
@@ -106,17 +160,48 @@ class EnableIrdma(Step):
             report.fail(
                 "irdma-loaded", "irdma is not loaded", "modprobe irdma; check dmesg for errors"
             )
-        await check_host_files(ctx, report, "irdma-persistent", irdma_artifacts(ctx.node))
+        missing = [m for m in LOADED_BY_WIZARD[1:] if not (lsmod.ok and lsmod.fact.loaded(m))]
+        if missing:
+            report.fail(
+                "rdma-modules",
+                f"not loaded: {', '.join(missing)} (the RDMA device plugin needs their devices)",
+                f"modprobe -a {' '.join(missing)}; irdma.enable lists them in {MODULES_LOAD}",
+            )
+        else:
+            report.ok("rdma-modules", f"{', '.join(LOADED_BY_WIZARD[1:])} loaded")
+        artifacts = irdma_artifacts(ctx.node)
+        await check_host_files(ctx, report, "irdma-persistent", artifacts)
+        options = next(a.content for a in artifacts if a.host_path == MODPROBE_OPTIONS)
+        in_initramfs = await self._initramfs_options(ctx)
+        if in_initramfs is not None and in_initramfs != options:
+            report.fail(
+                "initramfs",
+                "the initramfs holds other irdma options than /etc/modprobe.d/irdma.conf: irdma "
+                "loads from it at boot and would come back in iWARP mode",
+                " ".join(REBUILD_INITRAMFS[ctx.node.os]),
+            )
+        elif in_initramfs is not None:
+            report.ok("initramfs", "the initramfs loads irdma with roce_ena=1")
         return report.findings
 
 
 def _module_state_artifact(node: Node) -> Artifact:
     return Artifact(
         f"nodes/{node.name}/host/irdma-module-state",
-        "irdma: loaded\n",
+        "".join(f"{m}: loaded\n" for m in LOADED_BY_WIZARD),
         Target.SCRIPT,
-        f"kernel module irdma on {node.name}",
-        "irdma loaded now (modprobe irdma)",
+        f"kernel modules on {node.name}",
+        "irdma and the RDMA device modules loaded now (modprobe)",
+    )
+
+
+def _initramfs_artifact(node: Node, options: str) -> Artifact:
+    return Artifact(
+        f"nodes/{node.name}/host/initramfs",
+        options,
+        Target.SCRIPT,
+        f"{MODPROBE_OPTIONS} inside the initramfs on {node.name}",
+        f"the initramfs rebuilt ({' '.join(REBUILD_INITRAMFS[node.os])}) so irdma boots in RoCEv2 mode",
     )
 
 
@@ -228,6 +313,7 @@ def rdma_reads(node: Node) -> list[Read]:
         Read(LSMOD, "lsmod"),
         Read(RDMA_LINKS, "rdma-link"),
         Read(["ibv_devinfo", "-v"], "ibv-devinfo"),
+        Read(INFINIBAND_DEVICES, None),
         packages_read(node),
         *(Read(priv_flags_command(port), "ethtool-priv-flags") for port in node.bond.ports),
     ]
@@ -256,7 +342,7 @@ class VerifyRdma(Step):
         assert ctx.node is not None
         report = Report("T02")
         ports = list(ctx.node.bond.ports)
-        lsmod, links, devinfo, package_list, *flag_reads = await read_all(
+        lsmod, links, devinfo, devices, package_list, *flag_reads = await read_all(
             ctx, *rdma_reads(ctx.node)
         )
         if not lsmod.ok:
@@ -265,6 +351,20 @@ class VerifyRdma(Step):
         flags = {port: p.fact for port, p in zip(ports, flag_reads, strict=True)}
         discovered = evaluate_rdma(ctx.node, lsmod.fact, links.fact, devinfo.fact, flags, report)
         ctx.data.update(discovered)
+        names = devices.result.stdout.split() if devices.result.ok else []
+        absent = [need for need in PLUGIN_NEEDS if not any(n.startswith(need) for n in names)]
+        if "rdma_device" not in discovered:
+            pass  # no RDMA device at all: reported above, its character devices follow from it
+        elif absent:
+            report.fail(
+                "devices",
+                f"/dev/infiniband lacks {', '.join(absent)} ({' '.join(names) or 'empty'}): the "
+                "shared RDMA device plugin would advertise 0 devices",
+                "modprobe -a ib_uverbs rdma_ucm ib_umad (irdma.enable loads and persists them)",
+                devices.evidence(),
+            )
+        else:
+            report.ok("devices", f"/dev/infiniband: {' '.join(names)}")
         _, packages = evaluate_packages(ctx.node, package_list)
         report.findings.extend(packages.findings)
         return report.findings

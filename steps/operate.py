@@ -146,7 +146,7 @@ class Reboot(Step):
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
         from steps.bond import lacp_reads
-        from steps.irdma import rdma_reads
+        from steps.irdma import irdma_enable_verify_lines, rdma_reads
         from steps.qos import verify_lines
 
         if node is None:
@@ -158,8 +158,9 @@ class Reboot(Step):
             "  # from the jump host",
             shown(REBOOT),
             shown(read_file_command(BOOT_ID), "until it differs"),
-            "# then what was done before the reboot must hold after it (irdma.verify, "
-            "bond.lacp, qos.apply; gpu-operator.verify reads the cluster):",
+            "# then what was done before the reboot must hold after it (irdma.enable, "
+            "irdma.verify, bond.lacp, qos.apply; gpu-operator.verify reads the cluster):",
+            *irdma_enable_verify_lines(node),
             *read_lines(rdma_reads(node)),
             *read_lines(lacp_reads(node)),
             *verify_lines(node),
@@ -240,7 +241,13 @@ class Reboot(Step):
         ctx.data["boot_id_after"] = boot_id
         ctx.engine.note_boot(ctx.target, boot_id)  # the checkpoint's identity: this boot
         steps = ctx.engine.plan
-        for step_id in ("irdma.verify", "bond.lacp", "qos.apply", "gpu-operator.verify"):
+        for step_id in (
+            "irdma.enable",
+            "irdma.verify",
+            "bond.lacp",
+            "qos.apply",
+            "gpu-operator.verify",
+        ):
             if ctx.engine.checkpoint.step_state(step_id, ctx.target).value != "done":
                 continue  # only what was done before the reboot must hold after it
             findings = await steps.step(step_id).verify(ctx)

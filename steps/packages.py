@@ -11,25 +11,39 @@ from wizard.probe import Probe, Read, Report, probe
 from wizard.site import Node, Site
 
 # Air-gapped friendly: the wizard shows and runs these; the site's own mirrors serve them.
+# - iperf3: the TCP baseline (phase 10) and the coexistence test run it on both ends;
+# - the ibv_* tools: RHEL's libibverbs-utils, Debian/Ubuntu's ibverbs-utils (ibv_devinfo);
+# - Intel's out-of-tree ice/irdma build against the running kernel: its headers and a
+#   compiler (Intel's README, "Building and Installation": kernel-devel / linux-headers,
+#   gcc, make, libelf).
 PACKAGES = {
     "rhel-10.2": (
         "rdma-core",
         "libibverbs-utils",
         "infiniband-diags",
         "perftest",
+        "iperf3",
         "pciutils",
         "ethtool",
         "iproute",
+        "kernel-devel",
+        "gcc",
+        "make",
+        "elfutils-libelf-devel",
     ),
     "ubuntu-24.04": (
         "build-essential",
+        "linux-headers-generic",
+        "libelf-dev",
         "pciutils",
         "ethtool",
         "iproute2",
         "rdma-core",
         "ibverbs-providers",
+        "ibverbs-utils",
         "infiniband-diags",
         "perftest",
+        "iperf3",
     ),
 }
 

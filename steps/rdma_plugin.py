@@ -139,10 +139,15 @@ def project(live: Any, desired: Any) -> Any:
 
 
 def discovered_netdevs(ctx: StepContext) -> list[str]:
+    """The PF netdevs the nodes' RDMA devices sit on. The plugin's ifNames selector matches
+    a PCI function's own netdev name exactly (ifNameSelector, pkg/resources): a bond is no
+    PCI function and never matches, so a bond name is never put there."""
+    bonds = {node.bond.name for node in ctx.site.nodes}
     return [
         str(netdev)
         for node in ctx.site.nodes
         if (netdev := ctx.recorded("irdma.verify", node.name).get("rdma_netdev"))
+        and netdev not in bonds
     ]
 
 

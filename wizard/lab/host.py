@@ -14,6 +14,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from wizard.artifacts import render
 from wizard.lab.dcb import DcbTool, PortDcb
 from wizard.lab.kmod import KernelModulesMixin
 from wizard.lab.network import NetworkMixin
@@ -49,6 +50,11 @@ RHEL_PACKAGES = {
     "pciutils": "pciutils-3.13.0-2.el10.x86_64",
     "ethtool": "ethtool-6.11-1.el10.x86_64",
     "iproute": "iproute-6.11.0-1.el10.x86_64",
+    "iperf3": "iperf3-3.17.1-4.el10.x86_64",
+    "kernel-devel": "kernel-devel-6.12.0-124.8.1.el10_2.x86_64",
+    "gcc": "gcc-14.2.1-7.el10.x86_64",
+    "make": "make-4.4.1-9.el10.x86_64",
+    "elfutils-libelf-devel": "elfutils-libelf-devel-0.192-5.el10.x86_64",
 }
 
 
@@ -145,17 +151,11 @@ class LabHost(NetworkMixin, KernelModulesMixin):
                 self.ports[1].up = False
         base = {"ice", "bonding", "ib_core", "ib_uverbs", "rdma_cm", "iw_cm", "ib_cm", "nvme"}
         if "irdma-not-loaded" not in self.faults:
-            base.add("irdma")
-            self.files["/etc/modules-load.d/irdma.conf"] = (
-                "# Managed by gpu-node-wizard: load the Intel RDMA driver at boot (E810 RoCEv2).\n"
-                "irdma\n"
-            )
+            # A node the wizard prepared earlier (phase 5): its own files, modules loaded.
+            base |= {"irdma", "ib_umad"}
+            self.files["/etc/modules-load.d/irdma.conf"] = render("host/irdma-modules-load.conf.j2")
             if "iwarp" not in self.faults and "in-tree-ice" not in self.faults:
-                self.files["/etc/modprobe.d/irdma.conf"] = (
-                    "# Managed by gpu-node-wizard.\n"
-                    "# Intel's out-of-tree irdma loads in iWARP mode unless RoCE is enabled; "
-                    "RoCEv2 is required.\noptions irdma roce_ena=1\n"
-                )
+                self.files["/etc/modprobe.d/irdma.conf"] = render("host/irdma-modprobe.conf.j2")
         base.add("rdma_ucm")  # rdma-core's rdma.conf loads it for any RDMA device
         self.modules = base
         options = self.files.get("/etc/modprobe.d/irdma.conf", "")

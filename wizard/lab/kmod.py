@@ -85,6 +85,16 @@ class KernelModulesMixin:
         self.initramfs_irdma_options = self.files.get(MODPROBE_IRDMA, "")
         return Result(f"update-initramfs: Generating /boot/initrd.img-{self.kernel}\n")
 
+    def cmd_lsinitrd(self: LabHost, args: list[str]) -> Result:
+        """dracut's lsinitrd: ``-f FILE`` prints a file as the initramfs holds it."""
+        from wizard.lab.host import Result
+
+        if self.os.startswith("ubuntu"):
+            return Result(stderr="bash: line 1: lsinitrd: command not found\n", exit_status=127)
+        if args[:1] == ["-f"] and args[1:] == [MODPROBE_IRDMA]:
+            return Result(self.initramfs_irdma_options)
+        return Result(stderr="lsinitrd: only -f FILE is simulated\n", exit_status=1)
+
     def boot_modules(self: LabHost) -> None:
         """At boot: irdma from the initramfs (its options as built), then modules-load.d."""
         self.modules -= {"irdma", "ib_umad", "rdma_ucm"}

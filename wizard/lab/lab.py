@@ -435,7 +435,17 @@ class Lab:
                 for entry in config.get("configList", []):
                     prefix = entry.get("resourcePrefix", config.get("resourcePrefix", "rdma"))
                     resource = f"{prefix}/{entry['resourceName']}"
-                    count = str(entry.get("rdmaHcaMax", 1000)) if host.rdma_devices else "0"
+                    # rdma_device_spec.go: a device without its rdma_cm, umad and uverbs
+                    # character devices is skipped, and the pool advertises 0.
+                    devices = host.infiniband_devices()
+                    complete = all(
+                        any(d.startswith(n) for d in devices) for n in ("rdma_cm", "umad", "uverbs")
+                    )
+                    count = (
+                        str(entry.get("rdmaHcaMax", 1000))
+                        if host.rdma_devices and complete
+                        else "0"
+                    )
                     node["status"]["capacity"][resource] = count
                     node["status"]["allocatable"][resource] = count
 
