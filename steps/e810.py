@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from steps.common import read_lines
 from wizard.facts.nic import EthtoolInfo
 from wizard.facts.pci import Lspci
@@ -12,10 +14,47 @@ from wizard.probe import Probe, Read, Report, read_all
 from wizard.site import Node, Site
 
 IN_TREE_EXPLANATION = (
-    "the kernel's own (in-tree) ice driver removes RDMA from a port when it joins a bond, so "
-    "RoCE over bond1 needs Intel's out-of-tree ice + irdma (RoCEv2, both ports on one NIC, "
-    "identical QoS before bonding, the LAG-capable DDP package)"
+    "the kernel's own (in-tree) ice driver removes RDMA from a port when it joins a bond "
+    "(ice_lag.c: ice_clear_rdma_cap), so RoCE over bond1 needs Intel's out-of-tree ice + irdma "
+    "(Intel's README, 'Link Aggregation and RDMA': the latest drivers and NVM, RoCEv2, both "
+    "ports on one NIC, identical QoS before bonding)"
 )
+
+# What the ice driver says about its DDP package and Intel's RDMA-over-LAG in the kernel
+# log (ice_main.c ice_log_pkg_init; Intel's out-of-tree src/ice_lag.c).
+DDP_LOADED = re.compile(
+    r"The DDP package was successfully loaded: (?P<name>.+?) version (?P<version>[\d.]+)"
+)
+SAFE_MODE = "Entering Safe Mode"
+LAG_REFUSALS = (
+    re.compile(r"Found non-ice netdev \S+"),
+    re.compile(r"Found netdev \S+ on different device"),
+    re.compile(r"Found netdev \S+ with different DCB config"),
+)
+
+
+def evaluate_lag_log(node: Node, dmesg: str, report: Report) -> None:
+    """The DDP package the ice driver loaded, and whether Intel's LAG refused RDMA on the
+    bond (each refusal names its cause)."""
+    if SAFE_MODE in dmesg:
+        report.fail(
+            "ddp",
+            "the ice driver runs in Safe Mode: no DDP package was loaded, so DCB and RDMA are "
+            "unavailable",
+            "install the ice DDP package (lib/firmware/intel/ice/ddp/ice.pkg) and reload ice",
+        )
+    elif match := DDP_LOADED.search(dmesg):
+        report.ok("ddp", f"ice loaded the DDP package {match['name']} {match['version']}")
+    refusals = sorted({m.group(0) for pattern in LAG_REFUSALS for m in pattern.finditer(dmesg)})
+    if refusals:
+        report.fail(
+            "lag-rdma",
+            f"Intel's LAG turned RDMA off for {node.bond.name}: {'; '.join(refusals)}",
+            "both bond ports must be the two ports of one E810 with identical QoS before they "
+            "bond: leave the bond, apply the same DCB to both (phase 11), bond again",
+        )
+    else:
+        report.ok("lag-rdma", f"no RDMA-over-LAG refusal for {node.bond.name} in the kernel log")
 
 
 def _version_tuple(version: str) -> tuple[int, ...]:
@@ -102,7 +141,11 @@ def ice_reads(node: Node) -> list[Read]:
         Read(["lspci", "-nn"], "lspci", note="the Ethernet controllers"),
         *(Read(["ethtool", "-i", port], "ethtool-i") for port in node.bond.ports),
         *(Read(["modinfo", module], "modinfo") for module in MODULES),
+        Read(DMESG, None, note="the DDP package and RDMA-over-LAG messages of ice"),
     ]
+
+
+DMESG = ["dmesg"]
 
 
 class IceDriver(Step):
@@ -134,8 +177,11 @@ class IceDriver(Step):
         ctx.data["bus_info"] = {
             port: (info.bus_info if info else None) for port, (info, _) in infos.items()
         }
-        modinfo = {m: p.fact for m, p in zip(modules, rest[len(ports) :], strict=True)}
+        module_reads, dmesg = rest[len(ports) : -1], rest[-1]
+        modinfo = {m: p.fact for m, p in zip(modules, module_reads, strict=True)}
         evaluate_e810(ctx.site, ctx.node, pci.fact, infos, modinfo, report)
+        if dmesg.result.ok:
+            evaluate_lag_log(ctx.node, dmesg.result.stdout, report)
         return report.findings
 
 

@@ -82,6 +82,13 @@ EXPECTED = {
     "acs-enabled": ("T11.acs", Severity.WARN, "SrcValid+", "disable ACS"),
     "gpu-missing": ("T00.gpu-count", Severity.FAIL, "only 7 of 8", "BMC"),
     "ssh-over-bond1": ("T10.ssh-path", Severity.WARN, "runs over bond1", "oob_host"),
+    "ddp-safe-mode": ("T02.ddp", Severity.FAIL, "Safe Mode", "DDP package"),
+    "lag-dcb-mismatch": (
+        "T02.lag-rdma",
+        Severity.FAIL,
+        "with different DCB config",
+        "same DCB to both",
+    ),
 }
 
 
@@ -103,6 +110,7 @@ async def test_each_host_fault_fails_the_right_check(tmp_path, fault):
     allowed = {
         "in-tree-ice": {"T02.driver-ens5f1np1", "T02.rdma-device", "T02.module-ice"},
         "irdma-not-loaded": {"T02.rdma-device"},
+        "lag-dcb-mismatch": {"T02.rdma-device"},  # its consequence: no RDMA device on the bond
         "bond-slave-down": {"T10.aggregator"},
     }.get(fault, set())
     assert others <= allowed, others

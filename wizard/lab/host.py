@@ -161,6 +161,12 @@ class LabHost(NetworkMixin, KernelModulesMixin):
         options = self.files.get("/etc/modprobe.d/irdma.conf", "")
         self.irdma_roce = "roce_ena=1" in options
         self.initramfs_irdma_options = options  # a host prepared earlier, consistently
+        if "lag-dcb-mismatch" in self.faults:
+            self.ports[1].dcb.pfc.add(3)  # one port had PFC when the bond formed
+            self.kernel_log.append(
+                f"ice {self.ports[0].slot}: Found netdev {self.ports[1].name} with different DCB config"
+            )
+            self.lag_rdma_ok = False
         if self.os.startswith("ubuntu"):
             self.packages = set()
 
@@ -370,9 +376,13 @@ class LabHost(NetworkMixin, KernelModulesMixin):
             + " (mockbuild@lab) #1 SMP PREEMPT_DYNAMIC\n"
             "[    0.037393] DMAR: IOMMU enabled\n"
             f"[    1.214580] iommu: Default domain type: {domain}\n"
-            "[    4.551230] ice 0000:3b:00.0: The DDP package was successfully loaded: ICE COMMS "
-            "Package version 1.3.51.0\n"
-            "[    9.118804] bond1: (slave ens5f0np0): Enslaving as a backup interface with an up link\n"
+            + (
+                "[    4.551230] ice 0000:3b:00.0: The DDP package could not be loaded. Entering Safe Mode\n"
+                if "ddp-safe-mode" in self.faults
+                else "[    4.551230] ice 0000:3b:00.0: The DDP package was successfully loaded: ICE OS "
+                "Default Package version 1.3.36.0\n"
+            )
+            + "[    9.118804] bond1: (slave ens5f0np0): Enslaving as a backup interface with an up link\n"
             + "".join(f"[{30.0 + i:12.6f}] {line}\n" for i, line in enumerate(self.kernel_log))
         )
 
