@@ -112,6 +112,7 @@ def _qos(host: LabHost):
 
 WANTED = [(False, [3], [(24, 3)], [50, 0, 0, 50, 0, 0, 0, 0])] * 2
 TOS = "/sys/kernel/config/rdma_cm/irdma0/ports/1/default_roce_tos"
+DCQCN = "/sys/kernel/config/irdma/irdma0/roce_dcqcn_enable"
 
 
 async def test_boot_scripts_run_twice_with_the_same_result(lab_host):
@@ -196,3 +197,22 @@ async def test_the_lab_shell_refuses_a_script_that_writes_files_behind_the_model
 
 def test_desired_port_reads_back_as_the_driver_reports_it():
     assert desired_port(_site("rhel-10.2")).tc_bw == (50, 0, 0, 50, 0, 0, 0, 0)
+
+
+async def test_with_ecn_the_boot_units_bring_dcqcn_back_on_the_re_registered_device(lab_host):
+    shell, host = lab_host
+    site = parse_site(MINIMAL_SITE.replace("gpu-1", "gpu-b300-01") + "qos: {ecn: true}\n")
+    node = site.nodes[0]
+    for artifact in BootPersistence().artifacts(site, node):
+        host.files[artifact.host_path] = artifact.content
+    host.enabled_units |= {"gpu-node-wizard-roce-qos.service", "gpu-node-wizard-roce-tos.service"}
+    host.configfs["/sys/kernel/config/irdma/irdma0/"] = ""
+    host.configfs[DCQCN] = "1\n"
+    host.reboot()  # configfs is gone; the bond forms after the early unit
+    await shell.boot(host)
+    assert [entry["exit"] for entry in host.boot_log] == [0, 0], host.boot_log
+    assert host.configfs[DCQCN] == "1\n" and host.configfs[TOS] == "96\n"
+    # Writing it before the bond forms is not enough: the re-registered device drops it.
+    host.form_bond()
+    host.set_enslaved(host.ports[1], False)
+    assert DCQCN not in host.configfs

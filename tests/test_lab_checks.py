@@ -252,3 +252,27 @@ async def test_packages_step_installs_only_what_is_missing(tmp_path):
     installs = [c for c in host.commands if c.startswith("dnf install")]
     assert installs == ["dnf install -y perftest"]
     assert findings_of(outcome, "packages.install")["T02.packages"].severity is Severity.PASS
+
+
+async def test_the_far_end_without_lossless_qos_fails_t08_with_its_remedy(tmp_path):
+    for faults, severity in (((), Severity.PASS), (("peer-qos-missing",), Severity.FAIL)):
+        outcome = await check_peer(tmp_path / f"peer{len(faults)}", *faults)
+        [finding] = [f for _, _, f in outcome.findings if f.check == "T08.peer-qos-aistor-01"]
+        assert finding.severity is severity, finding
+        if severity is Severity.FAIL:
+            assert (
+                "DSCP 24 -> nothing" in finding.message and "PFC on no priority" in finding.message
+            )
+            assert "mlnx_qos -i" in finding.remediation
+
+
+async def check_peer(tmp_path, *faults):
+    from steps import build_plan
+    from wizard.lab.lab import Lab
+    from wizard.runner import run_engine
+    from wizard.site import load_site
+
+    async with Lab(tmp_path / "lab", faults=faults) as lab:
+        return await run_engine(load_site(lab.site_path), build_plan(), tmp_path / "state",
+                                HeadlessFrontEnd(out=io.StringIO()), only=["qos.peers"],
+                                ignore_requires=True)  # fmt: skip

@@ -110,9 +110,14 @@ def unlisted_commands(site: Site, journal: list[dict]) -> list[str]:
                     host, tokens = parsed
                     listed.setdefault(step.id, set()).add((host, normalise(tokens, site)))
     missing = []
+    peers = {peer.name for peer in site.aistor.peers}
     for entry in journal:
         host = JUMP_HOST if entry["target"] == HELM_TARGET else entry["target"]
-        key = (host, normalise(shlex.split(entry["command"]), site))
+        tokens = shlex.split(entry["command"])
+        if host in peers and tokens[:1] == ["dcb"] and "dev" in tokens:
+            # An AIStor peer's netdev is found on the peer (its `rdma link`), not in the site.
+            tokens[tokens.index("dev") + 1] = "<peer-netdev>"
+        key = (host, normalise(tokens, site))
         if key not in listed.get(entry["step"], set()):
             missing.append(f"{entry['step']} on {host}: {entry['command']}")
     return sorted(set(missing))

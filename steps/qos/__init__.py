@@ -31,6 +31,7 @@ from steps.qos.commands import (
     tos_unit,
 )
 from steps.qos.model import FACTORY, PortQos, desired_port
+from steps.qos.peers import PeerQos
 from steps.qos.probes import rdma_device
 from steps.qos.steps import ApplyQos, BootPersistence, QosMeasure, SwitchIntent, verify_lines
 from wizard.plan import Phase
@@ -40,7 +41,7 @@ PHASE = Phase(
     number=11,
     title="RoCE QoS (maintenance window)",
     summary="DSCP 24 -> priority 3 -> TC3 with PFC on priority 3, identical on both ports.",
-    steps=(SwitchIntent(), ApplyQos(), BootPersistence(), QosMeasure()),
+    steps=(SwitchIntent(), PeerQos(), ApplyQos(), BootPersistence(), QosMeasure()),
 )
 
 __all__ = [

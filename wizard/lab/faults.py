@@ -19,6 +19,7 @@ FAULTS: dict[str, str] = {
     "pfc-not-applied": "the second E810 port acknowledges `dcb pfc set` but keeps PFC off",
     "operator-crashloop": "the gpu-operator controller pod is in CrashLoopBackOff",
     "plugin-missing-resource": "the RDMA device plugin runs but advertises no resource",
+    "peer-qos-missing": "the AIStor peer's NIC has no DSCP 24 -> priority 3 map and no PFC",
     "ddp-safe-mode": "ice found no DDP package and runs in Safe Mode (no DCB, no RDMA)",
     "lag-dcb-mismatch": "bond1 formed while its two ports had different DCB: Intel's LAG turned RDMA off",
 }

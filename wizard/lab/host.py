@@ -161,6 +161,13 @@ class LabHost(NetworkMixin, KernelModulesMixin):
         options = self.files.get("/etc/modprobe.d/irdma.conf", "")
         self.irdma_roce = "roce_ena=1" in options
         self.initramfs_irdma_options = options  # a host prepared earlier, consistently
+        if self.role == "peer" and "peer-qos-missing" not in self.faults:
+            # The AIStor team's side of lossless RoCE: DSCP 24 -> priority 3, PFC on 3.
+            for port in self.ports:
+                port.lldp_agent = False
+                port.dcb.dscp_mode, port.dcb.prio_tc = True, list(range(8))
+                port.dcb.app.append((24, 3))
+                port.dcb.pfc.add(3)
         if "lag-dcb-mismatch" in self.faults:
             self.ports[1].dcb.pfc.add(3)  # one port had PFC when the bond formed
             self.kernel_log.append(
@@ -723,6 +730,19 @@ class LabHost(NetworkMixin, KernelModulesMixin):
                 )
             self.configfs[directory + "/"] = ""
             self.configfs.setdefault(f"{directory}/{attribute}", "0\n")
+        return Result()
+
+    def cmd_rmdir(self, args: list[str]) -> Result:
+        """rmdir of a configfs group (irdma's per-device folder): its attributes go with it."""
+        for path in (a for a in args if not a.startswith("-")):
+            prefix = path.rstrip("/") + "/"
+            if prefix not in self.configfs:
+                return Result(
+                    stderr=f"rmdir: failed to remove '{path}': No such file or directory\n",
+                    exit_status=1,
+                )
+            for key in [k for k in self.configfs if k.startswith(prefix)]:
+                del self.configfs[key]
         return Result()
 
     def cmd_warp(self, args: list[str]) -> Result:

@@ -91,7 +91,9 @@ class Lab:
             )
         for i in range(self.peers):
             name = f"aistor-{i + 1:02d}"
-            host = LabHost(name, "peer", f"10.20.0.{31 + i}", _rdma_ip(200 + i), gpu_count=0)
+            peer_faults = {f for f in faults if f.startswith("peer-")}
+            host = LabHost(name, "peer", f"10.20.0.{31 + i}", _rdma_ip(200 + i), gpu_count=0,
+                           faults=peer_faults)  # fmt: skip
             known_hosts.append(await self._serve(host, f"127.0.1.{1 + i}", public))
         (self.directory / "known_hosts").write_text("".join(known_hosts))
         self._seed_cluster()
