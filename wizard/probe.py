@@ -90,6 +90,12 @@ def _parsed(result: CommandResult, kind: str, keep: Callable[[str], bool] | None
             reason = first[0] if first else "no output"
             return Probe(result.command, result, None, f"exited {result.exit_status}: {reason}")
         return Probe(result.command, result, None, f"could not read the output ({exc.reason})")
+    except Exception as exc:
+        return Probe(
+            result.command, result, None,
+            f"could not read the output (the {kind} parser failed: {type(exc).__name__}: "
+            f"{str(exc)[:120]}; this is a bug, the journal has the output)",
+        )  # fmt: skip
     return Probe(result.command, result, fact)
 
 

@@ -15,7 +15,6 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -28,7 +27,7 @@ from pydantic import (
     model_validator,
 )
 
-from wizard import names
+from wizard import names, yamlfile
 from wizard.errors import SiteError
 
 SUPPORTED_OS = ("rhel-10.2", "ubuntu-24.04")
@@ -60,7 +59,7 @@ MinorVersion = Annotated[str, Field(pattern=r"^\d+\.\d+$")]
 class Strict(BaseModel):
     """Base of every site section: unknown keys are refused, values are not coerced."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class SshSettings(Strict):
@@ -510,12 +509,10 @@ def load_site(path: str | Path) -> Site:
     """Read and validate a site file; raise ``SiteError`` naming every bad field."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SiteError(str(path), ["the file does not exist"]) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SiteError(str(path), [f"cannot be read: {exc}"]) from None
-    site = parse_site(text, str(path))
+        text = yamlfile.read_text(path)
+    except yamlfile.YamlFileError as exc:
+        raise SiteError(_shown_path(path), [str(exc)]) from None
+    site = parse_site(text, _shown_path(path))
     site._source = path.resolve()
     return site
 
@@ -523,12 +520,9 @@ def load_site(path: str | Path) -> Site:
 def parse_site(text: str, label: str = "site.yaml") -> Site:
     """Validate site-file text; ``label`` names it in error messages."""
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise SiteError(label, [f"not valid YAML{where}: {problem}"]) from None
+        data = yamlfile.loads(text)
+    except yamlfile.YamlFileError as exc:
+        raise SiteError(label, [str(exc)]) from None
     if data is None:
         raise SiteError(label, ["the file is empty; `gpu-node-wizard init` writes an example"])
     if not isinstance(data, dict):
@@ -539,10 +533,30 @@ def parse_site(text: str, label: str = "site.yaml") -> Site:
         raise SiteError(label, [_describe(err) for err in exc.errors()]) from None
 
 
+def _shown_path(path: Path) -> str:
+    """A path for a message: printable and of reasonable length whatever it holds."""
+    text = repr(str(path))[1:-1]
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+def _shown(value: Any) -> str:
+    """A bad value quoted in an error: at most a short prefix (a 10 MB value is not echoed)."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def _describe(error: Any) -> str:
     loc = error.get("loc", ())
     where = _path(loc) or "(top level)"
     value = error.get("input")
+    if loc and str(loc[-1]).endswith("_env"):
+        # An environment variable's *name* belongs here; a wrong value may be the secret
+        # itself, so it is never repeated.
+        return (
+            f"{where}: must be the name of an environment variable (letters, digits and _, "
+            "not starting with a digit); the value given is not shown: if it is the "
+            "password itself, remove it from the file and export it instead"
+        )
     kind = error.get("type", "")
     if kind == "extra_forbidden":
         key = loc[-1] if loc else "?"
@@ -558,10 +572,10 @@ def _describe(error: Any) -> str:
         return f"{where}: required, but missing"
     message = error.get("msg", "invalid").removeprefix("Value error, ")
     if kind.startswith(("literal_error", "string_pattern", "greater", "less", "too_")):
-        return f"{where}: {value!r} is not allowed: {message}"
+        return f"{where}: {_shown(value)} is not allowed: {message}"
     if kind in ("value_error", "assertion_error"):
         return f"{where}: {message}"
-    return f"{where}: {value!r}: {message}"
+    return f"{where}: {_shown(value)}: {message}"
 
 
 def _path(loc: tuple[Any, ...]) -> str:

@@ -176,3 +176,36 @@ def test_parse_cli_list_and_unknown_kind():
 def test_parse_cli_missing_file():
     result = run_cli("parse", "lsmod", "/nonexistent/file")
     assert result.returncode == 2 and "cannot read" in result.stderr
+
+
+HOSTILE = {
+    "deep JSON": "[" * 5000,
+    "deep JSON object": '{"a":' * 5000,
+    "a 5000-digit number": "9" * 5000,
+    "a 5000-digit JSON number": '{"x": ' + "9" * 5000 + "}",
+    "NUL bytes": "\0" * 10_000,
+    "one long line": "x" * 200_000,
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_input_only_ever_raises_the_parse_error_and_quickly(name):
+    """Every kind, in well under a second each on an idle machine; the bound is loose (a
+    quadratic parser takes minutes here) so that a loaded CI machine does not fail it."""
+    import contextlib
+    import time
+
+    text = HOSTILE[name]
+    started = time.monotonic()
+    for kind in sorted(KINDS):
+        with contextlib.suppress(ParseError):
+            parse(kind, text)
+    assert time.monotonic() - started < 30, name
+
+
+def test_input_over_the_size_cap_is_refused_before_parsing(monkeypatch):
+    import wizard.facts as facts
+
+    monkeypatch.setattr(facts, "MAX_INPUT_BYTES", 1000)
+    with pytest.raises(ParseError, match="more than"):
+        parse("lsmod", "Module Size Used by\n" + "x 1 0\n" * 500)

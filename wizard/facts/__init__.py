@@ -37,13 +37,33 @@ def parser(kind: str, command: str) -> Callable[[Callable[[str], F]], Callable[[
     return register
 
 
+# No command the wizard reads prints this much; more is a mistake or hostile, refused
+# before any parser looks at it.
+MAX_INPUT_BYTES = 64 << 20
+
+
 def parse(kind: str, text: str) -> Fact:
-    """Parse ``text`` as the output of ``kind``; raise ParseError if it is not."""
+    """Parse ``text`` as the output of ``kind``; raise ParseError if it is not.
+
+    Hostile input only ever raises ParseError: too large, nested deeper than Python's
+    recursion (a JSON ``[[[[...``), numbers beyond int's digit limit (4300 digits).
+    """
     try:
         info = KINDS[kind]
     except KeyError:
         raise ParseError(kind, f"unknown kind; known: {', '.join(sorted(KINDS))}") from None
-    return info.function(text)
+    if len(text) > MAX_INPUT_BYTES:
+        raise ParseError(
+            kind, f"{len(text) >> 20} MB of output is more than {MAX_INPUT_BYTES >> 20} MB"
+        )
+    try:
+        return info.function(text)
+    except RecursionError:
+        raise ParseError(kind, "nested too deeply to be this command's output") from None
+    except (ValueError, OverflowError) as exc:
+        if isinstance(exc, ParseError):
+            raise
+        raise ParseError(kind, f"a value out of range ({str(exc)[:80]})") from None
 
 
 # Importing the modules registers their parsers.
