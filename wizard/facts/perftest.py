@@ -10,6 +10,7 @@ from wizard.facts import parser
 from wizard.facts.base import Fact, ParseError, clean, to_int
 
 _TITLE = re.compile(r"^\s*(?P<title>[A-Za-z_ ]+?(?:BW|Latency|Lat)[A-Za-z ]*Test)\s*$")
+MAX_PAIR_LINE = 512
 _PAIR = re.compile(r"(?P<key>[A-Za-z][A-Za-z0-9_.* -]*?)\s*:\s*(?P<value>[^\s:]+)")
 _ERROR = re.compile(
     r"couldn't|failed|unable|error|cannot|invalid|refused|not supported|unrecognized|"
@@ -146,7 +147,13 @@ def parse_perftest(text: str) -> Perftest:
         if _ERROR.search(line):
             errors.append(line)
             continue
-        if not line.startswith(("local address", "remote address", "GID:")):
+        # perftest's "key : value" lines are short; the pair pattern backtracks on a long
+        # line without a colon (quadratic), so only short lines with a colon are scanned.
+        if (
+            ":" in raw
+            and len(raw) <= MAX_PAIR_LINE
+            and not line.startswith(("local address", "remote address", "GID:"))
+        ):
             for match in _PAIR.finditer(raw):
                 values.setdefault(match["key"].strip(), match["value"])
     if title is None and not results and not any(_PERFTEST_FAILURE.match(e) for e in errors):
