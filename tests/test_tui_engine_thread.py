@@ -1,0 +1,86 @@
+"""The TUI runs the engine on its own loop in a thread: what runs where, and quitting while
+the engine waits for an answer."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from screens.app import WizardApp
+from tests.test_tui import SIZE, screen_name, wait_for
+from wizard.checkpoint import Checkpoint
+from wizard.model import StepState
+from wizard.session import open_lab
+
+
+def lab_opener(holder: dict, state, faults=("irdma-not-loaded",), nodes=1):
+    async def opener():
+        session = holder["session"] = await open_lab(faults, nodes, state)
+        holder["opened_on"] = threading.get_ident()
+        close = session.close
+
+        async def closing():
+            holder["closed_on"] = threading.get_ident()
+            await close()
+
+        session.close = closing
+        return session
+
+    return opener
+
+
+async def test_session_checkpoint_and_kubernetes_client_stay_off_the_ui_thread(
+    tmp_path, monkeypatch
+):
+    """The lab, every checkpoint write and the Kubernetes client are made on the engine's
+    thread; the UI thread only gets the events and the modal."""
+    seen: dict[str, set[int]] = {"save": set(), "journal": set(), "kube": set()}
+
+    def spy(name, original):
+        def wrapper(self, *args, **kwargs):
+            seen[name].add(threading.get_ident())
+            return original(self, *args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(Checkpoint, "save", spy("save", Checkpoint.save))
+    monkeypatch.setattr(Checkpoint, "journal", spy("journal", Checkpoint.journal))
+    import wizard.transports.kube as kube
+
+    monkeypatch.setattr(kube.KubeClient, "__init__", spy("kube", kube.KubeClient.__init__))
+    holder: dict = {}
+    app = WizardApp(lab_opener(holder, tmp_path / "state"), auto_start=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: screen_name(app) == "ReviewScreen")
+        ui = threading.get_ident()
+        engine = holder["opened_on"]
+        assert engine != ui
+        assert seen["save"] == {engine} and seen["journal"] == {engine}
+        assert seen["kube"] == {engine}  # preflight.cluster built it
+        assert app.main_screen.transcript  # the events arrived on the UI side
+        await pilot.press("s")
+        await wait_for(pilot, lambda: app.finished)
+    assert threading.get_ident() not in seen["save"] | seen["journal"]
+
+
+async def test_quitting_at_a_pending_decision_stops_the_engine_and_closes_the_checkpoint(
+    tmp_path,
+):
+    holder: dict = {}
+    state = tmp_path / "state"
+    app = WizardApp(lab_opener(holder, state), auto_start=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: screen_name(app) == "ReviewScreen")
+        started = time.monotonic()
+        await pilot.press("ctrl+q")  # over the modal (q is the modal's); nothing in flight
+        await wait_for(pilot, lambda: app.return_code is not None, timeout=5)
+    assert time.monotonic() - started < 10
+    assert not app.engine_running  # the engine's thread ended: nothing left hanging
+    assert app.return_code == 0
+    assert holder["closed_on"] == holder["opened_on"]  # the lab closed on its own loop
+    session = holder["session"]
+    # The lock is free (the checkpoint was closed) and the review's step was not recorded
+    # as answered: the next run asks again.
+    with Checkpoint.open(state, session.site) as checkpoint:
+        assert checkpoint.step_state("irdma.enable", "gpu-b300-01") is StepState.PENDING
+        assert checkpoint.step_state("preflight.host", "gpu-b300-01") is StepState.DONE
