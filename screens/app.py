@@ -12,7 +12,8 @@ engine's loop (screens/bridge.py). Screens never reach SSH or Kubernetes.
 
 Any exit sets the worker's ``cancelled_event``: the engine's thread cancels the run (and a
 pending decision with it), the checkpoint closes through its ``with``, the session closes,
-and the app waits for that (bounded) before it is gone.
+and the app waits for that (bounded) before it is gone. An unexpected exception ends on
+``InternalErrorScreen`` (the step, the exception, the journal) and the exit code 70.
 """
 
 from __future__ import annotations
@@ -20,9 +21,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import sys
 import threading
 import time
+import traceback
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -30,9 +34,10 @@ from typing import Any
 from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Label, Static
-from textual.worker import Worker, get_current_worker
+from textual.worker import Worker, WorkerState, get_current_worker
 
 from screens.bridge import UiBridge
 from screens.main import MainScreen
@@ -48,8 +53,9 @@ from screens.start import StartScreen
 from steps import build_plan
 from wizard.checkpoint import Checkpoint, site_state_dir
 from wizard.engine import Engine, RunSummary
-from wizard.errors import WizardError
-from wizard.events import Decision, DecisionKind, Event, Reply
+from wizard.errors import EXIT_INTERNAL, WizardError
+from wizard.events import Decision, DecisionKind, Event, Reply, StepFinished, StepStarted
+from wizard.fleet import targets_text
 from wizard.session import Session
 from wizard.status import load_status
 
@@ -67,6 +73,42 @@ CANCEL_POLL_S = 0.05  # how soon the engine's thread notices that the app is goi
 ENGINE_STOP_S = 30.0  # how long the closing app waits for the engine's thread at most
 
 
+@dataclass(frozen=True)
+class Failure:
+    """An unexpected exception in the engine or the conductor: a bug, not a site condition."""
+
+    error: BaseException
+    where: str | None  # the step (and its targets) it happened in, if known
+    journal: Path | None
+    trace: str
+
+    @classmethod
+    def of(cls, error: BaseException, where: str | None, journal: Path | None) -> Failure:
+        trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+        return cls(error, where, journal, trace)
+
+    @property
+    def headline(self) -> str:
+        return f"{type(self.error).__name__}: {self.error}"
+
+    def summary(self) -> str:
+        """What the error screen and the terminal after exit say (the traceback apart)."""
+        return "\n".join(
+            [
+                f"internal error{f' in {self.where}' if self.where else ''}: {self.headline}",
+                journal_line(self.journal),
+                "This is a bug in the wizard, not a problem of the site: the checkpoint is "
+                "closed and keeps every result so far; run again to resume.",
+            ]
+        )
+
+
+def journal_line(journal: Path | None) -> str:
+    if journal is None:
+        return "journal: none (the session did not open)"
+    return f"journal: {journal}"
+
+
 class TuiFrontEnd:
     """The engine's front end inside the TUI; called on the engine's loop."""
 
@@ -76,9 +118,26 @@ class TuiFrontEnd:
         self.main = main
         self.bridge = bridge
         self.decisions = decisions
+        # Which steps run on which targets now (for an error screen that names the step).
+        self.running: dict[str, list[str]] = {}
+        self.last_step: str | None = None
 
     def emit(self, event: Event) -> None:
+        if isinstance(event, StepStarted):
+            self.running.setdefault(event.step, []).append(event.target)
+            self.last_step = event.step
+        elif isinstance(event, StepFinished) and event.target in self.running.get(event.step, []):
+            self.running[event.step].remove(event.target)
+            if not self.running[event.step]:
+                del self.running[event.step]
         self.main.deliver(event)
+
+    def where(self) -> str | None:
+        if self.running:
+            return "; ".join(
+                f"step {step} on {targets_text(targets)}" for step, targets in self.running.items()
+            )
+        return f"step {self.last_step} (after its targets finished)" if self.last_step else None
 
     async def decide(self, decision: Decision) -> Reply:
         screen = DECISION_SCREENS[decision.kind]
@@ -106,6 +165,24 @@ class ErrorScreen(Screen[None]):
         yield Footer()
 
 
+class InternalErrorScreen(Screen[None]):
+    """An unexpected exception: where it happened, what it was, where the journal is."""
+
+    BINDINGS = [Binding("q,escape", "app.quit", "Quit")]
+
+    def __init__(self, failure: Failure) -> None:
+        super().__init__()
+        self.failure = failure
+
+    def compose(self):
+        yield Header(show_clock=False)
+        yield Label("The wizard stopped on an internal error", classes="dialog-title danger")
+        yield Static(self.failure.summary(), id="error-message")
+        with VerticalScroll(id="error-trace"):
+            yield Static(self.failure.trace, markup=False)
+        yield Footer()
+
+
 class WizardApp(App[int]):
     CSS_PATH = Path(__file__).with_name(
         "wizard.tcss"
@@ -128,6 +205,7 @@ class WizardApp(App[int]):
         # Set on the UI loop, after the events that came before them.
         self.main_screen: MainScreen | None = None
         self.summary: RunSummary | None = None
+        self.failure: Failure | None = None
         self.finished = False
         self.decisions: list[Decision] = []
         self._bridge: UiBridge | None = None
@@ -140,6 +218,12 @@ class WizardApp(App[int]):
     def engine_running(self) -> bool:
         """Whether the engine's thread is still there (opening, running, or closing)."""
         return not self._engine_done.is_set()
+
+    @property
+    def journal_path(self) -> Path | None:
+        if self.session is None:
+            return None
+        return site_state_dir(self.session.state_dir, self.session.site) / "journal.jsonl"
 
     def on_mount(self) -> None:
         self._bridge = UiBridge(self)
@@ -179,6 +263,7 @@ class WizardApp(App[int]):
         ui = self._bridge
         assert ui is not None
         session: Session | None = None
+        frontend: TuiFrontEnd | None = None
         try:
             session = self.session = await self.opener()
             status = load_status(session.state_dir, session.site, self.plan)
@@ -199,11 +284,20 @@ class WizardApp(App[int]):
                 self.engine = engine
                 try:
                     summary = await engine.run()
+                except Exception as exc:
+                    if not isinstance(exc, WizardError):
+                        _journal_failure(checkpoint, Failure.of(exc, frontend.where(), None))
+                    raise
                 finally:
                     self.engine = None
             main.deliver(partial(self._run_ended, summary))
         except WizardError as exc:
             await ui.call(self._show_error, str(exc))
+        except Exception as exc:
+            if worker.cancelled_event.is_set():
+                return  # the app is going away; nobody is left to tell
+            where = frontend.where() if frontend is not None else None
+            await ui.call(self._show_failure, Failure.of(exc, where, self.journal_path))
         finally:
             if session is not None:
                 await session.close()
@@ -229,10 +323,30 @@ class WizardApp(App[int]):
     async def _show_error(self, message: str) -> None:
         await self.push_screen(ErrorScreen(message))
 
+    async def _show_failure(self, failure: Failure) -> None:
+        self.failure = failure
+        await self.push_screen(InternalErrorScreen(failure))
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """The conductor catches what the engine raises; this is for a bug of its own."""
+        worker = event.worker
+        if worker.group == "conductor" and event.state is WorkerState.ERROR and not self.failure:
+            assert worker.error is not None
+            self.run_worker(self._show_failure(Failure.of(worker.error, None, self.journal_path)))
+
     def _report(self) -> ReportScreen:
         findings = self.main_screen.findings if self.main_screen else []
         stopped = self.summary.stopped if self.summary else None
         return ReportScreen(list(findings), stopped)
+
+    def action_quit(self) -> None:
+        self.leave()
+
+    def leave(self) -> None:
+        if self.failure is not None:
+            self.exit(EXIT_INTERNAL, return_code=EXIT_INTERNAL, message=self.failure.summary())
+        else:
+            self.exit(0)
 
     # -- actions and commands ----------------------------------------------------------------
 
@@ -255,7 +369,7 @@ class WizardApp(App[int]):
         yield SystemCommand("Report", "The T00-T17 verdicts so far", self.action_report)
         yield SystemCommand("Measurements", "Numbers and bandwidth bars", self.action_measurements)
         yield SystemCommand("Help", "Key bindings", self.action_help)
-        yield SystemCommand("Quit", "Leave; the checkpoint keeps the progress", self.exit)
+        yield SystemCommand("Quit", "Leave; the checkpoint keeps the progress", self.action_quit)
 
 
 _frozen = False
@@ -283,7 +397,35 @@ def _measurements(session: Session, plan: Any) -> list[dict[str, Any]]:
     return build_report(state, session.site, plan)["measurements"]
 
 
+def _journal_failure(checkpoint: Checkpoint, failure: Failure) -> None:
+    """The traceback goes into the journal too, so that the journal alone makes a bug report."""
+    with contextlib.suppress(OSError, ValueError):
+        checkpoint.journal(
+            {
+                "event": "internal-error",
+                "where": failure.where,
+                "error": failure.headline,
+                "traceback": failure.trace,
+            }
+        )
+
+
 def run_tui(opener: SessionOpener) -> int:
     app = WizardApp(opener)
-    result = app.run()
+    return tui_exit_code(app, app.run())
+
+
+def tui_exit_code(app: WizardApp, result: object) -> int:
+    """The process's exit code once ``app`` has ended with ``result``."""
+    if app.failure is not None:
+        return EXIT_INTERNAL  # the error screen's summary was printed on exit
+    if app.return_code:
+        # Textual ended the app on an exception in a screen or a handler and printed the
+        # traceback. Its own return code (1) would read as "a check failed".
+        print(
+            f"gpu-node-wizard: internal error in the TUI (traceback above); "
+            f"{journal_line(app.journal_path)}",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL
     return result if isinstance(result, int) else 0

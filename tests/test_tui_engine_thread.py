@@ -1,14 +1,21 @@
-"""The TUI runs the engine on its own loop in a thread: what runs where, and quitting while
-the engine waits for an answer."""
+"""The TUI runs the engine on its own loop in a thread: what runs where, quitting while the
+engine waits for an answer, and unexpected exceptions."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
-from screens.app import WizardApp
+import pytest
+from textual.binding import Binding
+from textual.widgets import Static
+
+import steps.preflight
+from screens.app import InternalErrorScreen, WizardApp, tui_exit_code
 from tests.test_tui import SIZE, screen_name, wait_for
-from wizard.checkpoint import Checkpoint
+from wizard.checkpoint import Checkpoint, site_state_dir
+from wizard.errors import EXIT_INTERNAL
 from wizard.model import StepState
 from wizard.session import open_lab
 
@@ -84,3 +91,57 @@ async def test_quitting_at_a_pending_decision_stops_the_engine_and_closes_the_ch
     with Checkpoint.open(state, session.site) as checkpoint:
         assert checkpoint.step_state("irdma.enable", "gpu-b300-01") is StepState.PENDING
         assert checkpoint.step_state("preflight.host", "gpu-b300-01") is StepState.DONE
+
+
+async def test_an_unexpected_exception_in_a_step_ends_on_the_error_screen_with_code_70(
+    tmp_path, monkeypatch
+):
+    async def boom(self, ctx):
+        raise RuntimeError("boom: a bug in a step")
+
+    monkeypatch.setattr(steps.preflight.Containerd, "verify", boom)
+    holder: dict = {}
+    state = tmp_path / "state"
+    app = WizardApp(lab_opener(holder, state, faults=()), auto_start=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: screen_name(app) == "InternalErrorScreen")
+        assert isinstance(app.screen, InternalErrorScreen)
+        text = str(app.screen.query_one("#error-message", Static).content)
+        journal = site_state_dir(state, holder["session"].site) / "journal.jsonl"
+        assert "in step preflight.containerd on gpu-b300-01" in text
+        assert "RuntimeError: boom: a bug in a step" in text
+        assert f"journal: {journal}" in text
+        assert app.failure.where == "step preflight.containerd on gpu-b300-01"
+        await pilot.press("q")
+    assert app.return_code == EXIT_INTERNAL
+    assert tui_exit_code(app, app.return_value) == EXIT_INTERNAL
+    # The checkpoint was closed cleanly and the journal holds the traceback.
+    entries = [json.loads(line) for line in journal.read_text().splitlines()]
+    [entry] = [e for e in entries if e.get("event") == "internal-error"]
+    assert entry["where"] == "step preflight.containerd on gpu-b300-01"
+    assert "RuntimeError: boom" in entry["traceback"]
+    with Checkpoint.open(state, holder["session"].site) as checkpoint:
+        assert checkpoint.step_state("preflight.host", "gpu-b300-01") is StepState.DONE
+
+
+class Crashing(WizardApp):
+    BINDINGS = [*WizardApp.BINDINGS, Binding("x", "crash", "Crash", priority=True)]
+
+    def action_crash(self) -> None:
+        raise ZeroDivisionError("a bug in a key handler")
+
+
+async def test_an_exception_in_a_key_handler_exits_non_zero_naming_the_journal(tmp_path, capsys):
+    holder: dict = {}
+    state = tmp_path / "state"
+    app = Crashing(lab_opener(holder, state), auto_start=True)
+    with pytest.raises(ZeroDivisionError):  # run_test re-raises what Textual caught
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: screen_name(app) == "ReviewScreen")
+            await pilot.press("x")
+            await pilot.pause()
+    assert app.return_code == 1  # Textual's own code, which would read as "a check failed"
+    assert not app.engine_running
+    assert tui_exit_code(app, app.return_value) == EXIT_INTERNAL
+    journal = site_state_dir(state, holder["session"].site) / "journal.jsonl"
+    assert f"journal: {journal}" in capsys.readouterr().err
