@@ -12,8 +12,9 @@ engine's loop (screens/bridge.py). Screens never reach SSH or Kubernetes.
 
 Any exit sets the worker's ``cancelled_event``: the engine's thread cancels the run (and a
 pending decision with it), the checkpoint closes through its ``with``, the session closes,
-and the app waits for that (bounded) before it is gone. An unexpected exception ends on
-``InternalErrorScreen`` (the step, the exception, the journal) and the exit code 70.
+and the app waits for that (bounded) before it is gone. Quitting while a maintenance change
+is applied asks first. An unexpected exception ends on ``InternalErrorScreen`` (the step,
+the exception, the journal) and the exit code 70.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from screens.modals import (
     HelpScreen,
     MaintenanceScreen,
     ManualScreen,
+    QuitScreen,
     ReviewScreen,
     RollbackScreen,
 )
@@ -71,6 +73,7 @@ DECISION_SCREENS = {
 }
 CANCEL_POLL_S = 0.05  # how soon the engine's thread notices that the app is going away
 ENGINE_STOP_S = 30.0  # how long the closing app waits for the engine's thread at most
+IN_FLIGHT_ASK_S = 2.0  # how long quitting waits for the engine to say what is in flight
 
 
 @dataclass(frozen=True)
@@ -339,14 +342,48 @@ class WizardApp(App[int]):
         stopped = self.summary.stopped if self.summary else None
         return ReportScreen(list(findings), stopped)
 
-    def action_quit(self) -> None:
-        self.leave()
+    # -- quitting ---------------------------------------------------------------------------
+
+    async def action_quit(self) -> None:
+        """Leave; while a maintenance change is applied, say which node is where first."""
+        if isinstance(self.screen, QuitScreen):
+            return
+        in_flight = await self.maintenance_in_flight()
+        if in_flight:
+            self.push_screen(QuitScreen(in_flight), callback=self._quit_answered)
+        else:
+            self.leave()
+
+    def _quit_answered(self, leave: bool | None) -> None:
+        if leave:
+            self.leave()
 
     def leave(self) -> None:
         if self.failure is not None:
             self.exit(EXIT_INTERNAL, return_code=EXIT_INTERNAL, message=self.failure.summary())
         else:
             self.exit(0)
+
+    async def maintenance_in_flight(self) -> dict[str, str]:
+        """target -> the state a maintenance change left it in, asked on the engine's loop
+        (the engine's own state is never read from another thread)."""
+        engine = self.engine
+        probe = getattr(engine, "maintenance_in_flight", None)
+        if probe is None:
+            return {}
+        loop = self._engine_loop
+        if loop is None or not loop.is_running():
+            return dict(probe())  # no engine thread (a test's engine)
+
+        async def ask() -> dict[str, str]:
+            return dict(probe())
+
+        try:
+            future = asyncio.run_coroutine_threadsafe(ask(), loop)
+            return await asyncio.wait_for(asyncio.wrap_future(future), IN_FLIGHT_ASK_S)
+        except (TimeoutError, RuntimeError):
+            # The engine is busy or gone: do not guess that nothing is in flight.
+            return {"(unknown)": "the engine did not say in time whether a change is in flight"}
 
     # -- actions and commands ----------------------------------------------------------------
 

@@ -1,8 +1,9 @@
 """The TUI runs the engine on its own loop in a thread: what runs where, quitting while the
-engine waits for an answer, and unexpected exceptions."""
+engine waits for an answer, unexpected exceptions, and quitting during a maintenance change."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -13,7 +14,8 @@ from textual.widgets import Static
 
 import steps.preflight
 from screens.app import InternalErrorScreen, WizardApp, tui_exit_code
-from tests.test_tui import SIZE, screen_name, wait_for
+from screens.modals import QuitScreen
+from tests.test_tui import SIZE, ModalHost, screen_name, wait_for
 from wizard.checkpoint import Checkpoint, site_state_dir
 from wizard.errors import EXIT_INTERNAL
 from wizard.model import StepState
@@ -145,3 +147,89 @@ async def test_an_exception_in_a_key_handler_exits_non_zero_naming_the_journal(t
     assert tui_exit_code(app, app.return_value) == EXIT_INTERNAL
     journal = site_state_dir(state, holder["session"].site) / "journal.jsonl"
     assert f"journal: {journal}" in capsys.readouterr().err
+
+
+# -- quitting during a maintenance change -----------------------------------------------------
+
+
+class FakeEngine:
+    def __init__(self, in_flight: dict[str, str]) -> None:
+        self.in_flight = in_flight
+        self.asked_on: set[int] = set()
+
+    def maintenance_in_flight(self) -> dict[str, str]:
+        self.asked_on.add(threading.get_ident())
+        return dict(self.in_flight)
+
+
+def waiting_app() -> WizardApp:
+    """A WizardApp whose engine thread waits (a session that never opens) while a test
+    plays the engine."""
+
+    async def opener():
+        await asyncio.Event().wait()
+
+    return WizardApp(opener, auto_start=True)
+
+
+async def engine_thread_up(pilot, app) -> None:
+    await wait_for(pilot, lambda: app._engine_thread_id is not None)
+
+
+async def test_quit_during_a_maintenance_change_says_which_node_is_where_first():
+    app = waiting_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await engine_thread_up(pilot, app)
+        engine = app.engine = FakeEngine(
+            {"gpu-b300-02": "cordoned, ports out of bond1, QoS half applied"}
+        )
+        await pilot.press("q")
+        await wait_for(pilot, lambda: isinstance(app.screen, QuitScreen))
+        text = str(app.screen.query_one("#in-flight-nodes", Static).content)
+        assert "gpu-b300-02: cordoned, ports out of bond1, QoS half applied" in text
+        assert app.focused is app.screen.query_one("#stay")  # staying is the default
+        assert engine.asked_on == {app._engine_thread_id}  # asked on the engine's own loop
+        await pilot.press("enter")  # Stay
+        await wait_for(pilot, lambda: not isinstance(app.screen, QuitScreen))
+        assert not app.return_code is not None
+        await pilot.press("q")
+        await wait_for(pilot, lambda: isinstance(app.screen, QuitScreen))
+        await pilot.click("#quit")
+        await wait_for(pilot, lambda: app.return_code is not None, timeout=5)
+    assert app.return_code == 0
+    assert not app.engine_running
+
+
+async def test_the_palette_quit_asks_too():
+    app = waiting_app()
+    async with app.run_test(size=SIZE) as pilot:
+        app.engine = FakeEngine({"gpu-b300-01": "drained, QoS applied, not verified yet"})
+        await pilot.press("ctrl+p")
+        await pilot.press(*"Quit")
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, QuitScreen))
+        await pilot.press("y")
+        await wait_for(pilot, lambda: app.return_code is not None, timeout=5)
+
+
+@pytest.mark.parametrize("engine", [None, FakeEngine({}), object()], ids=["none", "idle", "old"])
+async def test_quit_without_a_maintenance_in_flight_is_immediate(engine):
+    app = waiting_app()
+    async with app.run_test(size=SIZE) as pilot:
+        app.engine = engine  # object(): an engine without maintenance_in_flight()
+        await pilot.press("q")
+        await wait_for(pilot, lambda: app.return_code is not None, timeout=5)
+        assert not isinstance(app.screen, QuitScreen)
+    assert app.return_code == 0
+
+
+async def test_quit_screen_snapshot(snapshot):
+    in_flight = {
+        "gpu-b300-01": "cordoned, ports out of bond1, QoS half applied",
+        "gpu-b300-02": "drained, QoS applied, not verified yet",
+    }
+    app = ModalHost(QuitScreen(in_flight))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        assert app.export_screenshot() == snapshot
