@@ -300,6 +300,8 @@ class WizardApp(App[int]):
             if worker.cancelled_event.is_set():
                 return  # the app is going away; nobody is left to tell
             where = frontend.where() if frontend is not None else None
+            if session is not None:
+                session.keep_state()  # the demo's temporary state would go with the lab
             await ui.call(self._show_failure, Failure.of(exc, where, self.journal_path))
         finally:
             if session is not None:

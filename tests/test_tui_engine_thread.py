@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import threading
 import time
 
@@ -124,6 +125,32 @@ async def test_an_unexpected_exception_in_a_step_ends_on_the_error_screen_with_c
     assert "RuntimeError: boom" in entry["traceback"]
     with Checkpoint.open(state, holder["session"].site) as checkpoint:
         assert checkpoint.step_state("preflight.host", "gpu-b300-01") is StepState.DONE
+
+
+async def test_the_demo_keeps_its_temporary_state_after_an_internal_error(monkeypatch):
+    """The demo's state lives in a temporary folder removed with the lab: the journal the
+    error screen names must still be there."""
+
+    async def boom(self, ctx):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(steps.preflight.Containerd, "verify", boom)
+    holder: dict = {}
+
+    async def opener():
+        holder["session"] = await open_lab((), 1, None)  # state in the lab's temporary folder
+        return holder["session"]
+
+    app = WizardApp(opener, auto_start=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: screen_name(app) == "InternalErrorScreen")
+        await pilot.press("q")
+    journal = app.failure.journal
+    try:
+        assert journal.exists() and "internal-error" in journal.read_text()
+        assert not (holder["session"]._tmp / "lab").exists()  # the lab itself is gone
+    finally:
+        shutil.rmtree(holder["session"]._tmp, ignore_errors=True)
 
 
 class Crashing(WizardApp):
