@@ -8,12 +8,17 @@
 - `export` for 1 and 256 nodes (goal: no worse than linear);
 - TUI time to first paint vs a minimal Textual app (goal: within 2x);
 - NCCL log classification throughput vs `grep -c` (goal: within 10x);
-- a checkpoint step write with a 10k-entry journal vs an empty one (goal: does not grow).
+- a checkpoint step write with a 10k-entry journal vs an empty one (goal: does not grow);
+- the TUI's longest event-loop stall over an 8-node lab, phases 1-11 (benchmarks/tui_stall.py;
+  goal: no engine work on the UI loop, so stalls are repaints only).
+
+Sections of RESULTS.md after the table (``## ...``, e.g. a before/after comparison) are kept.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import platform
 import shutil
@@ -192,6 +197,16 @@ def first_paint(tmp: Path) -> tuple[float, float]:
     return asyncio.run(both())
 
 
+def tui_stall() -> dict:
+    """The stall probe in its own process (it freezes the garbage collector's startup objects
+    and must not share Textual's state with the first-paint runs)."""
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "tui_stall.py"), "--json"],
+        capture_output=True, text=True, cwd=ROOT, timeout=900, check=True,
+    )  # fmt: skip
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
 def main() -> int:
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="gnw-bench-") as name:
@@ -223,6 +238,10 @@ def main() -> int:
         rows.append(("checkpoint step write, 0 vs 10k journal entries",
                      f"{empty * 1000:.2f} / {full * 1000:.2f} ms",
                      f"{full / empty:.2f}x", "does not grow (~1x)"))  # fmt: skip
+        stall = tui_stall()
+        rows.append((f"TUI longest loop stall, 8-node lab, phases 1-{stall['phases']}",
+                     f"{stall['longest_ms']:.0f} ms", f"p99 {stall['p99_ms']:.0f} ms, "
+                     f"{stall['over_100ms']} over 100 ms", "engine off the UI loop (see below)"))  # fmt: skip
     width = max(len(r[0]) for r in rows)
     for what, measured, ratio, goal in rows:
         print(f"{what:<{width}}  {measured:>18}  {ratio:>22}  {goal}")
@@ -234,7 +253,11 @@ def main() -> int:
         "Command: `python benchmarks/run.py`.\n\n| what | measured | ratio | goal |\n|---|---|---|---|\n"
     )
     table = "".join(f"| {a} | {b} | {c} | {d} |\n" for a, b, c, d in rows)
-    (ROOT / "benchmarks" / "RESULTS.md").write_text(header + table)
+    results = ROOT / "benchmarks" / "RESULTS.md"
+    kept = ""  # the hand-written sections after the table
+    if results.exists() and "\n## " in (old := results.read_text()):
+        kept = "\n" + old[old.index("\n## ") + 1 :]
+    results.write_text(header + table + kept)
     print(f"\nwrote {ROOT / 'benchmarks' / 'RESULTS.md'}")
     return 0
 

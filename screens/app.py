@@ -1,59 +1,155 @@
-"""The Textual application: a conductor worker walks the engine; screens present and decide.
+"""The Textual application: the engine runs on its own loop in a thread; screens present and
+decide.
 
-The engine runs in one async worker on the UI loop. It reports through ``TuiFrontEnd.emit``
-(posted as messages to the main screen) and asks for decisions through
-``TuiFrontEnd.decide``, which pushes a modal and waits for its answer. Screens never reach
-SSH or Kubernetes.
+Two loops. The UI loop (Textual's) renders, reads keys and shows the modals; nothing on it
+waits for a host, the cluster or the disk. The engine's loop runs in a thread worker
+(``conductor``): it opens the session (the embedded lab in the demo, the transports, the
+Kubernetes client and its credential plugin), holds the checkpoint (every write and fsync)
+and runs the engine. The engine reports through ``TuiFrontEnd.emit``, which queues the
+event in the main screen's inbox (thread-safe; it never blocks), and asks through
+``TuiFrontEnd.decide``, which shows the modal on the UI loop and awaits the answer from the
+engine's loop (screens/bridge.py). Screens never reach SSH or Kubernetes.
+
+Any exit sets the worker's ``cancelled_event``: the engine's thread cancels the run (and a
+pending decision with it), the checkpoint closes through its ``with``, the session closes,
+and the app waits for that (bounded) before it is gone. Quitting while a maintenance change
+is applied asks first. An unexpected exception ends on ``InternalErrorScreen`` (the step,
+the exception, the journal) and the exit code 70.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import gc
+import sys
+import threading
+import time
+import traceback
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Label, Static
+from textual.worker import Worker, WorkerState, get_current_worker
 
-from screens.main import EngineEvent, MainScreen
-from screens.modals import HelpScreen, MaintenanceScreen, ManualScreen, ReviewScreen, RollbackScreen
+from screens.bridge import UiBridge
+from screens.main import MainScreen
+from screens.modals import (
+    HelpScreen,
+    MaintenanceScreen,
+    ManualScreen,
+    QuitScreen,
+    ReviewScreen,
+    RollbackScreen,
+)
 from screens.report import ReportScreen
 from screens.start import StartScreen
 from steps import build_plan
-from wizard.checkpoint import Checkpoint
+from wizard.checkpoint import Checkpoint, site_state_dir
 from wizard.engine import Engine, RunSummary
-from wizard.errors import WizardError
-from wizard.events import Decision, DecisionKind, Event, Reply
+from wizard.errors import EXIT_INTERNAL, WizardError
+from wizard.events import Decision, DecisionKind, Event, Reply, StepFinished, StepStarted
+from wizard.fleet import targets_text
 from wizard.session import Session
 from wizard.status import load_status
 
+# Called (and awaited) on the engine's loop; the session it returns is closed there.
 SessionOpener = Callable[[], Awaitable[Session]]
+
+DECISION_SCREENS = {
+    DecisionKind.CONFIRM_APPLY: ReviewScreen,
+    DecisionKind.MAINTENANCE_WINDOW: MaintenanceScreen,
+    DecisionKind.MANUAL_DONE: ManualScreen,
+    DecisionKind.RETRY_FAILED: ReviewScreen,
+    DecisionKind.ROLLBACK: RollbackScreen,
+}
+CANCEL_POLL_S = 0.05  # how soon the engine's thread notices that the app is going away
+ENGINE_STOP_S = 30.0  # how long the closing app waits for the engine's thread at most
+IN_FLIGHT_ASK_S = 2.0  # how long quitting waits for the engine to say what is in flight
+
+
+@dataclass(frozen=True)
+class Failure:
+    """An unexpected exception in the engine or the conductor: a bug, not a site condition."""
+
+    error: BaseException
+    where: str | None  # the step (and its targets) it happened in, if known
+    journal: Path | None
+    trace: str
+
+    @classmethod
+    def of(cls, error: BaseException, where: str | None, journal: Path | None) -> Failure:
+        trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+        return cls(error, where, journal, trace)
+
+    @property
+    def headline(self) -> str:
+        return f"{type(self.error).__name__}: {self.error}"
+
+    def summary(self) -> str:
+        """What the error screen and the terminal after exit say (the traceback apart)."""
+        return "\n".join(
+            [
+                f"internal error{f' in {self.where}' if self.where else ''}: {self.headline}",
+                journal_line(self.journal),
+                "This is a bug in the wizard, not a problem of the site: the checkpoint is "
+                "closed and keeps every result so far; run again to resume.",
+            ]
+        )
+
+
+def journal_line(journal: Path | None) -> str:
+    if journal is None:
+        return "journal: none (the session did not open)"
+    return f"journal: {journal}"
 
 
 class TuiFrontEnd:
-    """The engine's front end inside the TUI."""
+    """The engine's front end inside the TUI; called on the engine's loop."""
 
     wants_output_lines = True  # the live log shows them
 
-    def __init__(self, app: WizardApp, main: MainScreen) -> None:
-        self.app = app
+    def __init__(self, main: MainScreen, bridge: UiBridge, decisions: list[Decision]) -> None:
         self.main = main
+        self.bridge = bridge
+        self.decisions = decisions
+        # Which steps run on which targets now (for an error screen that names the step).
+        self.running: dict[str, list[str]] = {}
+        self.last_step: str | None = None
 
     def emit(self, event: Event) -> None:
-        self.main.post_message(EngineEvent(event))
+        if isinstance(event, StepStarted):
+            self.running.setdefault(event.step, []).append(event.target)
+            self.last_step = event.step
+        elif isinstance(event, StepFinished) and event.target in self.running.get(event.step, []):
+            self.running[event.step].remove(event.target)
+            if not self.running[event.step]:
+                del self.running[event.step]
+        self.main.deliver(event)
+
+    def where(self) -> str | None:
+        if self.running:
+            return "; ".join(
+                f"step {step} on {targets_text(targets)}" for step, targets in self.running.items()
+            )
+        return f"step {self.last_step} (after its targets finished)" if self.last_step else None
 
     async def decide(self, decision: Decision) -> Reply:
-        screens = {
-            DecisionKind.CONFIRM_APPLY: ReviewScreen,
-            DecisionKind.MAINTENANCE_WINDOW: MaintenanceScreen,
-            DecisionKind.MANUAL_DONE: ManualScreen,
-            DecisionKind.RETRY_FAILED: ReviewScreen,
-            DecisionKind.ROLLBACK: RollbackScreen,
-        }
-        self.app.decisions.append(decision)
-        return await self.app.push_screen_wait(screens[decision.kind](decision))
+        screen = DECISION_SCREENS[decision.kind]
+
+        def make() -> Screen[Reply]:
+            self.decisions.append(decision)
+            return screen(decision)
+
+        return await self.bridge.ask(make)
 
 
 class ErrorScreen(Screen[None]):
@@ -72,8 +168,28 @@ class ErrorScreen(Screen[None]):
         yield Footer()
 
 
+class InternalErrorScreen(Screen[None]):
+    """An unexpected exception: where it happened, what it was, where the journal is."""
+
+    BINDINGS = [Binding("q,escape", "app.quit", "Quit")]
+
+    def __init__(self, failure: Failure) -> None:
+        super().__init__()
+        self.failure = failure
+
+    def compose(self):
+        yield Header(show_clock=False)
+        yield Label("The wizard stopped on an internal error", classes="dialog-title danger")
+        yield Static(self.failure.summary(), id="error-message")
+        with VerticalScroll(id="error-trace"):
+            yield Static(self.failure.trace, markup=False)
+        yield Footer()
+
+
 class WizardApp(App[int]):
-    CSS_PATH = "wizard.tcss"
+    CSS_PATH = Path(__file__).with_name(
+        "wizard.tcss"
+    )  # absolute: a subclass elsewhere finds it too
     TITLE = "gpu-node-wizard"
     BINDINGS = [
         Binding("question_mark", "help", "Help"),
@@ -86,63 +202,190 @@ class WizardApp(App[int]):
         self.opener = opener
         self.auto_start = auto_start
         self.plan = build_plan()
+        # Set on the engine's thread: the session once open, the engine while it runs.
         self.session: Session | None = None
+        self.engine: Any = None
+        # Set on the UI loop, after the events that came before them.
         self.main_screen: MainScreen | None = None
         self.summary: RunSummary | None = None
-        self.decisions: list[Decision] = []
+        self.failure: Failure | None = None
         self.finished = False
+        self.decisions: list[Decision] = []
+        self._bridge: UiBridge | None = None
+        self._engine_loop: asyncio.AbstractEventLoop | None = None
+        self._engine_thread_id: int | None = None
+        self._engine_done = threading.Event()
+        self._engine_done.set()  # no engine thread yet
+
+    @property
+    def engine_running(self) -> bool:
+        """Whether the engine's thread is still there (opening, running, or closing)."""
+        return not self._engine_done.is_set()
+
+    @property
+    def journal_path(self) -> Path | None:
+        if self.session is None:
+            return None
+        return site_state_dir(self.session.state_dir, self.session.site) / "journal.jsonl"
 
     def on_mount(self) -> None:
+        self._bridge = UiBridge(self)
+        self._engine_done.clear()
         self.conductor()
 
-    @work(exclusive=True, group="conductor", exit_on_error=False)
-    async def conductor(self) -> None:
+    async def on_unmount(self) -> None:
+        # The exit has cancelled the conductor's worker (its cancelled_event is set): the
+        # engine's thread is closing the checkpoint and the session. Let it finish.
+        deadline = time.monotonic() + ENGINE_STOP_S
+        while not self._engine_done.is_set() and time.monotonic() < deadline:
+            await asyncio.sleep(CANCEL_POLL_S)
+
+    # -- the engine's thread --------------------------------------------------------------
+
+    @work(thread=True, exclusive=True, group="conductor", exit_on_error=False)
+    def conductor(self) -> None:
         try:
-            self.session = await self.opener()
-        except WizardError as exc:
-            await self.push_screen(ErrorScreen(str(exc)))
-            return
-        session = self.session
+            asyncio.run(self._engine_thread(get_current_worker()))
+        finally:
+            self._engine_done.set()
+
+    async def _engine_thread(self, worker: Worker[None]) -> None:
+        """Run the conductor on this thread's loop until it ends or the app goes away."""
+        self._engine_loop = asyncio.get_running_loop()
+        self._engine_thread_id = threading.get_ident()
+        run = asyncio.create_task(self._conduct(worker))
+        while not run.done():
+            if worker.cancelled_event.is_set():
+                run.cancel()
+                break
+            await asyncio.wait({run}, timeout=CANCEL_POLL_S)
+        with contextlib.suppress(asyncio.CancelledError):
+            await run
+
+    async def _conduct(self, worker: Worker[None]) -> None:
+        ui = self._bridge
+        assert ui is not None
+        session: Session | None = None
+        frontend: TuiFrontEnd | None = None
         try:
+            session = self.session = await self.opener()
             status = load_status(session.state_dir, session.site, self.plan)
             choice = (
                 "resume"
                 if self.auto_start
-                else await self.push_screen_wait(StartScreen(session.site, status))
+                else await ui.ask(partial(StartScreen, session.site, status))
             )
             if choice == "quit":
-                self.exit(0)
+                await ui.call(self.exit, 0)
                 return
-            self.main_screen = MainScreen(session.site, self.plan)
-            await self.push_screen(self.main_screen)
+            main = await ui.call(self._show_main, session)
+            frontend = TuiFrontEnd(main, ui, self.decisions)
             with Checkpoint.open(session.state_dir, session.site) as checkpoint:
                 if choice == "restart":
                     checkpoint.reset_all()
-                engine = Engine(
-                    session.site,
-                    self.plan,
-                    checkpoint,
-                    TuiFrontEnd(self, self.main_screen),
-                    session.services,
-                )
-                self.summary = await engine.run()
-            self.finished = True
-            if self.summary.stopped:
-                self.main_screen.show_stopped(self.summary.stopped)
-                self.notify(
-                    f"The run stopped: {self.summary.stopped}", severity="error", timeout=10
-                )
-            else:
-                await self.push_screen(self._report())
+                engine = Engine(session.site, self.plan, checkpoint, frontend, session.services)
+                self.engine = engine
+                try:
+                    summary = await engine.run()
+                except Exception as exc:
+                    if not isinstance(exc, WizardError):
+                        _journal_failure(checkpoint, Failure.of(exc, frontend.where(), None))
+                    raise
+                finally:
+                    self.engine = None
+            main.deliver(partial(self._run_ended, summary))
         except WizardError as exc:
-            await self.push_screen(ErrorScreen(str(exc)))
+            await ui.call(self._show_error, str(exc))
+        except Exception as exc:
+            if worker.cancelled_event.is_set():
+                return  # the app is going away; nobody is left to tell
+            where = frontend.where() if frontend is not None else None
+            if session is not None:
+                session.keep_state()  # the demo's temporary state would go with the lab
+            await ui.call(self._show_failure, Failure.of(exc, where, self.journal_path))
         finally:
-            await session.close()
+            if session is not None:
+                await session.close()
+
+    # -- on the UI loop -------------------------------------------------------------------
+
+    async def _show_main(self, session: Session) -> MainScreen:
+        self.main_screen = MainScreen(session.site, self.plan)
+        await self.push_screen(self.main_screen)
+        _freeze_startup_objects()
+        return self.main_screen
+
+    def _run_ended(self, summary: RunSummary) -> None:
+        self.summary = summary
+        self.finished = True
+        if summary.stopped:
+            assert self.main_screen is not None
+            self.main_screen.show_stopped(summary.stopped)
+            self.notify(f"The run stopped: {summary.stopped}", severity="error", timeout=10)
+        else:
+            self.push_screen(self._report())
+
+    async def _show_error(self, message: str) -> None:
+        await self.push_screen(ErrorScreen(message))
+
+    async def _show_failure(self, failure: Failure) -> None:
+        self.failure = failure
+        await self.push_screen(InternalErrorScreen(failure))
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """The conductor catches what the engine raises; this is for a bug of its own."""
+        worker = event.worker
+        if worker.group == "conductor" and event.state is WorkerState.ERROR and not self.failure:
+            assert worker.error is not None
+            self.run_worker(self._show_failure(Failure.of(worker.error, None, self.journal_path)))
 
     def _report(self) -> ReportScreen:
         findings = self.main_screen.findings if self.main_screen else []
         stopped = self.summary.stopped if self.summary else None
         return ReportScreen(list(findings), stopped)
+
+    # -- quitting ---------------------------------------------------------------------------
+
+    async def action_quit(self) -> None:
+        """Leave; while a maintenance change is applied, say which node is where first."""
+        if isinstance(self.screen, QuitScreen):
+            return
+        in_flight = await self.maintenance_in_flight()
+        if in_flight:
+            self.push_screen(QuitScreen(in_flight), callback=self._quit_answered)
+        else:
+            self.leave()
+
+    def _quit_answered(self, leave: bool | None) -> None:
+        if leave:
+            self.leave()
+
+    def leave(self) -> None:
+        if self.failure is not None:
+            self.exit(EXIT_INTERNAL, return_code=EXIT_INTERNAL, message=self.failure.summary())
+        else:
+            self.exit(0)
+
+    async def maintenance_in_flight(self) -> dict[str, str]:
+        """target -> the state a maintenance change left it in, asked on the engine's loop
+        (the engine's own state is never read from another thread)."""
+        engine = self.engine
+        probe = getattr(engine, "maintenance_in_flight", None)
+        if probe is None:
+            return {}
+        loop = self._engine_loop
+        if loop is None or not loop.is_running():
+            return dict(probe())  # no engine thread (a test's engine)
+
+        async def ask() -> dict[str, str]:
+            return dict(probe())
+
+        try:
+            future = asyncio.run_coroutine_threadsafe(ask(), loop)
+            return await asyncio.wait_for(asyncio.wrap_future(future), IN_FLIGHT_ASK_S)
+        except (TimeoutError, RuntimeError):
+            # The engine is busy or gone: do not guess that nothing is in flight.
+            return {"(unknown)": "the engine did not say in time whether a change is in flight"}
 
     # -- actions and commands ----------------------------------------------------------------
 
@@ -152,25 +395,76 @@ class WizardApp(App[int]):
     def action_report(self) -> None:
         self.push_screen(self._report())
 
-    def action_measurements(self) -> None:
+    async def action_measurements(self) -> None:
         from screens.measurements import MeasurementsScreen
-        from wizard.checkpoint import read_state, site_state_dir
-        from wizard.report import build_report
 
+        session = self.session
         measurements: list = []
-        if self.session is not None:
-            state = read_state(site_state_dir(self.session.state_dir, self.session.site))
-            measurements = build_report(state, self.session.site, self.plan)["measurements"]
+        if session is not None:  # read the checkpoint's file off the UI loop
+            measurements = await asyncio.to_thread(_measurements, session, self.plan)
         self.push_screen(MeasurementsScreen(measurements))
 
     def get_system_commands(self, screen: Screen[Any]):
         yield SystemCommand("Report", "The T00-T17 verdicts so far", self.action_report)
         yield SystemCommand("Measurements", "Numbers and bandwidth bars", self.action_measurements)
         yield SystemCommand("Help", "Key bindings", self.action_help)
-        yield SystemCommand("Quit", "Leave; the checkpoint keeps the progress", self.exit)
+        yield SystemCommand("Quit", "Leave; the checkpoint keeps the progress", self.action_quit)
+
+
+_frozen = False
+
+
+def _freeze_startup_objects() -> None:
+    """Leave what exists once the session is open and the main screen is up (modules, the
+    app, the site, the lab, the transports) out of every later garbage collection.
+
+    A full collection stops both threads while it walks every tracked object; over a
+    lab of eight nodes that was up to 180 ms at a time, the longest stalls the UI had. Once
+    per process: later apps (tests) would freeze their predecessors' garbage.
+    """
+    global _frozen
+    if not _frozen:
+        _frozen = True
+        gc.freeze()
+
+
+def _measurements(session: Session, plan: Any) -> list[dict[str, Any]]:
+    from wizard.checkpoint import read_state
+    from wizard.report import build_report
+
+    state = read_state(site_state_dir(session.state_dir, session.site))
+    return build_report(state, session.site, plan)["measurements"]
+
+
+def _journal_failure(checkpoint: Checkpoint, failure: Failure) -> None:
+    """The traceback goes into the journal too, so that the journal alone makes a bug report."""
+    with contextlib.suppress(OSError, ValueError):
+        checkpoint.journal(
+            {
+                "event": "internal-error",
+                "where": failure.where,
+                "error": failure.headline,
+                "traceback": failure.trace,
+            }
+        )
 
 
 def run_tui(opener: SessionOpener) -> int:
     app = WizardApp(opener)
-    result = app.run()
+    return tui_exit_code(app, app.run())
+
+
+def tui_exit_code(app: WizardApp, result: object) -> int:
+    """The process's exit code once ``app`` has ended with ``result``."""
+    if app.failure is not None:
+        return EXIT_INTERNAL  # the error screen's summary was printed on exit
+    if app.return_code:
+        # Textual ended the app on an exception in a screen or a handler and printed the
+        # traceback. Its own return code (1) would read as "a check failed".
+        print(
+            f"gpu-node-wizard: internal error in the TUI (traceback above); "
+            f"{journal_line(app.journal_path)}",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL
     return result if isinstance(result, int) else 0

@@ -3,6 +3,10 @@ evidence, an error panel for hosts that cannot be used, and the live command log
 
 from __future__ import annotations
 
+import threading
+from collections import deque
+from collections.abc import Callable
+
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -10,6 +14,7 @@ from textual.containers import Horizontal, Vertical
 from textual.content import Content
 from textual.message import Message
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Header, Label, Log, ProgressBar, Static
 
 from wizard.events import (
@@ -44,12 +49,18 @@ SEVERITY_STYLE = {
 }
 
 
-class EngineEvent(Message):
-    """An engine event delivered to the screen (the engine never touches widgets)."""
+class EngineEvents(Message):
+    """Engine events wait in the screen's inbox (the engine never touches widgets)."""
 
-    def __init__(self, event: Event) -> None:
-        super().__init__()
-        self.event = event
+
+# At most this many inbox items per message: a burst (a fleet's check output) is shown in
+# slices, so that keys and repaints get their turn in between.
+DRAIN_SLICE = 500
+
+# How often a main screen under a modal takes its events in.
+COVERED_DRAIN_S = 0.25
+
+Delivery = Event | Callable[[], object]
 
 
 class MainScreen(Screen[None]):
@@ -76,6 +87,13 @@ class MainScreen(Screen[None]):
         # titles stay in view; the fleet view (n) has a row per node.
         self.node_columns = [] if self.fleet else self.node_names
         self.total = sum(len(plan.targets(s, site)) for s in plan.steps())
+        # Filled from the engine's thread, emptied on the UI loop: one EngineEvents message
+        # is in flight while the inbox holds anything.
+        self._inbox: deque[Delivery] = deque()
+        self._inbox_lock = threading.Lock()
+        self._inbox_posted = False
+        self._pending_lines: list[str] = []
+        self._covered_drain: Timer | None = None
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False)
@@ -122,13 +140,56 @@ class MainScreen(Screen[None]):
 
     # -- engine events --------------------------------------------------------------------------
 
-    @on(EngineEvent)
-    def engine_event(self, message: EngineEvent) -> None:
-        event = message.event
-        log = self.query_one("#log", Log)
+    def deliver(self, item: Delivery) -> None:
+        """Queue an engine event, or a call to make after the events before it; from any thread."""
+        with self._inbox_lock:
+            self._inbox.append(item)
+            if self._inbox_posted:
+                return
+            self._inbox_posted = True
+        self.post_message(EngineEvents())  # thread-safe
+
+    @on(EngineEvents)
+    def _inbox_ready(self) -> None:
+        if self.is_active:  # the top screen
+            self.drain()
+        elif self._covered_drain is None:
+            # Under a modal every change here is painted again through the modal's dimmed
+            # background: take the events in a few times a second, not as they come.
+            self._covered_drain = self.set_timer(COVERED_DRAIN_S, self._drain_covered)
+
+    def _drain_covered(self) -> None:
+        self._covered_drain = None
+        self.drain(limit=None)
+
+    def on_screen_resume(self) -> None:
+        if self._covered_drain is not None:  # uncovered: show what waited at once
+            self._covered_drain.stop()
+            self._drain_covered()
+
+    def drain(self, limit: int | None = DRAIN_SLICE) -> None:
+        """Show what the inbox holds, in order (at most ``limit`` items now, the rest next)."""
+        with self._inbox_lock:
+            count = len(self._inbox) if limit is None else min(len(self._inbox), limit)
+            items = [self._inbox.popleft() for _ in range(count)]
+            more = bool(self._inbox)
+            self._inbox_posted = more
+        try:
+            for item in items:
+                if isinstance(item, Event):
+                    self.engine_event(item)
+                else:
+                    self._flush_log()  # a call after the events sees them on screen
+                    item()
+        finally:
+            self._flush_log()
+        if more:
+            self.post_message(EngineEvents())
+
+    def engine_event(self, event: Event) -> None:
         match event:
             case PhaseStarted(title=title):
-                self._log(log, f"== {title}")
+                self._log(f"== {title}")
             case StepStarted(step=step, target=target, title=title):
                 self.states[(step, target)] = StepState.RUNNING
                 self.query_one("#step-title", Label).update(f"{title}  ({step} on {target})")
@@ -137,23 +198,29 @@ class MainScreen(Screen[None]):
                 self.states[(step, target)] = state
                 self._refresh_phase(step)
                 self.query_one("#progress", ProgressBar).advance(1)
-                self._log(log, f"{target}: {step}: {state.value}{f' - {msg}' if msg else ''}")
+                self._log(f"{target}: {step}: {state.value}{f' - {msg}' if msg else ''}")
                 for finding in fs:
                     self._add_finding(step, target, finding)
             case CommandStarted(target=target, command=command):
-                self._log(log, f"{target}$ {command}")
+                self._log(f"{target}$ {command}")
             case OutputLine(target=target, line=line):
-                self._log(log, f"{target}| {line}")
+                self._log(f"{target}| {line}")
             case CommandFinished(target=target, exit_status=status) if status not in (0, None):
-                self._log(log, f"{target}: exit status {status}")
+                self._log(f"{target}: exit status {status}")
             case Notice(message=text, target=target):
-                self._log(log, f"note{f' ({target})' if target else ''}: {text}")
+                self._log(f"note{f' ({target})' if target else ''}: {text}")
                 if not (self.fleet and target):  # not a toast per node on a fleet: the log has it
                     self.notify(text, timeout=6)
 
-    def _log(self, log: Log, line: str) -> None:
+    def _log(self, line: str) -> None:
         self.transcript.append(line)
-        log.write_line(line)
+        self._pending_lines.append(line)
+
+    def _flush_log(self) -> None:
+        """One write for the lines of a drain, not one refresh per line."""
+        if self._pending_lines:
+            self.query_one("#log", Log).write_lines(self._pending_lines)
+            self._pending_lines = []
 
     def _refresh_phase(self, step_id: str) -> None:
         phase = self.plan.phase_of(step_id)

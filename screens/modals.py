@@ -1,4 +1,5 @@
-"""Decision screens: review-before-apply, the maintenance window, manual steps, help.
+"""Decision screens: review-before-apply, the maintenance window, manual steps, quitting
+during a maintenance change, help.
 
 Each returns a typed result through ``dismiss`` and never acts itself: the engine acts on
 the answer. For anything disruptive, the safe choice has the focus.
@@ -188,6 +189,51 @@ class ManualScreen(AnswerScreen):
                 yield Button("Done, verify it", id="proceed", variant="primary")
                 yield Button("Skip", id="skip")
                 yield Button("Abort run", id="abort", variant="error")
+
+
+class QuitScreen(ModalScreen[bool]):
+    """Quit while a maintenance change is applied: first say which node is in which state.
+
+    True leaves, False stays. Stay has the focus.
+    """
+
+    AUTO_FOCUS = "#stay"
+
+    BINDINGS = [
+        Binding("escape,n", "dismiss(False)", "Stay"),
+        Binding("y", "dismiss(True)", "Quit anyway"),
+    ]
+
+    def __init__(self, in_flight: dict[str, str]) -> None:
+        super().__init__()
+        self.in_flight = in_flight
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog", classes="quit"):
+            yield Label("A maintenance change is in flight", classes="dialog-title danger")
+            with VerticalScroll(id="in-flight"):
+                yield Static(
+                    "\n".join(f"{node}: {where}" for node, where in self.in_flight.items()),
+                    id="in-flight-nodes",
+                    markup=False,
+                )
+            yield Static(
+                "Quitting now stops the change where it is. The checkpoint keeps it: the next "
+                "run starts with these nodes, verifies what is in place, then finishes the "
+                "change or rolls it back.",
+                classes="summary",
+            )
+            with Horizontal(classes="buttons"):
+                yield Button("Stay", id="stay", variant="primary")
+                yield Button("Quit anyway", id="quit", variant="error")
+
+    @on(Button.Pressed, "#stay")
+    def stay(self) -> None:
+        self.dismiss(False)
+
+    @on(Button.Pressed, "#quit")
+    def quit(self) -> None:
+        self.dismiss(True)
 
 
 HELP = """\

@@ -84,4 +84,4 @@ class ReportScreen(Screen[None]):
 
     @on(Button.Pressed, "#quit")
     def quit_pressed(self) -> None:
-        self.app.exit(0)
+        self.run_action("app.quit")

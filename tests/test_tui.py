@@ -128,13 +128,14 @@ async def test_fleet_view_shows_each_node_per_phase_and_the_one_that_failed(tmp_
 
 async def test_resume_shows_the_interruption_and_does_not_redo_done_steps(tmp_path):
     state = tmp_path / "state"
-    session = await open_lab((), 1, state)
-    with Checkpoint.open(state, session.site) as checkpoint:
-        for step in ("preflight.host", "preflight.containerd"):
-            checkpoint.set_step(step, "gpu-b300-01", StepState.DONE, message="ok")
-        checkpoint.set_step("preflight.gpus", "gpu-b300-01", StepState.RUNNING)
+    holder = {}
 
-    async def opener():
+    async def opener():  # on the engine's loop, which then owns (and closes) the lab
+        session = holder["session"] = await open_lab((), 1, state)
+        with Checkpoint.open(state, session.site) as checkpoint:
+            for step in ("preflight.host", "preflight.containerd"):
+                checkpoint.set_step(step, "gpu-b300-01", StepState.DONE, message="ok")
+            checkpoint.set_step("preflight.gpus", "gpu-b300-01", StepState.RUNNING)
         return session
 
     app = WizardApp(opener)
@@ -148,9 +149,8 @@ async def test_resume_shows_the_interruption_and_does_not_redo_done_steps(tmp_pa
         transcript = "\n".join(app.main_screen.transcript)
         assert "preflight.host: done - already done (checkpoint)" in transcript
         assert "preflight.gpus was interrupted on gpu-b300-01; verifying first" in transcript
-    host = session.lab.hosts["gpu-b300-01"]
+    host = holder["session"].lab.hosts["gpu-b300-01"]
     assert "cat /etc/os-release" not in host.commands[:1]  # done steps were not run again
-    await session.close()
 
 
 class ModalHost(App[object]):

@@ -25,6 +25,10 @@ class Session:
     async def close(self) -> None:
         await self.services.close()
 
+    def keep_state(self) -> None:
+        """Keep the checkpoint and journal when the session closes (after an internal error,
+        the journal is the evidence). A site's state directory is always kept."""
+
 
 async def open_site(site_path: Path, state_dir: Path | None) -> Session:
     site = load_site(site_path)
@@ -35,19 +39,29 @@ async def open_site(site_path: Path, state_dir: Path | None) -> Session:
 class LabSession(Session):
     lab: Lab | None = None
     _tmp: Path | None = field(default=None, repr=False)
+    _keep_state: bool = field(default=False, repr=False)
+
+    def keep_state(self) -> None:
+        self._keep_state = True
 
     async def close(self) -> None:
         await super().close()
         if self.lab is not None:
             await self.lab.stop()
-        if self._tmp is not None:
-            shutil.rmtree(self._tmp, ignore_errors=True)
+        if self._tmp is None:
+            return
+        if self._keep_state and self.state_dir.is_relative_to(self._tmp):
+            # Only the lab goes: the state folder (checkpoint, journal) stays for a reader.
+            shutil.rmtree(self._tmp / "lab", ignore_errors=True)
+            return
+        shutil.rmtree(self._tmp, ignore_errors=True)
 
 
 async def open_lab(
     faults: tuple[str, ...] = (), nodes: int = 1, state_dir: Path | None = None
 ) -> LabSession:
-    """Start the embedded lab in a temporary folder (removed on close)."""
+    """Start the embedded lab in a temporary folder (removed on close; after an internal
+    error its state folder stays, see Session.keep_state)."""
     tmp = Path(tempfile.mkdtemp(prefix="gnw-demo-"))
     lab = Lab(tmp / "lab", nodes=nodes, faults=faults)
     await lab.start()
