@@ -80,10 +80,11 @@ IN_FLIGHT_ASK_S = 2.0  # how long quitting waits for the engine to say what is i
 class Failure:
     """An unexpected exception in the engine or the conductor: a bug, not a site condition."""
 
-    error: BaseException
+    error: BaseException | None
     where: str | None  # the step (and its targets) it happened in, if known
     journal: Path | None
     trace: str
+    given_headline: str = ""  # a failure the engine recorded (its finding says what)
 
     @classmethod
     def of(cls, error: BaseException, where: str | None, journal: Path | None) -> Failure:
@@ -92,7 +93,27 @@ class Failure:
 
     @property
     def headline(self) -> str:
+        if self.given_headline:
+            return self.given_headline
         return f"{type(self.error).__name__}: {self.error}"
+
+    @classmethod
+    def recorded(cls, summary: RunSummary, journal: Path | None) -> Failure | None:
+        """A step's bug that the engine caught and recorded as an internal-error finding
+        (it fails only that step's targets; the journal holds the traceback)."""
+        found = [
+            (step, target, finding)
+            for (step, target), findings in summary.findings.items()
+            for finding in findings
+            if finding.check.endswith(".internal-error")
+        ]
+        if not found:
+            return None
+        step, _, finding = found[0]
+        targets = ", ".join(t for s, t, _ in found if s == step)
+        headline = finding.message.split(": ", 1)[1] if ": " in finding.message else finding.message
+        return cls(None, f"step {step} on {targets}", journal,
+                   "(the traceback is in the journal)", headline)  # fmt: skip
 
     def summary(self) -> str:
         """What the error screen and the terminal after exit say (the traceback apart)."""
@@ -293,6 +314,8 @@ class WizardApp(App[int]):
                     raise
                 finally:
                     self.engine = None
+            if Failure.recorded(summary, None) is not None:
+                session.keep_state()  # the error screen names its journal
             main.deliver(partial(self._run_ended, summary))
         except WizardError as exc:
             await ui.call(self._show_error, str(exc))
@@ -318,6 +341,10 @@ class WizardApp(App[int]):
     def _run_ended(self, summary: RunSummary) -> None:
         self.summary = summary
         self.finished = True
+        recorded = Failure.recorded(summary, self.journal_path)
+        if recorded is not None:
+            self.run_worker(self._show_failure(recorded))
+            return
         if summary.stopped:
             assert self.main_screen is not None
             self.main_screen.show_stopped(summary.stopped)

@@ -452,7 +452,8 @@ class Engine:
             self._inflight.pop(target, None)
             where = self.checkpoint.directory / "journal.jsonl"
             self.journal(
-                {"target": target, "step": step.id, "internal_error": repr(exc),
+                {"event": "internal-error", "target": target, "step": step.id,
+                 "where": f"step {step.id} on {target}", "error": f"{type(exc).__name__}: {exc}",
                  "traceback": traceback.format_exc()}
             )  # fmt: skip
             gate = step.gates[0] if step.gates else "T00"
