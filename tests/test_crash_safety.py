@@ -302,3 +302,65 @@ async def test_a_reboot_re_verifies_settled_results_before_trusting_them(tmp_pat
     assert "rebooted since its results were recorded" in text
     assert "packages.install no longer holds after a reboot: running it again" in text
     assert "perftest" in lab.hosts["gpu-b300-01"].packages
+
+
+async def test_a_read_only_run_between_does_not_use_up_a_reboot(tmp_path):
+    """A reboot is noticed per settled result (its verified boot), not once per run."""
+    import io
+
+    from wizard.headless import HeadlessFrontEnd
+    from wizard.lab.lab import Lab
+
+    state = tmp_path / "state"
+    async with Lab(tmp_path / "lab") as lab:
+        await _lab_run(lab, state, HeadlessFrontEnd(yes=True, out=io.StringIO()))
+        host = lab.hosts["gpu-b300-01"]
+        host.boot_id = "rebooted-boot-id"
+        host.packages.discard("perftest")
+        # A run of another phase first: it reads the new boot id, and must not settle it.
+        await _lab_run(lab, state, HeadlessFrontEnd(yes=True, out=io.StringIO()), phases=("e810",))
+        out = io.StringIO()
+        await _lab_run(lab, state, HeadlessFrontEnd(yes=True, out=out))
+    assert "packages.install no longer holds after a reboot: running it again" in out.getvalue()
+    assert "perftest" in host.packages
+
+
+class _Kube:
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    async def cordon(self, name, unschedulable=True):
+        self.calls.append(("cordon", name, unschedulable))
+
+    async def drain(self, name, timeout=600.0):
+        from wizard.transports.kube import KubeError
+
+        raise KubeError(f"drain of {name} timed out after 600s; still running: default/db-0")
+
+
+def test_a_failed_drain_changes_nothing_and_offers_no_rollback(site_path, state_dir):
+    from tests.engine_world import WorldMaintenance
+
+    world = World(state_dir.parent / "world.json")
+    step = WorldMaintenance("three.qos", world)
+    step.drains = True
+    kube = _Kube()
+    plan = Plan((Phase("three", 3, "Third", "maintenance", (step,)),))
+    summary, frontend = _run(site_path, state_dir, plan, services=Services(kube=kube))
+    assert summary.results[("three.qos", "gpu-1")] is StepState.FAILED
+    assert summary.results[("three.qos", "gpu-2")] is StepState.BLOCKED  # the rollout stopped
+    assert world.load()["applies"] == {}  # apply never ran
+    assert not [d for d in frontend.decisions if d.kind.value == "rollback"]
+    assert ("cordon", "gpu-1", False) in kube.calls  # made schedulable again
+    [finding] = summary.findings[("three.qos", "gpu-1")]
+    assert "drain" in finding.message
+
+
+def test_the_same_cluster_behind_another_api_address_is_the_same_cluster():
+    from wizard import identity
+
+    before = {"server": "https://10.0.0.1:6443", "kube_system_uid": "u-1"}
+    moved = {"server": "https://lb.example:6443", "kube_system_uid": "u-1"}
+    rebuilt = {"server": "https://10.0.0.1:6443", "kube_system_uid": "u-2"}
+    assert identity.compare(before, moved, identity.CLUSTER_FIELDS) is None
+    assert identity.compare(before, rebuilt, identity.CLUSTER_FIELDS).field == "kube_system_uid"

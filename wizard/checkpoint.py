@@ -42,7 +42,7 @@ from typing import Any
 import platformdirs
 
 from wizard.errors import CheckpointError, CheckpointMissingError, LockHeldError
-from wizard.model import Finding, StepState
+from wizard.model import Finding, Severity, StepState
 from wizard.redact import Redactor
 from wizard.site import Site
 
@@ -119,7 +119,10 @@ def read_state(directory: Path) -> dict[str, Any] | None:
     try:
         state = json.loads(raw)
     except json.JSONDecodeError as exc:
-        raise CheckpointError(f"checkpoint {path} is not valid JSON: {exc}") from None
+        raise CheckpointError(
+            f"checkpoint {path} is not valid JSON ({exc}); `run --start-over` sets it aside "
+            "and starts again (the journal is kept)"
+        ) from None
     problem = _shape_problem(state)
     if problem:
         raise CheckpointError(
@@ -130,6 +133,7 @@ def read_state(directory: Path) -> dict[str, Any] | None:
 
 
 _STATES = {state.value for state in StepState}
+_SEVERITIES = {severity.value for severity in Severity}
 
 
 def _shape_problem(state: Any) -> str | None:
@@ -148,6 +152,16 @@ def _shape_problem(state: Any) -> str | None:
     for key in ("artifacts", "identity"):
         if not isinstance(state.get(key, {}), dict):
             return f"{key!r} is not an object"
+    identity = state.get("identity", {})
+    if not isinstance(identity.get("nodes", {}), dict) or not all(
+        isinstance(v, dict) for v in identity.get("nodes", {}).values()
+    ):
+        return "'identity.nodes' is not an object of objects"
+    cluster = identity.get("cluster")
+    if cluster is not None and not (
+        isinstance(cluster, dict) and isinstance(cluster.get("node_uids", {}), dict)
+    ):
+        return "'identity.cluster' is not an object"
     waivers = state.get("waivers", [])
     if not isinstance(waivers, list) or not all(
         isinstance(w, dict) and isinstance(w.get("check"), str) and isinstance(w.get("reason"), str)
@@ -174,6 +188,11 @@ def _shape_problem(state: Any) -> str | None:
                     finding
                 ):
                     return f"{where}: a finding lacks check/gate/severity"
+                if finding["severity"] not in _SEVERITIES:
+                    return f"{where}: a finding has severity {finding['severity']!r}"
+            inflight = record.get("extra", {}).get("maintenance")
+            if inflight is not None and not isinstance(inflight, dict):
+                return f"{where}: 'extra.maintenance' is not an object"
     return None
 
 
@@ -453,7 +472,11 @@ def _unfinished_intents(path: Path) -> list[dict[str, Any]]:
         return []
     with handle:
         for raw in handle:
-            if b'"intent"' not in raw and b'"outcome"' not in raw:
+            if (
+                b'"intent"' not in raw
+                and b'"outcome"' not in raw
+                and b"intents-reported" not in raw
+            ):
                 continue
             try:
                 entry = json.loads(raw)
@@ -465,6 +488,10 @@ def _unfinished_intents(path: Path) -> list[dict[str, Any]]:
                 intents[entry["intent"]] = entry
             elif isinstance(entry.get("outcome"), str):
                 intents.pop(entry["outcome"], None)
+            elif entry.get("event") == "intents-reported" and isinstance(entry.get("ids"), list):
+                for ident in entry["ids"]:
+                    if isinstance(ident, str):
+                        intents.pop(ident, None)
     return list(intents.values())
 
 

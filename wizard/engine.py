@@ -131,6 +131,8 @@ class Engine:
         self._node_slots = asyncio.Semaphore(site.max_parallel_nodes)
         self._inflight: dict[str, str] = {}  # target -> what its maintenance has done so far
         self._rebooted: set[str] = set()  # nodes rebooted since their results were recorded
+        self._boots: dict[str, str] = {}  # node -> its boot id as read at the start of the run
+        self._unreachable: set[str] = set()  # nodes whose identity could not be read
 
     def maintenance_in_flight(self) -> dict[str, str]:
         """Nodes in the middle of a maintenance change, and the state each is in (for a
@@ -177,7 +179,11 @@ class Engine:
                     "crash; it is kept but not read as an entry"
                 )
             )
-        for entry in getattr(cp, "unfinished", []):
+        unfinished = list(getattr(cp, "unfinished", []))
+        if unfinished:
+            # Reported once: later runs do not repeat them.
+            self.journal({"event": "intents-reported", "ids": [e["intent"] for e in unfinished]})
+        for entry in unfinished:
             what = entry.get("command") or entry.get("api") or entry.get("commands")
             self.emit(
                 Notice(
@@ -206,6 +212,7 @@ class Engine:
             return any(target in targets for targets in recorded_steps.values())
 
         async def read_node(name: str) -> dict[str, str] | None:
+            # None: no transport to ask; {}: a transport that could not reach the node.
             host = self.services.hosts.get(name) if self.services.hosts else None
             if host is None:
                 return None
@@ -214,7 +221,7 @@ class Engine:
                     [["cat", identity.MACHINE_ID], ["cat", identity.BOOT_ID]], sudo=False
                 )
             except (TransportError, OSError):
-                return None
+                return {}  # reachable never: an empty identity
             live = {
                 "machine_id": results[0].stdout.strip() if results[0].ok else "",
                 "boot_id": results[1].stdout.strip() if results[1].ok else "",
@@ -229,7 +236,15 @@ class Engine:
         join_phase = next((p.number for p in self.plan.phases if p.id == "join"), None)
         for name, live in zip(names, lives, strict=True):
             if live is None:
+                continue  # no transport for it (nothing to compare)
+            if not live:
+                self._unreachable.add(name)  # its settled results are verified, not trusted
                 continue
+            live = {
+                key: value for key, value in live.items() if value
+            }  # a failed read keeps the old
+            if live.get("boot_id"):
+                self._boots[name] = live["boot_id"]
             before = nodes.get(name)
             if has_results(name) and before:
                 mismatch = identity.compare(before, live, identity.MACHINE_FIELDS)
@@ -312,6 +327,8 @@ class Engine:
         """A step saw the node boot anew (the reboot step): that boot is the known one."""
         nodes = self.checkpoint.state.setdefault("identity", {}).setdefault("nodes", {})
         nodes.setdefault(target, {})["boot_id"] = boot_id
+        self._boots[target] = boot_id
+        self._rebooted.discard(target)
 
     # -- running ---------------------------------------------------------------------------
 
@@ -484,7 +501,7 @@ class Engine:
             findings = cp.findings(step.id, target)
             if not (
                 previous is StepState.DONE
-                and target in self._rebooted
+                and self._reverify_needed(step, target)
                 and step.kind in (StepKind.CHECK, StepKind.APPLY, StepKind.MAINTENANCE)
             ):
                 # Settled in an earlier run: its verdicts still count, so the front end
@@ -509,7 +526,13 @@ class Engine:
         try:
             interrupted = previous in (StepState.RUNNING, StepState.WAITING)
             inflight = cp.record(step.id, target).get("extra", {}).get("maintenance")
-            if interrupted and step.kind is StepKind.MAINTENANCE and inflight:
+            # A change that failed on a bug part-way keeps its persisted capture: it too
+            # resumes from it, never from a second capture of the half-applied state.
+            if (
+                step.kind is StepKind.MAINTENANCE
+                and isinstance(inflight, dict)
+                and (interrupted or previous is StepState.FAILED)
+            ):
                 return await self._resume_maintenance(step, ctx, inflight)
             if interrupted:
                 done = await self._reverify(step, ctx)
@@ -530,6 +553,18 @@ class Engine:
         if findings and worst(findings) != Severity.FAIL:
             return self._finish(ctx, StepState.DONE, findings, "verified after interruption")
         return None
+
+    def _reverify_needed(self, step: Step, target: str) -> bool:
+        """A settled result is trusted on the boot it was verified on. A node that rebooted
+        since (each record keeps its boot id, so a read-only run in between does not use the
+        reboot up), or one that cannot be reached now, is verified again."""
+        if target in self._unreachable:
+            return True
+        verified_on = self.checkpoint.record(step.id, target).get("extra", {}).get("verified_boot")
+        current = self._boots.get(target)
+        if verified_on and current:
+            return verified_on != current
+        return target in self._rebooted
 
     async def _still_in_place(
         self, step: Step, ctx: StepContext
@@ -689,7 +724,8 @@ class Engine:
             confirm_text=ctx.target,
             actions=tuple(self._actions(step, ctx)),
         )
-        if await self._ask(resume) is Answer.SKIP:
+        if stage == "rolling-back" or await self._ask(resume) is Answer.SKIP:
+            # An interrupted rollback is finished, not turned into the change again.
             self._inflight[ctx.target] = state
             return await self._offer_rollback(
                 step, ctx, [], "the interrupted change was not finished"
@@ -701,12 +737,25 @@ class Engine:
         before it starts. Every piece is idempotent, so a resume may run it again."""
         node = ctx.target
         kube = self.services.kube
-        try:
-            if step.drains:
-                self._stage(step, ctx, "draining")
+        if step.drains:
+            self._stage(step, ctx, "draining")
+            try:
                 with _effects(ctx):
                     await kube.cordon(node)
                     ctx.data["evicted"] = await kube.drain(node)
+            except TransportError as exc:
+                # Nothing on the host changed yet: no rollback (it would bounce the bond
+                # under pods that still run); the node is made schedulable again.
+                finding = _transport_finding(step, exc)
+                with contextlib.suppress(TransportError), _effects(ctx):
+                    await kube.cordon(node, False)
+                self._end_maintenance(step, ctx)
+                return self._finish(
+                    ctx, StepState.FAILED, [finding],
+                    "the drain failed before any change: nothing was changed on the host; "
+                    "uncordoned",
+                )  # fmt: skip
+        try:
             self._stage(step, ctx, "applying")
             with _effects(ctx):
                 await step.apply(ctx, [])
@@ -961,6 +1010,9 @@ class Engine:
                 m.name: {"value": m.value, "unit": m.unit, "labels": m.labels}
                 for m in ctx.measurements
             }
+        extra = dict(ctx.data)
+        if ctx.target in self._boots and state is StepState.DONE:
+            extra["verified_boot"] = self._boots[ctx.target]
         self.checkpoint.set_step(
             ctx.step.id,
             ctx.target,
@@ -968,7 +1020,7 @@ class Engine:
             message=message,
             findings=findings,
             measurements=measurements,
-            extra=ctx.data or None,
+            extra=extra or None,
             # A check's result is group-committed (cheap to redo); anything that guards an
             # effect or an operator's answer is written before the run goes on.
             durable=ctx.step.kind is not StepKind.CHECK,

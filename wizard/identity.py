@@ -37,13 +37,16 @@ def short(value: str) -> str:
 
 
 def compare(recorded: dict[str, Any] | None, live: dict[str, Any], fields: tuple[str, ...]):
-    """The first field (of ``fields``) that both know and that differs; None if the same."""
+    """Whether the recorded and the live identity differ, by the first field (in the order
+    of ``fields``) that both know; None when they are the same or nothing can be compared.
+    The strongest identifier decides alone: a cluster with the same kube-system UID reached
+    through another API address is the same cluster."""
     if not recorded:
         return None
     for name in fields:
         old, new = recorded.get(name), live.get(name)
-        if old and new and old != new:
-            return Mismatch(name, str(old), str(new))
+        if old and new:
+            return None if old == new else Mismatch(name, str(old), str(new))
     return None
 
 
@@ -52,5 +55,5 @@ MACHINE_FIELDS = ("machine_id", "host_key")
 # The same machine after a reboot: what does not persist must be re-verified.
 BOOT_FIELDS = ("boot_id",)
 # A different cluster / node object.
-CLUSTER_FIELDS = ("server", "kube_system_uid")
+CLUSTER_FIELDS = ("kube_system_uid", "server")
 NODE_OBJECT_FIELDS = ("node_uid",)
