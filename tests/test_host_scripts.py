@@ -216,3 +216,26 @@ async def test_with_ecn_the_boot_units_bring_dcqcn_back_on_the_re_registered_dev
     host.form_bond()
     host.set_enslaved(host.ports[1], False)
     assert DCQCN not in host.configfs
+
+
+async def test_the_exported_apply_finishes_a_half_done_change_under_network_manager(lab_host):
+    """A first run broke off with both ports out of the bond (their NetworkManager profiles
+    down): a rerun finds the profiles it kept, changes what is missing and rejoins."""
+    shell, host = lab_host
+    site = _site(host.os)
+    node = site.nodes[0]
+    failing = procedure(site, node).replace('join_bond "$manager"\ndev=', "false\ndev=", 1)
+    broken = await shell.run(host, failing.replace("trap rejoin_on_failure EXIT", ":", 1))
+    assert broken.exit_status != 0 and not any(p.enslaved for p in host.ports)
+    result = await shell.run(host, procedure(site, node))
+    assert result.exit_status == 0, result.stderr
+    assert all(p.enslaved for p in host.ports) and _qos(host) == WANTED
+
+
+async def test_a_failure_after_leaving_the_bond_rejoins_it(lab_host):
+    shell, host = lab_host
+    site = _site(host.os)
+    failing = procedure(site, site.nodes[0]).replace('join_bond "$manager"\ndev=', "false\ndev=", 1)
+    result = await shell.run(host, failing)
+    assert result.exit_status != 0 and "rejoining bond1" in result.stderr
+    assert all(p.enslaved for p in host.ports)

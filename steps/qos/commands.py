@@ -105,26 +105,35 @@ def settle_commands(port: str, previous: PortQos) -> list[list[str]]:
 # -- the bond, through whoever manages it --------------------------------------------------
 
 
-def leave_bond_commands(manager: str, node: Node, profiles: dict[str, str]) -> list[list[str]]:
-    """Release both ports from the bond (Intel's LAG refuses DCB changes on bonded ports).
-    Under NetworkManager through its port profiles: `ip link set nomaster` is undone by it."""
+def leave_bond_commands(
+    manager: str, node: Node, profiles: dict[str, str], ports: list[str] | None = None
+) -> list[list[str]]:
+    """Release the ports (default: both) from the bond (Intel's LAG refuses DCB changes on
+    bonded ports). Under NetworkManager through its port profiles: `ip link set nomaster`
+    is undone by it. Give only the ports still in the bond: NetworkManager refuses to take
+    down a profile that is not active ("is not an active connection")."""
+    ports = list(node.bond.ports) if ports is None else ports
     if manager == NETWORK_MANAGER:
-        return [["nmcli", "connection", "down", profiles[port]] for port in node.bond.ports]
+        return [["nmcli", "connection", "down", profiles[port]] for port in ports]
     return [
         ["ip", "link", "set", "dev", port, state]
-        for port in node.bond.ports
+        for port in ports
         for state in ("down", "nomaster")
     ]
 
 
-def join_bond_commands(manager: str, node: Node, profiles: dict[str, str]) -> list[list[str]]:
+def join_bond_commands(
+    manager: str, node: Node, profiles: dict[str, str], ports: list[str] | None = None
+) -> list[list[str]]:
+    """Put the ports (default: both; give those not in the bond) back into it."""
+    ports = list(node.bond.ports) if ports is None else ports
     if manager == NETWORK_MANAGER:
-        return [["nmcli", "connection", "up", profiles[port]] for port in node.bond.ports]
+        return [["nmcli", "connection", "up", profiles[port]] for port in ports]
     if manager == NETWORKD:
-        return [["networkctl", "reconfigure", port] for port in node.bond.ports]
+        return [["networkctl", "reconfigure", port] for port in ports]
     return [
         command
-        for port in node.bond.ports
+        for port in ports
         for command in (
             ["ip", "link", "set", "dev", port, "master", node.bond.name],
             ["ip", "link", "set", "dev", port, "up"],

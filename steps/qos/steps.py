@@ -396,12 +396,15 @@ class ApplyQos(Step):
         live = await self._live(ctx)
         per_port = {p: port_commands(ctx.site, p, live[p]) for p in node.bond.ports}
         if any(per_port.values()):
-            for command in leave_bond_commands(manager, node, profiles):
+            enslaved = await self._enslaved(ctx)
+            for command in leave_bond_commands(manager, node, profiles, enslaved):
                 await ctx.run(command, check=True)
             for port in node.bond.ports:
                 for command in per_port[port]:
                     await ctx.run(command, check=True)
-        for command in join_bond_commands(manager, node, profiles):
+        enslaved = await self._enslaved(ctx)
+        missing = [p for p in node.bond.ports if p not in enslaved]
+        for command in join_bond_commands(manager, node, profiles, missing):
             await ctx.run(command, check=True)
         device = await self._device_on_bond(ctx)
         if device is None:
@@ -410,6 +413,15 @@ class ApplyQos(Step):
         if await read_tos(ctx, device) != str(ctx.site.qos.roce_tos):
             for command in tos_commands(device, ctx.site.qos.roce_tos):
                 await ctx.run(command, check=True)
+
+    async def _enslaved(self, ctx: StepContext) -> list[str]:
+        """The bond's ports that are in it now (a resume finds some already out)."""
+        assert ctx.node is not None
+        bonding = await probe(ctx, bonding_command(ctx.node), "bonding")
+        if not bonding.ok:
+            return list(ctx.node.bond.ports)  # unreadable: assume in, as before the change
+        names = {slave.name for slave in bonding.fact.slaves}
+        return [p for p in ctx.node.bond.ports if p in names]
 
     async def _device_on_bond(self, ctx: StepContext) -> str | None:
         """The RDMA device Intel's LAG registers again once the bond has formed (bounded)."""
@@ -512,12 +524,14 @@ class ApplyQos(Step):
         manager, profiles = capture.get("manager", "none"), capture.get("profiles", {})
         previous = {p: PortQos.from_json(s) for p, s in capture["ports"].items()}
         current = await self._live(ctx)
-        for command in leave_bond_commands(manager, node, profiles):
+        for command in leave_bond_commands(manager, node, profiles, await self._enslaved(ctx)):
             await ctx.run(command)
         for port in node.bond.ports:
             for command in restore_commands(port, current[port], previous[port]):
                 await ctx.run(command)
-        for command in join_bond_commands(manager, node, profiles):
+        enslaved = await self._enslaved(ctx)
+        missing = [p for p in node.bond.ports if p not in enslaved]
+        for command in join_bond_commands(manager, node, profiles, missing):
             await ctx.run(command)
         device = await self._device_on_bond(ctx)
         if device and capture.get("tos") is not None:

@@ -116,6 +116,9 @@ class NetworkMixin:
             if port is None:
                 return Result(stderr=f"Error: unknown connection '{words[2]}'.\n", exit_status=10)
             up = words[1] == "up"
+            if not up and not port.nm_profile_active:
+                return Result(stderr=f"Error: '{words[2]}' is not an active connection.\n"
+                              "Error: no active connection provided.\n", exit_status=10)  # fmt: skip
             port.nm_profile_active = up
             self.set_enslaved(port, up)
             if up:
