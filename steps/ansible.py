@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import yaml
 
-from steps.irdma import irdma_artifacts
+from steps.irdma import REBUILD_INITRAMFS, irdma_artifacts
 from steps.packages import PACKAGES
 from steps.qos import DCB_UNIT, TOS_UNIT, BootPersistence, procedure
 from wizard.artifacts import Artifact, Target, render
@@ -31,6 +31,7 @@ def host_vars(site: Site, node: Node) -> dict:
         "gnw_files": [
             {"dest": a.host_path, "content": a.content, "mode": f"{a.mode:04o}"} for a in irdma
         ],
+        "gnw_rebuild_initramfs": " ".join(REBUILD_INITRAMFS[node.os]),
         "gnw_boot_files": [
             {"dest": a.host_path, "content": a.content, "mode": f"{a.mode:04o}"}
             for a in BootPersistence().artifacts(site, node)
