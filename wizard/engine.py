@@ -238,7 +238,15 @@ class Engine:
             if live is None:
                 continue  # no transport for it (nothing to compare)
             if not live:
-                self._unreachable.add(name)  # its settled results are verified, not trusted
+                self._unreachable.add(name)
+                if has_results(name):
+                    self.emit(
+                        Notice(
+                            f"{name} could not be reached to check which machine it is; its "
+                            "recorded results stand until a step reaches it",
+                            name,
+                        )
+                    )
                 continue
             live = {
                 key: value for key, value in live.items() if value
@@ -555,11 +563,10 @@ class Engine:
         return None
 
     def _reverify_needed(self, step: Step, target: str) -> bool:
-        """A settled result is trusted on the boot it was verified on. A node that rebooted
+        """A settled result is trusted on the boot it was verified on: a node that rebooted
         since (each record keeps its boot id, so a read-only run in between does not use the
-        reboot up), or one that cannot be reached now, is verified again."""
-        if target in self._unreachable:
-            return True
+        reboot up) is verified again. A node unreachable at the start (e.g. rebooting under
+        the reboot step) keeps its results until a step reaches it."""
         verified_on = self.checkpoint.record(step.id, target).get("extra", {}).get("verified_boot")
         current = self._boots.get(target)
         if verified_on and current:
@@ -576,6 +583,8 @@ class Engine:
             findings = self._waive(await step.verify(ctx))
         except NotAutomated:
             return self._finish(ctx, StepState.DONE, self.checkpoint.findings(step.id, ctx.target))
+        except TransportError as exc:
+            return self._finish(ctx, StepState.FAILED, [_transport_finding(step, exc)], str(exc))
         if worst(findings) is not Severity.FAIL:
             return self._finish(ctx, StepState.DONE, findings, "re-verified after a reboot")
         if step.kind is StepKind.CHECK:
