@@ -636,9 +636,7 @@ class Engine:
             return self._not_automated(step, ctx)
         pending = [c for c in changes if c.changed]
         if not pending:
-            if changes:
-                self.emit(Notice(f"{step.id}: already in place, nothing to change", ctx.target))
-            return await self._check(step, ctx)
+            return await self._already_in_place(step, ctx, changes)
         decision = Decision(
             DecisionKind.CONFIRM_APPLY,
             step.id,
@@ -658,6 +656,14 @@ class Engine:
             return self._not_automated(step, ctx)
         return await self._check(step, ctx)
 
+    async def _already_in_place(
+        self, step: Step, ctx: StepContext, changes: list[Change]
+    ) -> tuple[StepState, list[Finding]]:
+        """Nothing differs from what is wanted: no question, just the verification."""
+        if changes:
+            self.emit(Notice(f"{step.id}: already in place, nothing to change", ctx.target))
+        return await self._check(step, ctx)
+
     # -- maintenance: one sequence for every step that takes a node out of service --------
 
     async def _maintain(self, step: Step, ctx: StepContext) -> tuple[StepState, list[Finding]]:
@@ -670,9 +676,7 @@ class Engine:
             return self._not_automated(step, ctx)
         pending = [c for c in changes if c.changed]
         if not pending:
-            if changes:
-                self.emit(Notice(f"{step.id}: already in place, nothing to change", ctx.target))
-            return await self._check(step, ctx)
+            return await self._already_in_place(step, ctx, changes)
         window = Decision(
             DecisionKind.MAINTENANCE_WINDOW,
             step.id,
