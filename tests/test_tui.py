@@ -34,7 +34,13 @@ async def wait_for(pilot, condition, timeout: float = 30.0) -> None:
 
 
 def screen_name(app) -> str:
-    return type(app.screen).__name__
+    """The active screen's class name, once it is mounted (its widgets composed).
+
+    `app.screen` changes as soon as a screen is pushed, before its widgets exist; a
+    test that queries a widget right after seeing the name would race the mount.
+    """
+    screen = app.screen
+    return type(screen).__name__ if screen.is_mounted else "(mounting)"
 
 
 async def test_start_review_skip_then_apply_on_resume(tmp_path):
@@ -384,7 +390,8 @@ async def test_measurements_view_after_a_run(tmp_path):
                 app.screen.query_one("#node-name", Input).value = app.screen.decision.confirm_text
                 await pilot.click("#confirm")
             await pilot.pause(0.1)
-        assert app.finished and screen_name(app) == "ReportScreen"
+        assert app.finished
+        await wait_for(pilot, lambda: screen_name(app) == "ReportScreen")
         await pilot.press("m")
         await wait_for(pilot, lambda: screen_name(app) == "MeasurementsScreen")
         chart = str(app.screen.query_one("#chart", Static).content)

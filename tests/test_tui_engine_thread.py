@@ -211,7 +211,7 @@ async def test_quit_during_a_maintenance_change_says_which_node_is_where_first()
             {"gpu-b300-02": "cordoned, ports out of bond1, QoS half applied"}
         )
         await pilot.press("q")
-        await wait_for(pilot, lambda: isinstance(app.screen, QuitScreen))
+        await wait_for(pilot, lambda: screen_name(app) == "QuitScreen")
         text = str(app.screen.query_one("#in-flight-nodes", Static).content)
         assert "gpu-b300-02: cordoned, ports out of bond1, QoS half applied" in text
         assert app.focused is app.screen.query_one("#stay")  # staying is the default
@@ -220,7 +220,7 @@ async def test_quit_during_a_maintenance_change_says_which_node_is_where_first()
         await wait_for(pilot, lambda: not isinstance(app.screen, QuitScreen))
         assert not app.return_code is not None
         await pilot.press("q")
-        await wait_for(pilot, lambda: isinstance(app.screen, QuitScreen))
+        await wait_for(pilot, lambda: screen_name(app) == "QuitScreen")
         await pilot.click("#quit")
         await wait_for(pilot, lambda: app.return_code is not None, timeout=5)
     assert app.return_code == 0
@@ -235,7 +235,7 @@ async def test_the_palette_quit_asks_too():
         await pilot.press(*"Quit")
         await pilot.pause(0.3)
         await pilot.press("enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, QuitScreen))
+        await wait_for(pilot, lambda: screen_name(app) == "QuitScreen")
         await pilot.press("y")
         await wait_for(pilot, lambda: app.return_code is not None, timeout=5)
 
