@@ -120,11 +120,16 @@ def _port(site: Site, target: str, base: int, test: str, qps: int) -> int:
     return base + 100 * node_index + 10 * _TESTS.index(test) + min(qps, 9)
 
 
-def _args(endpoint: Endpoint, qps: int, port: int, extra: list[str]) -> list[str]:
+def _args(test: str, endpoint: Endpoint, qps: int, port: int, extra: list[str]) -> list[str]:
+    """perftest's options for one end. ``-q`` only on bandwidth tests: perftest's parser
+    (src/perftest_parameters.c, ``case 'q'``) refuses it on latency tests with "Multiple QPs
+    only available on bw tests", whatever the count."""
     argv = ["-d", endpoint.device]
     if endpoint.gid_index is not None:
         argv += ["-x", str(endpoint.gid_index)]
-    return [*argv, "-q", str(qps), "-p", str(port), *extra]
+    if test.endswith("_bw"):
+        argv += ["-q", str(qps)]
+    return [*argv, "-p", str(port), *extra]
 
 
 SERVER_REAP_S = 15.0  # how long a stopped one-shot server may take to exit
@@ -163,8 +168,8 @@ def perftest_run(
         extra.append("--report_gbits")
     port = _port(site, target, site.measurements.perftest_port, test, qps)
     return ServerRun(
-        ["timeout", str(SERVER_TIMEOUT_S), test, *_args(server, qps, port, extra)],
-        [test, *_args(client, qps, port, extra + list(client_extra or [])), server.address],
+        ["timeout", str(SERVER_TIMEOUT_S), test, *_args(test, server, qps, port, extra)],
+        [test, *_args(test, client, qps, port, extra + list(client_extra or [])), server.address],
         ["pkill", "-f", f"{test} .*-p {port}"],
     )
 

@@ -45,32 +45,111 @@ class PerftestArgs:
 
     @classmethod
     def parse(cls, argv: list[str]) -> PerftestArgs:
+        """What perftest's ``parser()`` (src/perftest_parameters.c) takes from ``argv``.
+
+        Raises PerftestUsageError with perftest's own message for what it refuses: an
+        option getopt_long does not know, an option the test type does not allow (``-q`` on
+        a latency test), a non-numeric value.
+        """
         args = cls(argv[0])
-        it = iter(argv[1:])
-        for word in it:
-            if word == "-d":
-                args.device = next(it)
-            elif word == "-x":
-                args.gid = int(next(it))
-            elif word == "-q":
-                args.qps = int(next(it))
-            elif word == "-p":
-                args.port = int(next(it))
-            elif word == "-R":
-                args.rdma_cm = True
-            elif word == "-T":
-                args.tos = int(next(it))
-            elif word == "-D":
-                args.duration = int(next(it))
-            elif word == "--report_gbits":
-                args.gbits = True
-            elif word.startswith("--use_cuda="):
-                args.cuda = int(word.split("=", 1)[1])
-            elif word == "--use_cuda_dmabuf":
-                args.dmabuf = True
-            elif not word.startswith("-"):
+        latency = args.tool.endswith("_lat")
+        words = list(argv[1:])
+        index = 0
+        while index < len(words):
+            word = words[index]
+            index += 1
+            if not word.startswith("-") or word == "-":
                 args.server = word
+                continue
+            if word.startswith("--"):
+                name, has_value, value = word[2:].partition("=")
+                takes = _LONG_OPTIONS.get(name)
+                if takes is None:
+                    raise PerftestUsageError(f"{args.tool}: unrecognized option '{word}'")
+                if takes and not has_value:
+                    if index >= len(words):
+                        raise PerftestUsageError(
+                            f"{args.tool}: option '{word}' requires an argument"
+                        )
+                    value = words[index]
+                    index += 1
+                option = name
+            else:
+                letter = word[1:2]
+                if letter in _SHORT_FLAGS and len(word) == 2:
+                    value = ""
+                elif letter in _SHORT_WITH_VALUE:
+                    value = word[2:]
+                    if not value:
+                        if index >= len(words):
+                            raise PerftestUsageError(
+                                f"{args.tool}: option requires an argument -- '{letter}'"
+                            )
+                        value = words[index]
+                        index += 1
+                else:
+                    raise PerftestUsageError(f"{args.tool}: invalid option -- '{letter}'")
+                option = _SHORT_NAMES.get(letter, letter)
+            if latency and option in _BW_ONLY:
+                raise PerftestUsageError(_BW_ONLY[option])
+            args._apply(option, value)
         return args
+
+    def _apply(self, option: str, value: str) -> None:
+        try:
+            if option == "ib-dev":
+                self.device = value
+            elif option == "gid-index":
+                self.gid = int(value)
+            elif option == "qp":
+                self.qps = int(value)
+            elif option == "port":
+                self.port = int(value)
+            elif option == "rdma_cm":
+                self.rdma_cm = True
+            elif option == "tos":
+                self.tos = int(value)
+            elif option == "duration":
+                self.duration = int(value)
+            elif option == "report_gbits":
+                self.gbits = True
+            elif option == "use_cuda":
+                self.cuda = int(value)
+            elif option == "use_cuda_dmabuf":
+                self.dmabuf = True
+        except ValueError:
+            # CHECK_VALUE in perftest_parameters.h
+            raise PerftestUsageError(f" Invalid value for {option}: {value}") from None
+
+
+class PerftestUsageError(ValueError):
+    """perftest's parser refused the command line (it exits 1 before any traffic)."""
+
+
+# perftest_parameters.c: getopt_long(argc, argv,
+# "w:y:p:d:i:m:s:n:t:u:S:x:c:q:I:o:M:r:Q:A:l:D:f:B:T:L:E:J:j:K:k:X:W:aFegzRvhbNVCHUOZP", ...)
+_SHORT_WITH_VALUE = set("wypdimsntuSxcqIoMrQAlDfBTLEJjKkXW")
+_SHORT_FLAGS = set("aFegzRvhbNVCHUOZP")
+_SHORT_NAMES = {
+    "d": "ib-dev", "x": "gid-index", "q": "qp", "p": "port", "R": "rdma_cm", "T": "tos",
+    "D": "duration", "s": "size", "n": "iters", "F": "CPU-freq", "a": "all", "b": "bidirectional",
+    "N": "noPeak", "h": "help",
+}  # fmt: skip
+# The long options of the same table (name -> takes a value), those a site may pass.
+_LONG_OPTIONS = {
+    "ib-dev": True, "ib-port": True, "mtu": True, "size": True, "iters": True, "tx-depth": True,
+    "qp": True, "port": True, "gid-index": True, "tos": True, "duration": True, "rdma_cm": False,
+    "all": False, "CPU-freq": False, "bidirectional": False, "help": False, "report_gbits": False,
+    "cpu_util": False, "out_json": False, "out_json_file": True, "run_infinitely": False,
+    "report-both": False, "use_cuda": True, "use_cuda_bus_id": True, "use_cuda_dmabuf": False,
+    "use_hugepages": False, "perform_warm_up": False, "connection": True, "noPeak": False,
+}  # fmt: skip
+# Refused on latency tests, with perftest's words (case 'q', 'b', 'N' of parser()).
+_BW_ONLY = {
+    "qp": " Multiple QPs only available on bw tests",
+    "bidirectional": " Bidirectional is only available in BW test",
+    "noPeak": " NoPeak only valid for BW tests",
+}
 
 
 @dataclass
@@ -307,7 +386,11 @@ async def run_perftest(argv: list[str], host: LabHost, broker: Broker) -> tuple[
     """Run one perftest command on ``host``: a server waits for its client (60 s at most)."""
     if "--help" in argv or "-h" in argv:
         return perftest_help(host), "", 0
-    args = PerftestArgs.parse(argv)
+    try:
+        args = PerftestArgs.parse(argv)
+    except PerftestUsageError as exc:
+        # perftest's main(): a parser failure prints this and exits 1, before any traffic.
+        return "", f"{exc}\n Parser function exited with Error\n", 1
     if args.cuda is None and args.dmabuf:
         return (
             "",

@@ -1,0 +1,83 @@
+"""Every perftest command line the wizard writes is one perftest accepts.
+
+The lab's perftest parser follows perftest's own (src/perftest_parameters.c: the getopt
+string, the long option table, and the per-test refusals such as ``-q`` on latency tests),
+so a line perftest would refuse fails here, not on the operator's node.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from steps import build_plan
+from tests.conftest import MINIMAL_SITE
+from wizard.lab.perf import PERFTEST, PerftestArgs, PerftestUsageError
+from wizard.site import parse_site
+
+
+def perftest_lines(site_text: str) -> list[list[str]]:
+    site = parse_site(site_text)
+    plan = build_plan()
+    found = []
+    for step in plan.steps():
+        for node in site.nodes:
+            for line in step.commands(site, node):
+                try:
+                    argv = shlex.split(line, comments=True)
+                except ValueError:
+                    continue
+                while argv[:1] == ["timeout"]:
+                    argv = argv[2:]
+                if argv and argv[0] in PERFTEST:
+                    # The runbook's placeholders stand for discovered values.
+                    argv = [{"<gid-index>": "3"}.get(word, word) for word in argv]
+                    found.append(argv)
+    return found
+
+
+def test_the_plan_runs_perftest_in_many_forms():
+    lines = perftest_lines(MINIMAL_SITE)
+    tools = {argv[0] for argv in lines}
+    assert {"ib_write_bw", "ib_read_bw", "ib_send_bw", "ib_send_lat"} <= tools
+    assert any("--use_cuda_dmabuf" in argv for argv in lines)
+
+
+def test_every_perftest_line_parses_as_perftest_would():
+    for argv in perftest_lines(MINIMAL_SITE):
+        try:
+            PerftestArgs.parse(argv)
+        except PerftestUsageError as exc:
+            pytest.fail(f"perftest refuses `{shlex.join(argv)}`: {exc}")
+
+
+def test_latency_tests_get_no_qp_count():
+    for argv in perftest_lines(MINIMAL_SITE):
+        if argv[0].endswith("_lat"):
+            assert "-q" not in argv, shlex.join(argv)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["ib_send_lat", "-q", "1", "-d", "irdma0"], "Multiple QPs only available on bw tests"),
+        (["ib_write_lat", "-b"], "Bidirectional is only available in BW test"),
+        (["ib_write_bw", "--no_such_option"], "unrecognized option '--no_such_option'"),
+        (["ib_write_bw", "-Y"], "invalid option -- 'Y'"),
+        (["ib_write_bw", "-q"], "option requires an argument -- 'q'"),
+        (["ib_write_bw", "-q", "four"], "Invalid value for qp"),
+    ],
+)
+def test_the_lab_refuses_what_perftest_refuses(argv, message):
+    with pytest.raises(PerftestUsageError, match=message):
+        PerftestArgs.parse(argv)
+
+
+def test_the_lab_takes_what_perftest_takes():
+    args = PerftestArgs.parse(
+        ["ib_write_bw", "-d", "irdma0", "-x3", "-q", "4", "--use_cuda=0", "--use_cuda_dmabuf",
+         "-R", "-T", "96", "--report_gbits", "192.168.50.100"]
+    )  # fmt: skip
+    assert (args.device, args.gid, args.qps, args.cuda, args.dmabuf) == ("irdma0", 3, 4, 0, True)
+    assert (args.rdma_cm, args.tos, args.gbits, args.server) == (True, 96, True, "192.168.50.100")
