@@ -6,6 +6,7 @@ import re
 
 from steps.common import read_lines
 from steps.preflight import ACS_READ, IOMMU_READ, evaluate_acs
+from wizard.driver_root import nvidia_smi_command
 from wizard.facts.gpu import NvidiaSmiTopo, link_rank
 from wizard.model import Finding, StepKind
 from wizard.plan import Phase, Step, StepContext
@@ -81,7 +82,7 @@ def evaluate_driver(version_text: str | None, kernel: str, report: Report) -> No
 
 
 READINESS_READS = (
-    Read(["nvidia-smi", "topo", "-m"], "nvidia-smi-topo"),
+    Read(nvidia_smi_command("topo", "-m"), "nvidia-smi-topo"),
     IOMMU_READ,
     ACS_READ,
     Read(read_file_command(DRIVER_VERSION)),

@@ -10,6 +10,7 @@ import re
 from typing import Any
 
 from steps.common import q, read_lines
+from wizard.driver_root import nvidia_smi_command
 from wizard.facts.gpu import NvidiaSmiList
 from wizard.facts.host import IpAddr
 from wizard.facts.pci import Iommu, Lspci, LspciAcs
@@ -317,7 +318,7 @@ class Containerd(Step):
 
 GPU_READS = (
     Read(["lspci", "-nn"], "lspci"),
-    Read(["nvidia-smi", "-L"], "nvidia-smi-l", note="once a driver is present"),
+    Read(nvidia_smi_command("-L"), "nvidia-smi-l", note="once a driver is present"),
 )
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wizard.artifacts import render
+from wizard.driver_root import DRIVER_ROOT, NVIDIA_SMI_SCRIPT
 from wizard.lab.dcb import DcbTool, PortDcb
 from wizard.lab.kmod import KernelModulesMixin
 from wizard.lab.network import NetworkMixin
@@ -225,6 +226,12 @@ class LabHost(NetworkMixin, KernelModulesMixin):
             return self.write_value(argv[5], argv[4])
         if argv[:4] == ["sh", "-c", BATCH_SCRIPT, "sh"]:
             return self._batch(argv[4:])
+        if argv[:4] == ["sh", "-c", NVIDIA_SMI_SCRIPT, "sh"] and len(argv) >= 5:
+            # What the script does: chroot into the driver container's root when it holds
+            # nvidia-smi, else the host's PATH (wizard/driver_root.py).
+            if argv[4] == DRIVER_ROOT and self.gpu_driver and self.role == "gpu":
+                return self.nvidia_smi(argv[5:])
+            return self.execute(shlex.join(["nvidia-smi", *argv[5:]]))
         if argv[:2] == ["sh", "-c"] and len(argv) >= 3:
             return self.execute(argv[2], stdin)
         if not argv:
@@ -676,6 +683,14 @@ class LabHost(NetworkMixin, KernelModulesMixin):
     # -- GPUs ------------------------------------------------------------------------------------
 
     def cmd_nvidia_smi(self, args: list[str]) -> Result:
+        """nvidia-smi on the host's own PATH: the GPU Operator's driver container keeps it in
+        its root (/run/nvidia/driver, chart values ``hostPaths.driverInstallDir``), so a lab
+        node, like a real one under the operator, has none on the host."""
+        return Result(stderr="bash: line 1: nvidia-smi: command not found\n", exit_status=127)
+
+    def nvidia_smi(self, args: list[str]) -> Result:
+        """nvidia-smi where the driver is: in the driver container (its root on the host, or
+        a pod with the GPUs the container toolkit injects it into)."""
         if not self.gpu_driver or self.role != "gpu":
             return Result(stderr="bash: line 1: nvidia-smi: command not found\n", exit_status=127)
         if args == ["topo", "-m"]:

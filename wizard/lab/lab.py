@@ -465,10 +465,17 @@ class Lab:
                 output.append(nccl_job_log(host.name, "nccl-socket" in self.faults,
                                            env.get("NCCL_IB_HCA") or "irdma0", env.get("NCCL_IB_TC")))  # fmt: skip
                 continue
+            gpus = container.get("resources", {}).get("limits", {}).get("nvidia.com/gpu")
             for part in script.replace("&&", ";").replace("\n", ";").split(";"):
-                if part.strip():
+                if not part.strip():
+                    continue
+                words = shlex.split(part.strip())
+                if words[:1] == ["nvidia-smi"] and gpus:
+                    # The container toolkit puts nvidia-smi into a container given GPUs.
+                    result = host.nvidia_smi(words[1:])
+                else:
                     result = host.execute(part.strip())
-                    output.append(result.stdout + result.stderr)
+                output.append(result.stdout + result.stderr)
         return "".join(output)
 
 
