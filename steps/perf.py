@@ -123,7 +123,8 @@ def _port(site: Site, target: str, base: int, test: str, qps: int) -> int:
 def _args(test: str, endpoint: Endpoint, qps: int, port: int, extra: list[str]) -> list[str]:
     """perftest's options for one end. ``-q`` only on bandwidth tests: perftest's parser
     (src/perftest_parameters.c, ``case 'q'``) refuses it on latency tests with "Multiple QPs
-    only available on bw tests", whatever the count."""
+    only available on bw tests", whatever the count, up to 25.10; from 26.01.5 (commit
+    a07e85a) it takes ``-q 1`` and refuses only more. Leaving it out is right for both."""
     argv = ["-d", endpoint.device]
     if endpoint.gid_index is not None:
         argv += ["-x", str(endpoint.gid_index)]

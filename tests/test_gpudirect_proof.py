@@ -68,3 +68,160 @@ async def test_readiness_reads_the_topology_through_the_driver_root(tmp_path):
     topology = findings_of(outcome, "gpudirect.readiness")["T11.topology"]
     assert topology.severity in (Severity.PASS, Severity.WARN), topology.message
     assert "GPU0: PXB" in topology.message
+
+
+# -- NCCL: what its own log says, read the way NCCL means it ------------------------------
+
+
+def test_a_warning_of_no_transport_is_the_verdict():
+    from wizard.facts import parse
+
+    text = (
+        "h:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>\n"
+        "h:1:1 [0] transport.cc:39 NCCL WARN No transport found for rank 0[18000] -> rank 1[28000]\n"
+        "h:1:1 [0] transport.cc:39 NCCL WARN No transport found for rank 0[18000] -> rank 1[28000]\n"
+    )
+    log = parse("nccl-log", text)
+    assert log.no_transport and log.verdict == "no-transport"
+    assert log.warnings == ["No transport found for rank 0[18000] -> rank 1[28000]"]
+    assert log.bootstrap == {"if": "eth0", "ip": "10.0.0.1"}
+
+
+def test_the_lab_refuses_the_nic_between_nvlink_gpus_like_nccl():
+    """ncclTopoCheckNet: one node, P2P and SHM off, NVLink faster than the E810: no
+    transport. P2P on: NVLink channels, no network."""
+    from wizard.facts import parse
+    from wizard.lab.nccl import single_node_log
+
+    off = parse("nccl-log", single_node_log("n", 8, p2p=False, shm=False, hca="irdma0"))
+    assert off.verdict == "no-transport"
+    nvlink = parse("nccl-log", single_node_log("n", 8, p2p=True, shm=True, hca=None))
+    assert nvlink.verdict == "no-net" and {c.transport for c in nvlink.channels} == {"P2P/CUMEM"}
+
+
+def test_every_warning_reaches_the_findings():
+    from steps.nccl import explain_verdict
+    from wizard.facts import parse
+    from wizard.probe import Report
+
+    text = (
+        "h:1:1 [0] NCCL INFO NET/IB : Using [0]irdma0:1/RoCE [RO]; OOB eth0:10.0.0.1<0>\n"
+        "h:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0/GDRDMA\n"
+        "h:1:1 [0] misc/ibvwrap.cc:190 NCCL WARN Call to ibv_modify_qp failed with error Invalid argument\n"
+    )
+    report = Report("T11")
+    explain_verdict(parse("nccl-log", text), {}, "intel-e810", report)
+    by_check = {f.check: f for f in report.findings}
+    assert "ibv_modify_qp" in by_check["T11.nccl-warnings"].message
+
+
+# -- the inter-node run and the pod-based perftest, end to end in the lab ---------------------
+
+
+async def _two_node_run(tmp_path, *faults):
+    from steps import build_plan
+    from wizard.lab.lab import Lab
+    from wizard.runner import run_engine
+    from wizard.site import load_site
+
+    plan = build_plan()
+    phases = (*K8S_PHASES, "gpudirect", "nccl")
+    only = [s.id for p in plan.phases if p.id in phases for s in p.steps]
+    lab = Lab(tmp_path / "lab", faults=faults, nodes=2)
+    await lab.start()
+    try:
+        frontend = HeadlessFrontEnd(yes=True, window_open=True, out=io.StringIO())
+        outcome = await run_engine(load_site(lab.site_path), plan, tmp_path / "state", frontend,
+                                   only=only)  # fmt: skip
+    finally:
+        await lab.stop()
+    return outcome, lab
+
+
+async def test_two_nodes_prove_the_path_through_an_mpijob(tmp_path):
+    outcome, lab = await _two_node_run(tmp_path)
+    nccl = findings_of(outcome, "nccl.all-reduce")
+    assert nccl["T11.nccl-path"].severity is Severity.PASS
+    assert "GPUDirect RDMA (DMA-BUF)" in nccl["T12.gdr"].message
+    assert "NVLink on one node" in nccl["T11.nccl-busbw"].message
+    created = [p for m, p in lab.cluster.requests if m == "POST" and "/mpijobs" in p]
+    assert created, "the proof went through the MPI Operator"
+    perftest = findings_of(outcome, "nccl.cuda-perftest")
+    assert perftest["T11.gpu-memory-rdma"].severity is Severity.PASS
+    assert "in a pod through DMA-BUF" in perftest["T12.dmabuf-perftest"].message
+
+
+async def test_no_transport_fails_t11_and_t12_with_nccls_words(tmp_path):
+    outcome, _ = await _two_node_run(tmp_path, "nccl-no-transport")
+    nccl = findings_of(outcome, "nccl.all-reduce")
+    assert nccl["T11.nccl-path"].severity is Severity.FAIL
+    assert "No transport found" in nccl["T11.nccl-path"].message
+    assert nccl["T12.gdr"].severity is Severity.FAIL
+
+
+async def test_without_the_mpi_operator_the_step_says_what_to_install(tmp_path):
+    outcome, _ = await _two_node_run(tmp_path, "no-mpi-operator")
+    nccl = findings_of(outcome, "nccl.all-reduce")
+    assert nccl["T11.nccl-path"].severity is Severity.SKIP
+    assert "mpijobs.kubeflow.org" in nccl["T11.nccl-path"].message
+    assert "nccl-mpijob.yaml" in nccl["T11.nccl-path"].message
+
+
+def test_the_mpijob_and_pod_carry_what_rdma_needs():
+    from steps.nccl.manifests import cuda_perftest_pod, mpijob
+    from tests.conftest import MINIMAL_SITE
+    from wizard.site import parse_site
+
+    site = parse_site(
+        MINIMAL_SITE + "taint: {enabled: true}\nregistry: {mirror: nexus.local:8443/m}\n"
+    )
+    job = mpijob(site, ["gpu-1", "gpu-2"], 8, "irdma0", qos_on=True)
+    worker = job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
+    container = worker["containers"][0]
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": 8, "rdma/e810": 1}
+    assert container["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
+    assert worker["tolerations"][0]["key"] == site.taint.key
+    assert container["image"].startswith("nexus.local:8443/m/")
+    assert job["spec"]["slotsPerWorker"] == 8
+    launcher = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    assert launcher["command"][:3] == ["mpirun", "-np", "16"]
+    assert {"name": "NCCL_IB_TC", "value": "96"} in launcher["env"]
+    pod = cuda_perftest_pod(site, site.nodes[0], "p", ["ib_write_bw"])
+    spec = pod["spec"]
+    assert spec["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": 1, "rdma/e810": 1}
+    assert spec["volumes"] == [{"name": "shm", "emptyDir": {"medium": "Memory"}}]
+    assert spec["tolerations"][0]["key"] == site.taint.key
+
+
+async def test_the_lab_pod_without_ipc_lock_cannot_register_memory(tmp_path):
+    from wizard.lab.lab import Lab
+
+    lab = Lab(tmp_path / "lab")
+    await lab.start()
+    await lab.stop()
+    host = lab.gpu_hosts()[0]
+    container = {"resources": {"limits": {"nvidia.com/gpu": 1, "rdma/e810": 1}}}
+    output, ok = lab._perftest_in_pod(
+        host, container, ["ib_write_bw", "--use_cuda=0", "--use_cuda_dmabuf", "10.0.0.1"]
+    )
+    assert not ok and "Couldn't allocate MR" in output
+    container["securityContext"] = {"capabilities": {"add": ["IPC_LOCK"]}}
+    del container["resources"]["limits"]["rdma/e810"]
+    output, ok = lab._perftest_in_pod(host, container, ["ib_write_bw", "10.0.0.1"])
+    assert not ok and "Did not detect devices" in output
+
+
+def test_the_exported_pod_script_is_valid_shell(tmp_path):
+    import shutil
+    import subprocess
+
+    from steps.nccl.steps import FIND_DEVICE_AND_GID
+
+    script = tmp_path / "find.sh"
+    script.write_text("#!/bin/sh\n" + FIND_DEVICE_AND_GID + "\n")
+    assert subprocess.run(["sh", "-n", str(script)]).returncode == 0
+    if shutil.which("shellcheck"):
+        checked = subprocess.run(
+            ["shellcheck", "-s", "sh", str(script)], capture_output=True, text=True
+        )
+        assert checked.returncode == 0, checked.stdout

@@ -68,7 +68,9 @@ async def test_full_run_measures_every_gate_and_reports_in_three_formats(tmp_pat
 
 
 async def test_socket_fallback_is_explained(tmp_path):
-    outcome, _, _ = await full_run(tmp_path, "nccl-socket")
+    from tests.test_gpudirect_proof import _two_node_run
+
+    outcome, _ = await _two_node_run(tmp_path, "nccl-socket")  # the proof needs two nodes
     nccl = findings(outcome, "nccl.all-reduce")
     assert nccl["T11.nccl-path"].severity is Severity.FAIL
     assert "fell back to sockets" in nccl["T11.nccl-path"].message

@@ -265,6 +265,16 @@ class Measurements(Strict):
     nccl_tests_image: str = (
         "ghcr.io/coreweave/nccl-tests:12.9.1-devel-ubuntu22.04-nccl2.27.5-1-0120901"
     )
+    cuda_perftest_image: str = Field(
+        "docker.io/mellanox/cuda-perftest:latest",
+        description="an image with perftest built with CUDA (--use_cuda, --use_cuda_dmabuf); "
+        "pin a tag in your mirror",
+    )
+    nccl_peer_nodes: list[K8sName] = Field(
+        default_factory=list,
+        description="GPU nodes already in the cluster that the inter-node NCCL run may use "
+        "with the new nodes (one node alone cannot prove the network path)",
+    )
     aistor_tcp: Benchmark | None = None
     aistor_direct: Benchmark | None = None
     vllm: Benchmark | None = None

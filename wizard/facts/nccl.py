@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from wizard.facts import parser
@@ -30,7 +30,22 @@ _CHANNEL = re.compile(
 # at about 1 GB/s; the full _CHANNEL pattern then reads each distinct text once.
 _CHANNEL_CANDIDATE = re.compile(r"Channel [^\n]*")
 _NETWORK = re.compile(r"Using network (\w+)")
+# "Bootstrap : Using eth0:10.0.0.1<0>" (2.18-2.22) and "Bootstrap: Using [0]eth0:..." (newer).
+_BOOTSTRAP = re.compile(r"Bootstrap\s*:\s*Using\s+(?:\[\d+\])?(?P<if>[^:\s\[]+):(?P<ip>[^<\s]+)")
+# WARN(...) in NCCL's debug.cc prints "host:pid:tid [dev] file.cc:line NCCL WARN message".
+_WARN = re.compile(r"NCCL WARN\s*(?P<message>.*?)\s*$")
+# src/transport.cc selectTransport(): no transport's canConnect() accepted the peer.
+NO_TRANSPORT = "No transport found"
+MAX_WARNINGS = 100
 _INFO = re.compile(r"NCCL (INFO|WARN)")
+# A pasted excerpt may have lost the "host:pid:tid [dev] NCCL INFO" prefix (the reporters of
+# ../shared/fixtures/nccl-log/07.txt and NVIDIA/nccl#1584 stripped it): NCCL's own phrases.
+# Not the version banner alone: nccl-tests prints it without NCCL_DEBUG too.
+_PREFIXLESS = re.compile(
+    r"^(?:Bootstrap ?: Using |NET/(?:IB|Socket|Plugin) ?: |"
+    r"Channel \d+/\d+ ?: \d+\[)",
+    re.MULTILINE,
+)
 
 
 @dataclass
@@ -67,6 +82,11 @@ class NcclLog(Fact):
     channels: list[NcclChannel]
     verdict: str
     cuda: str | None = None
+    # Every distinct "NCCL WARN" message (at most MAX_WARNINGS), in order of appearance.
+    warnings: list[str] = field(default_factory=list)
+    # NCCL said "No transport found for rank ..." (src/transport.cc): the job cannot run.
+    no_transport: bool = False
+    bootstrap: dict[str, str] | None = None
 
 
 def _channel(match: re.Match[str]) -> NcclChannel:
@@ -89,9 +109,12 @@ def _channel(match: re.Match[str]) -> NcclChannel:
     )
 
 
-def _verdict(socket_only: bool, channels: list[NcclChannel]) -> str:
+def _verdict(socket_only: bool, channels: list[NcclChannel], no_transport: bool = False) -> str:
     """Depends only on which kinds of channel occur (all, none or some with /GDRDMA), so the
-    distinct channels give the same answer as every line."""
+    distinct channels give the same answer as every line. A rank pair with no transport at
+    all ends the communicator's setup: nothing after it was measured."""
+    if no_transport:
+        return "no-transport"
     net = [c for c in channels if c.is_net]
     if socket_only or (net and all(c.transport == "NET/Socket" for c in net)):
         return "socket"
@@ -138,7 +161,7 @@ def _channels(text: str) -> tuple[list[NcclChannel], list[NcclChannel]]:
 @parser("nccl-log", "NCCL_DEBUG=INFO output")
 def parse_nccl_log(text: str) -> NcclLog:
     text = clean(text, "nccl-log")
-    if not _INFO.search(text):
+    if not (_INFO.search(text) or _PREFIXLESS.search(text)):
         raise ParseError("nccl-log", "no 'NCCL INFO' lines: run with NCCL_DEBUG=INFO")
     version = cuda = None
     for line in _lines_with(text, "NCCL version"):
@@ -175,8 +198,25 @@ def parse_nccl_log(text: str) -> NcclLog:
             disabled.setdefault(
                 m["hca"], {"hca": m["hca"], "index": int(m["index"]), "reason": m["reason"]}
             )
+    warnings: dict[str, None] = {}
+    for line in _lines_with(text, "NCCL WARN"):
+        if len(warnings) >= MAX_WARNINGS:
+            break
+        if (m := _WARN.search(line)) and m["message"]:
+            warnings.setdefault(m["message"][:500])
+    no_transport = any(NO_TRANSPORT in w for w in warnings)
+    bootstrap = None
+    for line in _lines_with(text, "Bootstrap"):
+        if m := _BOOTSTRAP.search(line):
+            bootstrap = {"if": m["if"], "ip": m["ip"]}
+            break
     channels, distinct_channels = _channels(text)
-    socket_only = "Socket" in network and not (network - {"Socket"})
+    # "Using network Socket" says it outright; an excerpt without that line still shows it:
+    # NET/IB found no device (or listed none) and NET/Socket listed its interfaces.
+    socket_listed = next(_lines_with(text, "NET/Socket : Using"), None) is not None
+    socket_only = ("Socket" in network and not (network - {"Socket"})) or (
+        not network and not devices and socket_listed
+    )
     return NcclLog(
         version=version,
         net_devices=sorted(devices.values(), key=lambda d: (d.index, d.name)),
@@ -186,21 +226,43 @@ def parse_nccl_log(text: str) -> NcclLog:
         dmabuf_gpus=sorted(dmabuf),
         gdr_disabled=list(disabled.values()),
         channels=channels,
-        verdict=_verdict(socket_only, distinct_channels),
+        verdict=_verdict(socket_only, distinct_channels, no_transport),
         cuda=cuda,
+        warnings=list(warnings),
+        no_transport=no_transport,
+        bootstrap=bootstrap,
     )
 
 
 # -- nccl-tests ----------
 
-_ROW_KEYS_ROOT = (
-    "size", "count", "type", "redop", "root",
+_METRIC_KEYS = (
     "oop_time_us", "oop_algbw", "oop_busbw", "oop_wrong",
     "ip_time_us", "ip_algbw", "ip_busbw", "ip_wrong",
 )  # fmt: skip
-_ROW_KEYS_NO_ROOT = tuple(k for k in _ROW_KEYS_ROOT if k != "root")
+_ROW_KEYS_ROOT = ("size", "count", "type", "redop", "root", *_METRIC_KEYS)
+_ROW_KEYS_NO_ROOT = ("size", "count", "type", "redop", *_METRIC_KEYS)
+# Tests without a reduction (broadcast, all_gather of older nccl-tests) print root only.
+_ROW_KEYS_NO_REDOP = ("size", "count", "type", "root", *_METRIC_KEYS)
 _INT_KEYS = {"size", "count", "root"}
 _STR_KEYS = {"type", "redop"}
+
+
+def _header_layout(body: str) -> tuple[str, ...]:
+    """The row layout a table header announces: ``redop`` and ``root`` come and go between
+    nccl-tests versions and tests (an old all_gather header: ``size count type root time``)."""
+    words = body.split()
+    middle = words[words.index("type") + 1 :] if "type" in words else []
+    extra = tuple(w for w in middle[:2] if w in ("redop", "root"))
+    return ("size", "count", "type", *extra, *_METRIC_KEYS)
+
+
+def _guess_layout(tokens: list[str]) -> tuple[str, ...]:
+    """A row without its header: 13 cells have both, 12 miss one; a number in the fourth
+    cell is a root (-1 or a rank), a word is a reduction."""
+    if len(tokens) == 13:
+        return _ROW_KEYS_ROOT
+    return _ROW_KEYS_NO_REDOP if tokens[3].lstrip("-").isdigit() else _ROW_KEYS_NO_ROOT
 
 
 @dataclass
@@ -234,7 +296,7 @@ def parse_nccl_tests(text: str) -> NcclTests:
             body = stripped.lstrip("#").strip()
             if body.startswith("size") and "count" in body:
                 seen_header = True
-                keys = _ROW_KEYS_ROOT if " root " in f" {body} " else _ROW_KEYS_NO_ROOT
+                keys = _header_layout(body)
             elif m := re.match(r"Avg bus bandwidth\s*:\s*([\d.]+)", body):
                 avg = float(m.group(1))
             elif m := re.match(r"Out of bounds values\s*:\s*(\d+)", body):
@@ -247,13 +309,13 @@ def parse_nccl_tests(text: str) -> NcclTests:
         tokens = stripped.split()
         if not tokens or not tokens[0].isdigit() or len(tokens) not in (12, 13):
             continue
-        layout = keys or (_ROW_KEYS_ROOT if len(tokens) == 13 else _ROW_KEYS_NO_ROOT)
+        layout = keys or _guess_layout(tokens)
         if len(layout) != len(tokens):
             continue
         rows.append({k: _cell(k, t) for k, t in zip(layout, tokens, strict=True)})
     if not rows and not seen_header and avg is None:
         raise ParseError("nccl-tests", "no nccl-tests header, result rows or 'Avg bus bandwidth'")
-    if "root" not in (keys or ()):
-        for row in rows:
-            row.setdefault("root", None)
+    for row in rows:  # the contract has both columns, null where the table has none
+        row.setdefault("root", None)
+        row.setdefault("redop", None)
     return NcclTests(rows, avg, oob, test)

@@ -21,6 +21,9 @@ FAULTS: dict[str, str] = {
     "plugin-missing-resource": "the RDMA device plugin runs but advertises no resource",
     "peer-qos-missing": "the AIStor peer's NIC has no DSCP 24 -> priority 3 map and no PFC",
     "ddp-safe-mode": "ice found no DDP package and runs in Safe Mode (no DCB, no RDMA)",
+    "nccl-no-transport": "the NCCL image forces NCCL_NET=IB and its ranks see no RDMA device: 'No transport found'",
+    "no-mpi-operator": "the Kubeflow MPI Operator is not installed (no mpijobs.kubeflow.org CRD)",
+    "perftest-no-cuda": "the CUDA perftest image's perftest was built without CUDA",
     "lag-dcb-mismatch": "bond1 formed while its two ports had different DCB: Intel's LAG turned RDMA off",
 }
 

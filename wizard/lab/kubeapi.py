@@ -37,6 +37,7 @@ KINDS = {
     "customresourcedefinitions": ("CustomResourceDefinition", False),
     "nvidiadrivers": ("NVIDIADriver", False),
     "nicclusterpolicies": ("NicClusterPolicy", False),
+    "mpijobs": ("MPIJob", True),
 }
 _PATH = re.compile(
     r"^/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"

@@ -166,6 +166,17 @@ class Broker:
     def connect(self, address: str, port: int) -> asyncio.Future | None:
         return self.listeners.pop((address, port), None)
 
+    def connect_threadsafe(self, address: str, port: int, client: str) -> bool:
+        """``connect`` from another thread (the lab's API server runs pods there): hand the
+        waiting server its client on the server's own event loop."""
+        future = self.listeners.pop((address, port), None)
+        if future is None or future.done():
+            return False
+        future.get_loop().call_soon_threadsafe(
+            lambda: None if future.done() else future.set_result(client)
+        )
+        return True
+
     def stop(self, port: int | None = None) -> int:
         stopped = 0
         for key in list(self.listeners):
@@ -330,62 +341,11 @@ def topo_output(gpus: int) -> str:
     return header + "\n" + "\n".join(rows) + legend
 
 
-def nccl_job_log(node: str, socket: bool, ib_hca: str, tc: str | None) -> str:
-    """An all_reduce_perf run with NCCL_DEBUG=INFO, as the Job's pod prints it."""
-    prefix = f"{node}:412:412 [0] NCCL INFO"
-    lines = [
-        "# nThread 1 nGpus 1 minBytes 8 maxBytes 17179869184 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0",
-        "#",
-        "# Using devices",
-        f"#  Rank  0 Group  0 Pid    412 on {node} device  0 [0000:18:00] NVIDIA B300 SXM6 AC",
-        "#  Rank  1 Group  0 Pid    413 on aistor-peer-gpu device  0 [0000:18:00] NVIDIA B300 SXM6 AC",
-        f"{prefix} Bootstrap : Using bond1:192.168.50.21<0>",
-        "NCCL version 2.30.3+cuda13.0",
-        f"{prefix} NCCL_IB_HCA set by environment to {ib_hca}",
-    ]
-    if tc:
-        lines.append(f"{prefix} NCCL_IB_TC set by environment to {tc}")
-    if socket:
-        lines += [
-            f"{prefix} NET/IB : No device found.",
-            f"{prefix} NET/Socket : Using [0]bond1:192.168.50.21<0>",
-            f"{prefix} Using network Socket",
-            f"{prefix} Channel 00/0 : 1[18000] -> 0[18000] [receive] via NET/Socket/0",
-            f"{prefix} Channel 00/0 : 0[18000] -> 1[18000] [send] via NET/Socket/0",
-        ]
-        busbw = 9.8
-    else:
-        lines += [
-            f"{prefix} NET/IB : Using [0]{ib_hca}:1/RoCE [RO]; OOB bond1:192.168.50.21<0>",
-            f"{prefix} Using network IB",
-            f"{prefix} DMA-BUF is available on GPU device 0",
-            f"{prefix} GPU Direct RDMA Enabled for GPU 18000 / HCA 0 (distance 4 <= 4), read 1",
-            f"{prefix} Channel 00/0 : 1[18000] -> 0[18000] [receive] via NET/IB/0/GDRDMA",
-            f"{prefix} Channel 01/0 : 1[18000] -> 0[18000] [receive] via NET/IB/0/GDRDMA",
-            f"{prefix} Channel 00/0 : 0[18000] -> 1[18000] [send] via NET/IB/0/GDRDMA",
-            f"{prefix} Channel 01/0 : 0[18000] -> 1[18000] [send] via NET/IB/0/GDRDMA",
-        ]
-        busbw = 11.6
-    lines += [
-        f"{prefix} comm 0x55f90cbfd740 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 18000 commId 0x795b968dc454cfee - Init COMPLETE",
-        "#",
-        "#                                                              out-of-place                       in-place          ",
-        "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong",
-        "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)       ",
-    ]
-    for size in (8, 1048576, 134217728, 1073741824, 17179869184):
-        algbw = min(busbw, size / 1e9 * 80) if size > 8 else 0.0
-        time_us = max(size / (algbw * 1e3) if algbw else 24.1, 24.1)
-        lines.append(f"{size:>12} {size // 4:>13}     float     sum      -1 {time_us:>8.1f} {algbw:>7.2f} {algbw:>7.2f}      0 "
-                     f"{time_us:>8.1f} {algbw:>7.2f} {algbw:>7.2f}      0")  # fmt: skip
-    lines += ["# Out of bounds values : 0 OK", f"# Avg bus bandwidth    : {busbw * 0.62:.3f} ", "#"]
-    return "\n".join(lines) + "\n"
-
-
 async def run_perftest(argv: list[str], host: LabHost, broker: Broker) -> tuple[str, str, int]:
     """Run one perftest command on ``host``: a server waits for its client (60 s at most)."""
     if "--help" in argv or "-h" in argv:
-        return perftest_help(host), "", 0
+        # parser(): case 'h' prints usage() and returns HELP_EXIT; main() exits 1 on it.
+        return perftest_help(host), "", 1
     try:
         args = PerftestArgs.parse(argv)
     except PerftestUsageError as exc:

@@ -236,6 +236,25 @@ class KubeClient:
             if exc.status != 404:
                 raise
 
+    async def create_object(self, collection: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST ``body`` to a collection path (a custom resource such as an MPIJob)."""
+        kind = body.get("kind", "object")
+        return await self.request(
+            "POST", collection, body, what=f"create {kind} {body['metadata']['name']}"
+        )
+
+    async def delete_object(self, collection: str, name: str) -> None:
+        """DELETE ``collection/name`` (its pods go with it, by their owner references);
+        absent is fine."""
+        try:
+            await self.request(
+                "DELETE", f"{collection}/{name}",
+                what=f"delete {collection.rsplit('/', 1)[-1]} {name}",
+            )  # fmt: skip
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+
     async def cordon(self, name: str, unschedulable: bool = True) -> None:
         await self.patch_node(name, {"spec": {"unschedulable": unschedulable or None}})
 

@@ -1,0 +1,227 @@
+"""The Kubernetes objects of the NCCL / GPUDirect proof: the CUDA perftest pod, the NVLink
+baseline Job, the inter-node MPIJob and the single-node diagnostic Job.
+
+Why three NCCL shapes: NCCL picks a transport per rank pair in a fixed order, P2P, SHM,
+NET (src/transport.cc, ``ncclTransports[]`` and ``selectTransport()``), and between two GPUs
+of one node it takes NET only when both GPUs reach a NIC at PXB or closer *and* that path is
+faster than their own GPU-to-GPU path (src/graph/paths.cc, ``ncclTopoCheckNet``). A 100 Gb/s
+E810 next to NVLink never is, so a single-node run with P2P and SHM off ends in "No
+transport found" and never touches the switch. The network proof therefore needs ranks on
+two nodes (the MPIJob); the single-node run with P2P on is the NVLink baseline the network
+number is compared with.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from steps.common import SHM_MOUNT, SHM_VOLUME, node_pod, pod_placement
+from steps.gpu_operator import mirrored
+from wizard.site import Node, Site
+
+NAMESPACE = "default"
+MPIJOB_API = "kubeflow.org/v2beta1"
+MPIJOB_CRD = "mpijobs.kubeflow.org"
+# kubeflow/mpi-operator (pkg/apis/kubeflow/v2beta1, common labels): the launcher's pod.
+JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+JOB_ROLE_LABEL = "training.kubeflow.org/job-role"
+ALL_REDUCE = ["all_reduce_perf", "-b", "8", "-e", "16G", "-f", "2"]
+
+
+def image(site: Site, reference: str) -> str:
+    """An image reference behind the site's mirror (the registry part replaced)."""
+    if not site.registry.mirror:
+        return reference
+    registry_path, _, rest = reference.partition("/")
+    prefix = mirrored(registry_path + "/x", site.registry.mirror).rsplit("/x", 1)[0]
+    return f"{prefix}/{rest}"
+
+
+def nccl_env(site: Site, hca: str | None, qos_on: bool, *, subsys: str = "INIT,NET") -> list[dict]:
+    env = [
+        {"name": "NCCL_DEBUG", "value": "INFO"},
+        {"name": "NCCL_DEBUG_SUBSYS", "value": subsys},
+        *([{"name": "NCCL_IB_HCA", "value": hca}] if hca else []),
+    ]
+    if qos_on:
+        env.append({"name": "NCCL_IB_TC", "value": str(site.qos.roce_tos)})
+    return env
+
+
+def _job(name: str, pod_spec: dict[str, Any], app: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {"metadata": {"labels": {"app": app}}, "spec": pod_spec},
+        },
+    }
+
+
+def nvlink_job(site: Site, node: Node) -> dict[str, Any]:
+    """all_reduce_perf over every GPU of one node with P2P and SHM allowed: the NVLink
+    baseline (seed 002 section 20), not a network test."""
+    container = {
+        "name": "nccl-tests",
+        "image": image(site, site.measurements.nccl_tests_image),
+        "command": [*ALL_REDUCE, "-g", str(node.gpu_count)],
+        "env": nccl_env(site, None, False, subsys="INIT,P2P"),
+        "resources": {"limits": {"nvidia.com/gpu": node.gpu_count}},
+        "volumeMounts": [SHM_MOUNT],
+    }
+    pod = node_pod(site, node, "unused", NAMESPACE, container, [SHM_VOLUME])["spec"]
+    return _job(f"gnw-nccl-nvlink-{node.name}", pod, "gnw-nccl-nvlink")
+
+
+# The exported forms find the RDMA device in the pod: the one the shared device plugin
+# exposes is the node's (Intel's LAG registers one).
+FIND_HCA = (
+    'for d in /sys/class/infiniband/*; do NCCL_IB_HCA="${d##*/}"; break; done; export NCCL_IB_HCA; '
+    'echo "NCCL_IB_HCA=$NCCL_IB_HCA"; exec "$@"'
+)
+
+
+def diagnostic_job(site: Site, node: Node) -> dict[str, Any]:
+    """One node, P2P and SHM off: a labelled diagnostic only. NCCL refuses NET between GPUs
+    of one node that NVLink joins (``ncclTopoCheckNet``), so on a B300 node this prints
+    "No transport found"; it is never the proof."""
+    rdma = site.device_plugin.resource_name
+    container = {
+        "name": "nccl-tests",
+        "image": image(site, site.measurements.nccl_tests_image),
+        "command": ["sh", "-c", FIND_HCA, "sh", *ALL_REDUCE, "-g", str(node.gpu_count)],
+        "env": [
+            *nccl_env(site, None, True),
+            {"name": "NCCL_P2P_DISABLE", "value": "1"},
+            {"name": "NCCL_SHM_DISABLE", "value": "1"},
+        ],
+        "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}},
+        "resources": {"limits": {"nvidia.com/gpu": node.gpu_count, rdma: 1}},
+        "volumeMounts": [SHM_MOUNT],
+    }
+    pod = node_pod(site, node, "unused", NAMESPACE, container, [SHM_VOLUME])["spec"]
+    return _job(f"gnw-nccl-diagnostic-{node.name}", pod, "gnw-nccl-diagnostic")
+
+
+def mpijob_name(nodes: list[str]) -> str:
+    return f"gnw-nccl-{nodes[0]}-x{len(nodes)}"[:63].rstrip("-")
+
+
+def mpijob(
+    site: Site, nodes: list[str], gpus_per_node: int, hca: str | None, qos_on: bool
+) -> dict[str, Any]:
+    """all_reduce_perf with one rank per GPU across ``nodes``, through the Kubeflow MPI
+    Operator (MPIJob kubeflow.org/v2beta1: one launcher, one worker per node).
+
+    The workers ask for every GPU and the RDMA resource, lock memory (IPC_LOCK), get a
+    memory-backed /dev/shm, tolerate the taint, and are pinned one per listed node.
+    ``hca`` None (the export): the launcher passes nothing and each rank finds its device.
+    """
+    name = mpijob_name(nodes)
+    ranks = len(nodes) * gpus_per_node
+    env = nccl_env(site, hca, qos_on)
+    exported = [f"-x {e['name']}" for e in env]
+    mpirun = [
+        "mpirun", "-np", str(ranks), "--bind-to", "none", *" ".join(exported).split(),
+        *ALL_REDUCE, "-g", "1",
+    ]  # fmt: skip
+    placement = pod_placement(site)
+    worker_affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {"key": "kubernetes.io/hostname", "operator": "In", "values": nodes}
+                        ]
+                    }
+                ]
+            }
+        },
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": {"matchLabels": {JOB_NAME_LABEL: name}},
+                    "topologyKey": "kubernetes.io/hostname",
+                }
+            ]
+        },
+    }
+    nccl_image = image(site, site.measurements.nccl_tests_image)
+    return {
+        "apiVersion": MPIJOB_API,
+        "kind": "MPIJob",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "slotsPerWorker": gpus_per_node,
+            "runPolicy": {"cleanPodPolicy": "Running", "activeDeadlineSeconds": 1800},
+            "mpiImplementation": "OpenMPI",
+            "mpiReplicaSpecs": {
+                "Launcher": {
+                    "replicas": 1,
+                    "template": {
+                        "spec": {
+                            "restartPolicy": "OnFailure",
+                            "containers": [
+                                {
+                                    "name": "launcher",
+                                    "image": nccl_image,
+                                    "command": mpirun,
+                                    "env": env,
+                                }
+                            ],
+                            **placement,
+                        }
+                    },
+                },
+                "Worker": {
+                    "replicas": len(nodes),
+                    "template": {
+                        "spec": {
+                            "affinity": worker_affinity,
+                            "containers": [
+                                {
+                                    "name": "worker",
+                                    "image": nccl_image,
+                                    "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}},
+                                    "resources": {
+                                        "limits": {
+                                            "nvidia.com/gpu": gpus_per_node,
+                                            site.device_plugin.resource_name: 1,
+                                        }
+                                    },
+                                    "volumeMounts": [SHM_MOUNT],
+                                }
+                            ],
+                            "volumes": [SHM_VOLUME],
+                            **placement,
+                        }
+                    },
+                },
+            },
+        },
+    }
+
+
+def cuda_perftest_pod(
+    site: Site, node: Node, name: str, client_argv: list[str], gpu: int = 0
+) -> dict[str, Any]:
+    """The perftest client with its buffers in GPU memory, in a pod on the GPU node.
+
+    On the host the GPU Operator's driver gives no CUDA and no nvidia-smi on the PATH; in a
+    pod that asks for a GPU the container toolkit injects them. The RDMA resource gives the
+    pod the /dev/infiniband devices, IPC_LOCK lets perftest pin (register) its buffers, and
+    /dev/shm is memory-backed.
+    """
+    del gpu  # the pod is given one GPU; CUDA numbers it 0 inside the container
+    container = {
+        "name": "perftest",
+        "image": image(site, site.measurements.cuda_perftest_image),
+        "command": client_argv,
+        "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}},
+        "resources": {"limits": {"nvidia.com/gpu": 1, site.device_plugin.resource_name: 1}},
+        "volumeMounts": [SHM_MOUNT],
+    }
+    return node_pod(site, node, name, NAMESPACE, container, [SHM_VOLUME])

@@ -1,0 +1,463 @@
+"""Phase 14's steps: perftest from GPU memory in a pod, the NVLink baseline, and the
+inter-node NCCL run that proves (or not) GPU memory over the E810."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from steps.common import bonding_command, on_host, q, shown
+from steps.nccl.manifests import (
+    JOB_NAME_LABEL,
+    JOB_ROLE_LABEL,
+    MPIJOB_API,
+    MPIJOB_CRD,
+    NAMESPACE,
+    cuda_perftest_pod,
+    diagnostic_job,
+    mpijob,
+    mpijob_name,
+    nvlink_job,
+)
+from steps.nccl.verdict import VENDOR_SUPPORTED, explain_verdict, explain_warnings
+from steps.perf import (
+    BW_QPS,
+    endpoint_lines,
+    endpoints,
+    line_rate_gbps,
+    perftest_run,
+    planned_endpoints,
+)
+from steps.perf import _stop_server as stop_server
+from wizard.artifacts import Artifact, k8s_object
+from wizard.facts import ParseError, parse
+from wizard.model import Finding, StepKind
+from wizard.plan import Phase, Step, StepContext
+from wizard.probe import Report
+from wizard.site import Node, Site
+
+POD_TIMEOUT_S = 600
+JOB_TIMEOUT_S = 1800
+POLL_S = 2.0
+MPIJOBS = f"/apis/{MPIJOB_API}/namespaces/{NAMESPACE}/mpijobs"
+
+GPU_RUNS = (  # (check, client options, path name): DMA-BUF first, then the legacy path
+    ("dmabuf-perftest", ["--use_cuda_dmabuf"], "DMA-BUF"),
+    ("peermem-perftest", [], "legacy nvidia-peermem"),
+)
+EXPERIMENTAL_FIX = (
+    "accept as experimental, or run the same gates on a ConnectX node (Architecture B) to "
+    "decide on numbers"
+)
+DMABUF_FIX = (
+    "DMA-BUF needs the open kernel module and kernel >= 5.12 (see GPUDirect readiness); read "
+    "the pod's log"
+)
+GPU_MEMORY = ["--use_cuda=0"]  # the pod's one GPU: CUDA device 0 inside the container
+
+
+async def _wait_for_pod(ctx: StepContext, label_selector: str, timeout: float) -> dict | None:
+    """The first pod matching ``label_selector`` that ended (Succeeded or Failed)."""
+    kube = ctx.services.kube
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pods = await kube.pods(NAMESPACE, label_selector=label_selector)
+        for pod in pods:
+            if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+                return pod
+        await asyncio.sleep(POLL_S)
+    return None
+
+
+async def _pod_log(ctx: StepContext, pod: dict) -> str:
+    return await ctx.services.kube.pod_log(NAMESPACE, pod["metadata"]["name"])
+
+
+def _pod_name(kind: str, node: str) -> str:
+    return f"gnw-{kind}-{node}"[:63].rstrip("-")
+
+
+class CudaPerftest(Step):
+    id = "nccl.cuda-perftest"
+    title = "perftest from GPU memory, in a pod (--use_cuda, DMA-BUF)"
+    kind = StepKind.MEASURE
+    one_node_at_a_time = True  # against the shared AIStor peer
+    gates = ("T11", "T12")
+    reads = ("aistor", "device_plugin", "measurements", "registry", "taint")
+    explain = (
+        "A CPU-memory ib_write_bw does not prove the GPU path. The client runs in a pod on the "
+        "GPU node (one GPU and the RDMA resource, IPC_LOCK, memory-backed /dev/shm, the taint "
+        "tolerated): the GPU Operator's driver gives the host no CUDA. Its buffers are in GPU "
+        "memory, first through CUDA peer memory (--use_cuda, T11), then through DMA-BUF "
+        "(--use_cuda_dmabuf, T12), against a perftest server on the AIStor peer's host."
+    )
+
+    def commands(self, site: Site, node: Node | None) -> list[str]:
+        if node is None or not site.aistor.peers:
+            return []
+        client, server = planned_endpoints(site, node)
+        assert server is not None
+        lines = [*endpoint_lines(site, node), shown(bonding_command(node), "line rate")]
+        for check, extra, path in GPU_RUNS:
+            pod = _pod_name(check, node.name)
+            run = perftest_run(
+                site, node.name, "ib_write_bw", client, server,
+                qps=BW_QPS, client_extra=[*GPU_MEMORY, *extra],
+            )  # fmt: skip
+            lines += [
+                shown(run.server, on_host(server.host, "first")),
+                shown(["kubectl", "apply", "-f", f"nodes/{node.name}/k8s/{check}-pod.yaml"],
+                      f"the client in GPU memory, {path}"),
+                shown(["kubectl", "logs", "-n", NAMESPACE, f"pod/{pod}"]),
+                shown(run.stop, on_host(server.host, "if that server still waits")),
+                shown(["kubectl", "delete", "-n", NAMESPACE, f"pod/{pod}"]),
+            ]  # fmt: skip
+        return lines
+
+    def artifacts(self, site: Site, node: Node | None) -> list[Artifact]:
+        """The pods as the export ships them: the RDMA device and its RoCEv2 GID index are
+        found inside the pod (the same names as on the node: the shared device plugin)."""
+        if node is None or not site.aistor.peers:
+            return []
+        peer = site.aistor.peers[0]
+        out = []
+        for check, extra, path in GPU_RUNS:
+            argv = [
+                "sh", "-c", FIND_DEVICE_AND_GID, "sh", "ib_write_bw", "-q", str(BW_QPS),
+                "--report_gbits", *GPU_MEMORY, *extra, peer.rdma_ip,
+            ]  # fmt: skip
+            pod = cuda_perftest_pod(site, node, _pod_name(check, node.name), argv)
+            out.append(
+                k8s_object(
+                    f"nodes/{node.name}/k8s/{check}-pod.yaml",
+                    pod,
+                    f"Pod {NAMESPACE}/{pod['metadata']['name']}",
+                    f"ib_write_bw from GPU memory ({path}) against {peer.name}",
+                )
+            )
+        return out
+
+    async def measure(self, ctx: StepContext) -> list[Finding]:
+        assert ctx.node is not None
+        report = Report("T11")
+        client, server, _ = await endpoints(ctx)
+        if client is None or server is None:
+            report.fail("gpu-memory-rdma", "no RDMA endpoint pair", "run the RDMA phases first")
+            report.fail("dmabuf-perftest", "no RDMA endpoint pair", "run the RDMA phases first",
+                        gate="T12")  # fmt: skip
+            return report.findings
+        rate, _ = await line_rate_gbps(ctx)  # RDMA over a LAG runs on one port
+        results: dict[str, tuple[float | None, str]] = {}
+        for check, extra, _ in GPU_RUNS:
+            run = perftest_run(
+                ctx.site, ctx.target, "ib_write_bw", client, server,
+                qps=BW_QPS, client_extra=[*GPU_MEMORY, *extra],
+            )  # fmt: skip
+            results[check] = await self._measure_one(ctx, check, run, server.host)
+        dmabuf, dmabuf_problem = results["dmabuf-perftest"]
+        legacy, legacy_problem = results["peermem-perftest"]
+
+        def rate_text(gbps: float) -> str:
+            share = f", {gbps / rate:.0%} of the {rate:.0f} Gb/s line" if rate else ""
+            return f"{gbps:.1f} Gb/s{share}"
+
+        if dmabuf is not None and ctx.site.nic.profile in VENDOR_SUPPORTED:
+            report.ok("dmabuf-perftest", f"ib_write_bw from GPU memory in a pod through DMA-BUF: "
+                      f"{rate_text(dmabuf)}", gate="T12")  # fmt: skip
+        elif dmabuf is not None:
+            report.warn("dmabuf-perftest", f"ib_write_bw from GPU memory in a pod through DMA-BUF: "
+                        f"{rate_text(dmabuf)} over an Intel E810: technically working, "
+                        "Experimental / vendor support risk (NVIDIA supports GPUDirect RDMA with "
+                        "ConnectX/BlueField only)", EXPERIMENTAL_FIX, gate="T12")  # fmt: skip
+        else:
+            report.fail("dmabuf-perftest", f"GPU memory through DMA-BUF failed: {dmabuf_problem}",
+                        DMABUF_FIX, gate="T12")  # fmt: skip
+        best = dmabuf if dmabuf is not None else legacy
+        if best is not None:
+            path = "DMA-BUF" if dmabuf is not None else "the legacy nvidia-peermem path only"
+            report.ok("gpu-memory-rdma", f"GPU memory reaches the E810 over RDMA ({path}): "
+                      f"{rate_text(best)}", gate="T11")  # fmt: skip
+        else:
+            report.fail("gpu-memory-rdma", f"no GPU-memory RDMA at all: DMA-BUF: {dmabuf_problem}; "
+                        f"legacy: {legacy_problem}", DMABUF_FIX, gate="T11")  # fmt: skip
+        if legacy is not None:
+            report.ok("peermem-perftest", f"legacy nvidia-peermem path: {rate_text(legacy)}",
+                      gate="T11")  # fmt: skip
+        else:
+            # driver.rdma.enabled is false by design (DMA-BUF needs no nvidia-peermem).
+            report.skip("peermem-perftest", f"legacy nvidia-peermem path not available, as "
+                        f"configured (DMA-BUF needs no peermem): {legacy_problem}", gate="T11")  # fmt: skip
+        return report.findings
+
+    async def _measure_one(self, ctx: StepContext, check: str, run, server_host: str):
+        """One GPU-memory run: (Gb/s, "") or (None, what went wrong)."""
+        output, problem = await self._run_pod(ctx, check, run, server_host)
+        if problem:
+            return None, problem
+        try:
+            fact = parse("perftest", output)
+        except ParseError as exc:
+            return (
+                None,
+                f"the pod printed nothing perftest-like ({exc.reason}): {output.strip()[:200]}",
+            )
+        if fact.error or fact.best_bw_gbps is None:
+            hint = (" (set measurements.cuda_perftest_image to an image with perftest built with CUDA)"
+                    if "without CUDA" in (fact.error or output) else "")  # fmt: skip
+            return None, f"{fact.error or output.strip()[:200]}{hint}"
+        ctx.record(f"gpu.{check}", fact.best_bw_gbps, "Gb/s")
+        return fact.best_bw_gbps, ""
+
+    async def _run_pod(self, ctx: StepContext, check: str, run, server_host: str):
+        """Server on the peer, client pod on the node; (log, problem)."""
+        assert ctx.node is not None
+        kube = ctx.services.kube
+        name = _pod_name(check, ctx.node.name)
+        pod = cuda_perftest_pod(ctx.site, ctx.node, name, run.client)
+        pod["metadata"]["labels"]["gnw-run"] = name
+        await kube.delete_pod(NAMESPACE, name)
+        server_task = asyncio.ensure_future(ctx.run(run.server, on=server_host, timeout=130))
+        try:
+            await asyncio.sleep(0.5)
+            await kube.create_pod(NAMESPACE, pod)
+            ended = await _wait_for_pod(ctx, f"gnw-run={name}", POD_TIMEOUT_S)
+            if ended is None:
+                return "", f"the perftest pod {name} did not finish in {POD_TIMEOUT_S} s"
+            log = await _pod_log(ctx, ended)
+            if ended["status"]["phase"] == "Failed" and not log.strip():
+                return "", f"the perftest pod {name} failed without output"
+            return log, ""
+        finally:
+            await stop_server(ctx, server_task, server_host, run.stop)
+            await kube.delete_pod(NAMESPACE, name)
+
+
+# Inside the exported pod: the first RDMA device and its RoCEv2 IPv4 GID index, from sysfs
+# (ib_core's gid_attrs/types: "RoCE v2"; an IPv4-mapped GID starts 0000:...:ffff).
+FIND_DEVICE_AND_GID = (
+    'tool="$1"; shift; dev=""; for d in /sys/class/infiniband/*; do dev="${d##*/}"; break; done; '
+    'gid=""; '
+    'for t in /sys/class/infiniband/"$dev"/ports/1/gid_attrs/types/*; do '
+    'i="${t##*/}"; [ "$(cat "$t" 2>/dev/null)" = "RoCE v2" ] || continue; '
+    'case "$(cat /sys/class/infiniband/"$dev"/ports/1/gids/"$i")" in '
+    '0000:0000:0000:0000:0000:ffff:*) gid="$i"; break;; esac; done; '
+    '[ -n "$gid" ] || { echo "no RoCEv2 IPv4 GID on $dev" >&2; exit 1; }; '
+    'exec "$tool" -d "$dev" -x "$gid" "$@"'
+)
+
+
+async def _run_job(ctx: StepContext, job: dict[str, Any]) -> tuple[str | None, str]:
+    """Create a Job, wait for its pod, return (log, problem); the Job is removed after."""
+    kube = ctx.services.kube
+    name = job["metadata"]["name"]
+    await kube.delete_job(NAMESPACE, name)
+    await kube.create_job(NAMESPACE, job)
+    try:
+        ended = await _wait_for_pod(ctx, f"job-name={name}", JOB_TIMEOUT_S)
+        if ended is None:
+            return None, f"the Job {name} did not finish in {JOB_TIMEOUT_S} s"
+        return await _pod_log(ctx, ended), ""
+    finally:
+        await kube.delete_job(NAMESPACE, name)
+        for pod in await kube.pods(NAMESPACE, label_selector=f"job-name={name}"):
+            await kube.delete_pod(NAMESPACE, pod["metadata"]["name"])
+
+
+def _busbw(log_text: str) -> float | None:
+    try:
+        return parse("nccl-tests", log_text).avg_busbw
+    except ParseError:
+        return None
+
+
+class NvlinkBaseline(Step):
+    id = "nccl.nvlink-baseline"
+    title = "NCCL over NVLink on one node (the baseline)"
+    kind = StepKind.MEASURE
+    gates = ("T11",)
+    reads = ("measurements", "registry", "taint")
+    explain = (
+        "all_reduce_perf over every GPU of the node with P2P allowed (seed 002 section 20): "
+        "what the GPUs reach without the network, so that the inter-node number has "
+        "something to be compared with. Not a network test."
+    )
+
+    def commands(self, site: Site, node: Node | None) -> list[str]:
+        name = node.name if node else "<node>"
+        return [
+            shown(["kubectl", "apply", "-f", f"nodes/{name}/k8s/nccl-nvlink-job.yaml"]),
+            f"kubectl logs -n {NAMESPACE} job/gnw-nccl-nvlink-{q(name)}",
+        ]
+
+    def artifacts(self, site: Site, node: Node | None) -> list[Artifact]:
+        if node is None:
+            return []
+        job = nvlink_job(site, node)
+        diagnostic = diagnostic_job(site, node)
+        return [
+            k8s_object(f"nodes/{node.name}/k8s/nccl-nvlink-job.yaml", job,
+                       f"Job {NAMESPACE}/{job['metadata']['name']}",
+                       "all_reduce_perf over NVLink on one node (the baseline)"),
+            k8s_object(f"nodes/{node.name}/k8s/nccl-diagnostic-job.yaml", diagnostic,
+                       f"Job {NAMESPACE}/{diagnostic['metadata']['name']}",
+                       "DIAGNOSTIC ONLY: one node with P2P/SHM off. NCCL does not use the NIC "
+                       "between NVLink-joined GPUs (ncclTopoCheckNet), so expect 'No transport "
+                       "found'; the proof is the inter-node MPIJob"),
+        ]  # fmt: skip
+
+    async def measure(self, ctx: StepContext) -> list[Finding]:
+        assert ctx.node is not None
+        report = Report("T11")
+        logs, problem = await _run_job(ctx, nvlink_job(ctx.site, ctx.node))
+        if logs is None:
+            report.warn("nvlink-baseline", problem, "kubectl describe the Job")
+            return report.findings
+        try:
+            log = parse("nccl-log", logs)
+        except ParseError as exc:
+            report.warn("nvlink-baseline", f"no NCCL INFO lines ({exc.reason})", "read the log")
+            return report.findings
+        scratch = Report("T11")
+        if explain_warnings(log, scratch):
+            report.warn("nvlink-baseline", scratch.findings[0].message, "read the Job's log")
+            return report.findings
+        transports = sorted({c.transport for c in log.channels if not c.is_net})
+        busbw = _busbw(logs)
+        if busbw is None:
+            report.warn("nvlink-baseline", "no nccl-tests result table", "read the Job's log")
+            return report.findings
+        ctx.record("nccl.nvlink.avg_busbw", busbw, "GB/s")
+        ctx.data["nvlink_busbw"] = busbw
+        report.ok(
+            "nvlink-baseline",
+            f"all_reduce over {ctx.node.gpu_count} GPUs on one node: average bus bandwidth "
+            f"{busbw} GB/s ({', '.join(transports) or 'no channel lines'})",
+        )
+        return report.findings
+
+
+def nccl_partners(site: Site, node: str) -> list[str]:
+    """The nodes an inter-node run of ``node`` uses: the next new GPU node (a ring, so every
+    node is measured with a neighbour), else the first existing GPU node named in the site."""
+    names = [n.name for n in site.nodes]
+    if len(names) > 1:
+        return [node, names[(names.index(node) + 1) % len(names)]]
+    if site.measurements.nccl_peer_nodes:
+        return [node, site.measurements.nccl_peer_nodes[0]]
+    return [node]
+
+
+class InterNodeNccl(Step):
+    id = "nccl.all-reduce"
+    title = "nccl-tests all_reduce_perf across nodes (MPIJob) with NCCL_DEBUG=INFO"
+    kind = StepKind.MEASURE
+    one_node_at_a_time = True  # a node's GPUs are in its own run and its neighbour's
+    gates = ("T11", "T12")
+    reads = ("qos", "device_plugin", "measurements", "registry", "taint")
+    needs = (("irdma.verify", "rdma_device"),)
+    explain = (
+        "One rank per GPU on this node and a second GPU node, through a Kubeflow MPIJob "
+        "(v2beta1): between nodes NCCL must use the network, so the log decides. Every net "
+        "channel 'via NET/IB/N/GDRDMA' = GPU memory direct; 'via NET/IB/N' = through host "
+        "memory; 'NET/Socket' = no RDMA at all; any NCCL WARN is read into the verdict. On an "
+        "E810, a T12 pass is 'Experimental / vendor support risk', never 'Production "
+        "candidate'. Needs two GPU nodes (new ones, or measurements.nccl_peer_nodes) and the "
+        "MPI Operator."
+    )
+
+    def commands(self, site: Site, node: Node | None) -> list[str]:
+        name = node.name if node else "<node>"
+        nodes = nccl_partners(site, name)
+        job = mpijob_name(nodes)
+        return [
+            shown(["kubectl", "get", "crd", MPIJOB_CRD], "the MPI Operator is installed"),
+            shown(["kubectl", "apply", "-f", f"nodes/{name}/k8s/nccl-mpijob.yaml"]),
+            f"kubectl logs -n {NAMESPACE} -l {JOB_NAME_LABEL}={q(job)},{JOB_ROLE_LABEL}=launcher",
+        ]
+
+    def artifacts(self, site: Site, node: Node | None) -> list[Artifact]:
+        if node is None:
+            return []
+        nodes = nccl_partners(site, node.name)
+        if len(nodes) < 2:
+            return []
+        job = mpijob(site, nodes, node.gpu_count, None, qos_on=True)
+        return [
+            k8s_object(f"nodes/{node.name}/k8s/nccl-mpijob.yaml", job,
+                       f"MPIJob {NAMESPACE}/{job['metadata']['name']}",
+                       f"all_reduce_perf across {', '.join(nodes)} (one rank per GPU)")
+        ]  # fmt: skip
+
+    async def measure(self, ctx: StepContext) -> list[Finding]:
+        assert ctx.node is not None
+        report = Report("T11")
+        nodes = nccl_partners(ctx.site, ctx.target)
+        if len(nodes) < 2:
+            why = (
+                "one GPU node cannot prove the network path (NCCL keeps traffic between "
+                "NVLink-joined GPUs off the NIC); name an existing GPU node in "
+                "measurements.nccl_peer_nodes, or add two nodes, then re-run this step"
+            )
+            report.skip("nccl-path", f"not run: {why}", gate="T11")
+            report.skip(
+                "gdr", "not run: no second GPU node for the inter-node NCCL run", gate="T12"
+            )
+            return report.findings
+        if MPIJOB_CRD not in await ctx.services.kube.crd_names():
+            why = (
+                f"the Kubeflow MPI Operator is not installed (no {MPIJOB_CRD} CRD): install it "
+                "(kubeflow/mpi-operator, MPIJob v2beta1), then re-run this step; the export "
+                f"has the job as nodes/{ctx.target}/k8s/nccl-mpijob.yaml"
+            )
+            report.skip("nccl-path", f"not run: {why}", gate="T11")
+            report.skip("gdr", "not run: no MPI Operator for the inter-node NCCL run", gate="T12")
+            return report.findings
+        hca = str(ctx.need("rdma_device"))
+        qos_on = ctx.engine.checkpoint.step_state("qos.apply", ctx.target).value == "done"
+        job = mpijob(ctx.site, nodes, ctx.node.gpu_count, hca, qos_on)
+        logs, problem = await self._run(ctx, job)
+        if logs is None:
+            report.fail("nccl-path", problem, f"kubectl describe mpijob {job['metadata']['name']}")
+            return report.findings
+        try:
+            log = parse("nccl-log", logs)
+        except ParseError as exc:
+            report.fail("nccl-path", f"no NCCL INFO lines in the launcher's log ({exc.reason})",
+                        "check NCCL_DEBUG=INFO")  # fmt: skip
+            return report.findings
+        ctx.data["nccl_verdict"] = log.verdict
+        explain_verdict(log, ctx.recorded("gpudirect.readiness"), ctx.site.nic.profile, report)
+        busbw = _busbw(logs)
+        if busbw is not None:
+            ctx.record("nccl.all_reduce.avg_busbw", busbw, "GB/s")
+            baseline = ctx.recorded("nccl.nvlink-baseline").get("nvlink_busbw")
+            versus = f" (NVLink on one node: {baseline} GB/s)" if baseline else ""
+            report.ok("nccl-busbw",
+                      f"all_reduce across {', '.join(nodes)}: average bus bandwidth {busbw} GB/s{versus}")  # fmt: skip
+        elif log.verdict not in ("no-transport",):
+            report.warn("nccl-busbw", "no nccl-tests result table in the log", "read the log")
+        return report.findings
+
+    async def _run(self, ctx: StepContext, job: dict[str, Any]) -> tuple[str | None, str]:
+        kube = ctx.services.kube
+        name = job["metadata"]["name"]
+        await kube.delete_object(MPIJOBS, name)
+        await kube.create_object(MPIJOBS, job)
+        try:
+            selector = f"{JOB_NAME_LABEL}={name},{JOB_ROLE_LABEL}=launcher"
+            ended = await _wait_for_pod(ctx, selector, JOB_TIMEOUT_S)
+            if ended is None:
+                return None, f"the MPIJob {name}'s launcher did not finish in {JOB_TIMEOUT_S} s"
+            return await _pod_log(ctx, ended), ""
+        finally:
+            await kube.delete_object(MPIJOBS, name)
+
+
+PHASE = Phase(
+    id="nccl",
+    number=14,
+    title="NCCL / GPUDirect proof",
+    summary="Prove GPU memory goes straight to the NIC, with numbers and NCCL's own words.",
+    steps=(CudaPerftest(), NvlinkBaseline(), InterNodeNccl()),
+)
