@@ -9,11 +9,20 @@ from wizard.probe import Report
 from wizard.site import Node, Site
 
 
-class AIStorTcp(Step):
+class _AIStorBenchmark(Step):
+    """The operator's S3 benchmark runs against the AIStor service as a whole, not one
+    peer: every node takes its turn, whatever the number of peers."""
+
+    one_node_at_a_time = True
+
+    def measured_with(self, site: Site, target: str) -> frozenset[str]:
+        return frozenset({"aistor-service"})
+
+
+class AIStorTcp(_AIStorBenchmark):
     id = "aistor.tcp"
     title = "AIStor over TCP (S3 benchmark)"
     kind = StepKind.MEASURE
-    one_node_at_a_time = True  # against the shared AIStor peer
     gates = ("T13",)
     reads = ("measurements",)
     explain = "An operator-configured S3 benchmark against AIStor over TCP: the baseline."
@@ -29,11 +38,10 @@ class AIStorTcp(Step):
         return report.findings
 
 
-class AIStorDirect(Step):
+class AIStorDirect(_AIStorBenchmark):
     id = "aistor.direct"
     title = "AIStor over the RDMA / direct path"
     kind = StepKind.MEASURE
-    one_node_at_a_time = True  # against the shared AIStor peer
     gates = ("T14",)
     reads = ("measurements",)
     explain = (

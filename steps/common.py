@@ -114,11 +114,6 @@ def bond_name(node: Node | None) -> str:
     return node.bond.name if node else "bond1"
 
 
-def first_peer_ip(site: Site) -> str:
-    """The RDMA address of the first AIStor peer (the default perftest server)."""
-    return site.aistor.peers[0].rdma_ip if site.aistor.peers else "<aistor-peer-rdma-ip>"
-
-
 def pod_placement(site: Site) -> dict[str, Any]:
     """What every pod the wizard runs on a GPU node needs: the taint toleration, pull secret."""
     extras: dict[str, Any] = {}

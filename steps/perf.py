@@ -17,7 +17,7 @@ from typing import Any
 from steps.common import RDMA_LINKS, bonding_command, on_host, shown, stats_command
 from wizard.facts import ParseError, parse
 from wizard.facts.perftest import Perftest
-from wizard.plan import StepContext
+from wizard.plan import StepContext, measurement_peer
 from wizard.probe import Report, probe
 from wizard.site import AIStorPeer, Node, Site
 from wizard.transports.base import TransportError
@@ -72,7 +72,7 @@ async def discover(
 async def endpoints(ctx: StepContext) -> tuple[Endpoint | None, Endpoint | None, AIStorPeer | None]:
     """The GPU node's and the first AIStor peer's endpoints (from discovery)."""
     assert ctx.node is not None
-    peer = ctx.site.aistor.peers[0] if ctx.site.aistor.peers else None
+    peer = measurement_peer(ctx.site, ctx.target)
     recorded = ctx.recorded("irdma.verify")
     client = None
     if recorded.get("rdma_device") and recorded.get("gid_index") is not None:
@@ -88,7 +88,7 @@ async def endpoints(ctx: StepContext) -> tuple[Endpoint | None, Endpoint | None,
 def planned_endpoints(site: Site, node: Node) -> tuple[Endpoint, Endpoint | None]:
     """The endpoints as the runbook shows them: what discovery finds is a placeholder."""
     client = Endpoint(node.name, "<rdma-dev>", "<gid-index>", node.rdma_ip)
-    peer = site.aistor.peers[0] if site.aistor.peers else None
+    peer = measurement_peer(site, node.name)
     server = (
         Endpoint(peer.name, peer.rdma_device or "<rdma-dev>", "<gid-index>", peer.rdma_ip)
         if peer
@@ -99,7 +99,7 @@ def planned_endpoints(site: Site, node: Node) -> tuple[Endpoint, Endpoint | None
 
 def endpoint_lines(site: Site, node: Node) -> list[str]:
     """The runbook lines of ``endpoints``: discovery of the RDMA device and GID index."""
-    peer = site.aistor.peers[0] if site.aistor.peers else None
+    peer = measurement_peer(site, node.name)
     lines = [
         shown(RDMA_LINKS, "only when irdma.verify recorded no device and GID"),
         shown(devinfo_command("<rdma-dev>"), "then, for the device it shows"),
@@ -391,7 +391,7 @@ async def rdma_suite(ctx: StepContext, report: Report, *, series: str, qos: bool
 
 def iperf3_run(site: Site, target: str, *, reverse: bool = False) -> ServerRun | None:
     """The commands of one iperf3 pair over the bond (None without an AIStor peer)."""
-    peer = site.aistor.peers[0] if site.aistor.peers else None
+    peer = measurement_peer(site, target)
     if peer is None:
         return None
     m = site.measurements
@@ -420,7 +420,9 @@ def iperf3_lines(site: Site, node: Node, *, reverse: bool = False) -> list[str]:
     run = iperf3_run(site, node.name, reverse=reverse)
     if run is None:
         return ["# no AIStor peer in the site: no iperf3 server"]
-    return run.lines(site.aistor.peers[0].name)
+    peer = measurement_peer(site, node.name)
+    assert peer is not None
+    return run.lines(peer.name)
 
 
 async def iperf3_pair(ctx: StepContext, *, reverse: bool = False) -> tuple[float | None, str]:
@@ -429,7 +431,8 @@ async def iperf3_pair(ctx: StepContext, *, reverse: bool = False) -> tuple[float
     run = iperf3_run(ctx.site, ctx.target, reverse=reverse)
     if run is None:
         return None, "no AIStor peer in the site"
-    peer = ctx.site.aistor.peers[0]
+    peer = measurement_peer(ctx.site, ctx.target)
+    assert peer is not None
     server = asyncio.ensure_future(ctx.run(run.server, on=peer.name))
     try:
         await asyncio.sleep(LISTEN_GRACE_S)

@@ -54,7 +54,18 @@ from wizard.events import (
     StepStarted,
 )
 from wizard.model import Finding, Severity, StepKind, StepState, worst
-from wizard.plan import CLUSTER, Change, NotAutomated, Plan, Scope, Services, Step, StepContext
+from wizard.plan import (
+    CLUSTER,
+    Change,
+    NotAutomated,
+    Plan,
+    Scope,
+    Services,
+    Step,
+    StepContext,
+    describe_waves,
+    measurement_waves,
+)
 from wizard.site import Site
 from wizard.transports.base import (
     AuthenticationError,
@@ -407,7 +418,10 @@ class Engine:
             summary.results[(step.id, target)] = state
             summary.findings[(step.id, target)] = findings
 
-        for batch in self._batches(step, targets):
+        batches = self._batches(step, targets)
+        if step.one_node_at_a_time and len(targets) > 1:
+            self.emit(Notice(f"{step.id}: {describe_waves(step, self.site, batches)}"))
+        for batch in batches:
             failed_before = self._failed_nodes(summary, step)
             limit = self.site.rollout.failure_limit(len(targets))
             if failed_before > limit and step.kind in _CHANGING:
@@ -445,7 +459,7 @@ class Engine:
         own window gate; apply steps too when rollout.apply_batch is set; measurements
         against the shared peer take turns; checks fan out."""
         if step.scope == Scope.NODE and step.one_node_at_a_time:
-            return [[target] for target in targets]
+            return measurement_waves(targets, lambda t: step.measured_with(self.site, t))
         if step.scope != Scope.NODE or step.kind not in _CHANGING:
             return [targets]
         rollout = self.site.rollout

@@ -18,7 +18,7 @@ from wizard.artifacts import Artifact
 from wizard.errors import WizardError
 from wizard.events import CommandFinished, CommandStarted, OutputLine
 from wizard.model import Finding, Measurement, StepKind, StepState
-from wizard.site import Node, Site
+from wizard.site import AIStorPeer, Node, Site
 from wizard.transports.base import (
     CommandResult,
     HostTransport,
@@ -96,10 +96,17 @@ class Step:
     needs: ClassVar[tuple[tuple[str, str], ...]] = ()
     # The keys this step records in ``ctx.data`` for the steps that need them.
     provides: ClassVar[tuple[str, ...]] = ()
-    # Nodes take turns instead of fanning out: for measurements against a shared far end
-    # (the first AIStor peer), so that each number is the node's own rather than a share
-    # of the peer's link, and the peer's SSH channels are not all held by waiting servers.
+    # A measurement that must not share its far end: nodes run in waves in which no two
+    # runs hold the same resource (``measured_with``: the node and its AIStor peer), so
+    # that each number is the node's own rather than a share of the peer's link. With one
+    # peer the nodes take turns; with several, as many run at once as there are peers.
     one_node_at_a_time: ClassVar[bool] = False
+
+    def measured_with(self, site: Site, target: str) -> frozenset[str]:
+        """What a run of this step on ``target`` holds exclusively (``one_node_at_a_time``):
+        the node and the AIStor peer it measures against."""
+        peer = measurement_peer(site, target)
+        return frozenset({f"node:{target}", *([f"peer:{peer.name}"] if peer else [])})
 
     # -- descriptions (runbook, export): pure, no I/O ----------------------------------
 
@@ -179,6 +186,51 @@ class Phase:
     title: str
     summary: str
     steps: tuple[Step, ...]
+
+
+def measurement_peer(site: Site, node: str) -> AIStorPeer | None:
+    """The AIStor peer a node measures against: the peers in turn (node i takes peer
+    i mod P), so that a fleet's measurements spread over every peer the site lists."""
+    peers = site.aistor.peers
+    if not peers:
+        return None
+    names = [n.name for n in site.nodes]
+    index = names.index(node) if node in names else 0
+    return peers[index % len(peers)]
+
+
+def measurement_waves(
+    targets: Sequence[str], holds: Callable[[str], frozenset[str]]
+) -> list[list[str]]:
+    """Targets packed into waves, first fit, so that no two targets of a wave hold the same
+    resource: as parallel as the shared far ends allow, in the targets' order."""
+    waves: list[tuple[list[str], set[str]]] = []
+    for target in targets:
+        needs = holds(target)
+        for members, held in waves:
+            if not needs & held:
+                members.append(target)
+                held.update(needs)
+                break
+        else:
+            waves.append(([target], set(needs)))
+    return [members for members, _ in waves]
+
+
+def describe_waves(step: Step, site: Site, waves: Sequence[Sequence[str]]) -> str:
+    """The schedule of a measurement in one line, shown before it runs: how many waves,
+    and in each, which node measures against what."""
+
+    def run(target: str) -> str:
+        others = sorted(r.split(":", 1)[1] for r in step.measured_with(site, target)
+                        if r != f"node:{target}")  # fmt: skip
+        return f"{target}->{'+'.join(others)}" if others else target
+
+    shown = "; ".join(f"wave {i}: {', '.join(run(t) for t in wave)}"
+                      for i, wave in enumerate(waves[:4], 1))  # fmt: skip
+    more = f"; ... {len(waves) - 4} more" if len(waves) > 4 else ""
+    widest = max((len(w) for w in waves), default=0)
+    return f"{len(waves)} wave(s), up to {widest} at once, no far end shared: {shown}{more}"
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from steps.perf import _stop_server as stop_server
 from wizard.artifacts import Artifact, k8s_object
 from wizard.facts import ParseError, parse
 from wizard.model import Finding, StepKind
-from wizard.plan import Phase, Step, StepContext
+from wizard.plan import Phase, Step, StepContext, measurement_peer
 from wizard.probe import Report
 from wizard.site import Node, Site
 
@@ -118,9 +118,9 @@ class CudaPerftest(Step):
     def artifacts(self, site: Site, node: Node | None) -> list[Artifact]:
         """The pods as the export ships them: the RDMA device and its RoCEv2 GID index are
         found inside the pod (the same names as on the node: the shared device plugin)."""
-        if node is None or not site.aistor.peers:
+        peer = measurement_peer(site, node.name) if node else None
+        if node is None or peer is None:
             return []
-        peer = site.aistor.peers[0]
         out = []
         for check, extra, path in GPU_RUNS:
             argv = [
@@ -365,6 +365,11 @@ class InterNodeNccl(Step):
         "candidate'. Needs two GPU nodes (new ones, or measurements.nccl_peer_nodes) and the "
         "MPI Operator."
     )
+
+    def measured_with(self, site: Site, target: str) -> frozenset[str]:
+        """A run holds the GPUs of both its nodes (not the AIStor peer): runs of disjoint
+        pairs go at once, so a fleet takes two waves, not a turn per node."""
+        return frozenset(f"node:{n}" for n in nccl_partners(site, target))
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
         name = node.name if node else "<node>"
