@@ -7,8 +7,10 @@ Runs the lab's host RDMA measurement (phase 6: three bandwidth tests, the latenc
 the QP sweep per node, each a perftest server on the peer and a client on the node) for
 1 node, then for N nodes against one peer (the turns every node used to take, the fair
 baseline: it is the same scheduler with one far end), then for N nodes against N/8 peers
-(disjoint waves, as many at once as peers). Prints the wall times and their ratios to the
-1-node run; the goal is N nodes over P peers in about N/P times the 1-node time.
+(disjoint waves, as many at once as peers), then the N nodes measuring each other in
+disjoint pairs (``measurements.pair_nodes``: two waves). Prints the wall times and their
+ratios to the 1-node run; the goals: N nodes over P peers in about N/P times the 1-node
+time, and paired nodes within 3x of it (issue #20).
 """
 
 from __future__ import annotations
@@ -33,13 +35,17 @@ from wizard.site import load_site  # noqa: E402
 PHASES = ("irdma", "host-rdma")  # host-rdma needs what irdma.verify records
 
 
-async def measure(nodes: int, peers: int) -> float:
-    """Wall time of the measurement phase for ``nodes`` nodes against ``peers`` peers."""
+async def measure(nodes: int, peers: int, *, pairs: bool = False) -> float:
+    """Wall time of the measurement phase for ``nodes`` nodes against ``peers`` peers
+    (``pairs``: the nodes measure each other, measurements.pair_nodes)."""
     plan = build_plan()
     only = [s.id for p in plan.phases if p.id in PHASES for s in p.steps]
     with tempfile.TemporaryDirectory() as folder:
         async with Lab(Path(folder) / "lab", nodes=nodes, peers=peers) as lab:
             site = load_site(lab.site_path)
+            if pairs:
+                measurements = site.measurements.model_copy(update={"pair_nodes": True})
+                site = site.model_copy(update={"measurements": measurements})
             frontend = HeadlessFrontEnd(yes=True, out=io.StringIO())
             start = time.perf_counter()
             await run_engine(site, plan, Path(folder) / "state", frontend, only=only)
@@ -59,6 +65,7 @@ def main() -> int:
     one = asyncio.run(measure(1, 1))
     turns = asyncio.run(measure(args.nodes, 1))
     waves = asyncio.run(measure(args.nodes, peers))
+    paired = asyncio.run(measure(args.nodes, 1, pairs=True))
     expected = -(-args.nodes // peers)
     print("| run | wall time | x of 1 node | goal |")
     print("|---|---|---|---|")
@@ -67,6 +74,8 @@ def main() -> int:
           f"~{args.nodes}x (one at a time) |")  # fmt: skip
     print(f"| {args.nodes} nodes, {peers} peers (waves) | {waves:.1f} s | {waves / one:.2f}x | "
           f"~{expected}x ({args.nodes}/{peers} waves) |")  # fmt: skip
+    print(f"| {args.nodes} nodes in pairs (pair_nodes) | {paired:.1f} s | {paired / one:.2f}x | "
+          "within 3x (two waves) |")  # fmt: skip
     return 0
 
 

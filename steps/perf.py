@@ -17,9 +17,9 @@ from typing import Any
 from steps.common import RDMA_LINKS, bonding_command, on_host, shown, stats_command
 from wizard.facts import ParseError, parse
 from wizard.facts.perftest import Perftest
-from wizard.plan import StepContext, measurement_peer
+from wizard.plan import FarEnd, StepContext, measurement_far_end
 from wizard.probe import Report, probe
-from wizard.site import AIStorPeer, Node, Site
+from wizard.site import Node, Site
 from wizard.transports.base import TransportError
 
 SERVER_TIMEOUT_S = 120
@@ -69,10 +69,11 @@ async def discover(
     return Endpoint(host, device, gid_index, address)
 
 
-async def endpoints(ctx: StepContext) -> tuple[Endpoint | None, Endpoint | None, AIStorPeer | None]:
-    """The GPU node's and the first AIStor peer's endpoints (from discovery)."""
+async def endpoints(ctx: StepContext) -> tuple[Endpoint | None, Endpoint | None, FarEnd | None]:
+    """The GPU node's and its far end's endpoints (from discovery): an AIStor peer, or the
+    node's pair (``measurements.pair_nodes``)."""
     assert ctx.node is not None
-    peer = measurement_peer(ctx.site, ctx.target)
+    peer = measurement_far_end(ctx.site, ctx.target)
     recorded = ctx.recorded("irdma.verify")
     client = None
     if recorded.get("rdma_device") and recorded.get("gid_index") is not None:
@@ -88,7 +89,7 @@ async def endpoints(ctx: StepContext) -> tuple[Endpoint | None, Endpoint | None,
 def planned_endpoints(site: Site, node: Node) -> tuple[Endpoint, Endpoint | None]:
     """The endpoints as the runbook shows them: what discovery finds is a placeholder."""
     client = Endpoint(node.name, "<rdma-dev>", "<gid-index>", node.rdma_ip)
-    peer = measurement_peer(site, node.name)
+    peer = measurement_far_end(site, node.name)
     server = (
         Endpoint(peer.name, peer.rdma_device or "<rdma-dev>", "<gid-index>", peer.rdma_ip)
         if peer
@@ -99,7 +100,7 @@ def planned_endpoints(site: Site, node: Node) -> tuple[Endpoint, Endpoint | None
 
 def endpoint_lines(site: Site, node: Node) -> list[str]:
     """The runbook lines of ``endpoints``: discovery of the RDMA device and GID index."""
-    peer = measurement_peer(site, node.name)
+    peer = measurement_far_end(site, node.name)
     lines = [
         shown(RDMA_LINKS, "only when irdma.verify recorded no device and GID"),
         shown(devinfo_command("<rdma-dev>"), "then, for the device it shows"),
@@ -391,7 +392,7 @@ async def rdma_suite(ctx: StepContext, report: Report, *, series: str, qos: bool
 
 def iperf3_run(site: Site, target: str, *, reverse: bool = False) -> ServerRun | None:
     """The commands of one iperf3 pair over the bond (None without an AIStor peer)."""
-    peer = measurement_peer(site, target)
+    peer = measurement_far_end(site, target)
     if peer is None:
         return None
     m = site.measurements
@@ -420,7 +421,7 @@ def iperf3_lines(site: Site, node: Node, *, reverse: bool = False) -> list[str]:
     run = iperf3_run(site, node.name, reverse=reverse)
     if run is None:
         return ["# no AIStor peer in the site: no iperf3 server"]
-    peer = measurement_peer(site, node.name)
+    peer = measurement_far_end(site, node.name)
     assert peer is not None
     return run.lines(peer.name)
 
@@ -431,7 +432,7 @@ async def iperf3_pair(ctx: StepContext, *, reverse: bool = False) -> tuple[float
     run = iperf3_run(ctx.site, ctx.target, reverse=reverse)
     if run is None:
         return None, "no AIStor peer in the site"
-    peer = measurement_peer(ctx.site, ctx.target)
+    peer = measurement_far_end(ctx.site, ctx.target)
     assert peer is not None
     server = asyncio.ensure_future(ctx.run(run.server, on=peer.name))
     try:

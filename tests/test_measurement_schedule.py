@@ -10,7 +10,7 @@ import yaml
 from steps import build_plan
 from tests.conftest import fleet_site
 from wizard.headless import HeadlessFrontEnd
-from wizard.plan import describe_waves, measurement_peer, measurement_waves
+from wizard.plan import describe_waves, measurement_far_end, measurement_peer, measurement_waves
 from wizard.site import parse_site
 
 
@@ -99,3 +99,47 @@ async def test_a_fleet_measures_against_each_peer_in_parallel(tmp_path):
     assert "host-rdma.perftest: 2 wave(s), up to 2 at once" in out.getvalue()
     assert served["aistor-01"] and served["aistor-02"]
     assert not any("failed" in str(s) for s in outcome.summary.results.values())
+
+
+def with_pairs(site):
+    return site.model_copy(
+        update={"measurements": site.measurements.model_copy(update={"pair_nodes": True})}
+    )
+
+
+def test_paired_nodes_measure_each_other_in_two_waves():
+    site = with_pairs(site_with(64, 1))
+    _, waves = waves_of("host-rdma.perftest", site)
+    assert len(waves) == 2 and all(len(w) == 32 for w in waves)
+    far = measurement_far_end(site, "gpu-01")
+    assert (far.name, far.is_node) == ("gpu-02", True)
+    assert measurement_far_end(site, "gpu-02").name == "gpu-01"
+
+
+def test_an_odd_last_node_pairs_with_the_first_in_a_wave_of_its_own():
+    site = with_pairs(site_with(5, 1))
+    _, waves = waves_of("host-rdma.perftest", site)
+    assert measurement_far_end(site, "gpu-05").name == "gpu-01"
+    assert len(waves) == 3 and ["gpu-05"] in waves
+
+
+async def test_paired_nodes_run_their_servers_on_each_other(tmp_path):
+    from wizard.lab.lab import Lab
+    from wizard.runner import run_engine
+    from wizard.site import load_site
+
+    plan = build_plan()
+    only = [s.id for p in plan.phases if p.id in ("irdma", "host-rdma") for s in p.steps]
+    out = io.StringIO()
+    async with Lab(tmp_path / "lab", nodes=2) as lab:
+        site = with_pairs(load_site(lab.site_path))
+        outcome = await run_engine(
+            site, plan, tmp_path / "state", HeadlessFrontEnd(yes=True, out=out), only=only
+        )
+        servers = {
+            name: [c for c in host.commands if c.startswith("timeout") and "ib_write_bw" in c]
+            for name, host in lab.hosts.items()
+        }
+    assert servers["gpu-b300-01"] and servers["gpu-b300-02"] and not servers["aistor-01"]
+    assert "2 wave(s), up to 1 at once" in out.getvalue()  # each pair measures both ways
+    assert all(state.value == "done" for state in outcome.summary.results.values())

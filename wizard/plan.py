@@ -104,9 +104,11 @@ class Step:
 
     def measured_with(self, site: Site, target: str) -> frozenset[str]:
         """What a run of this step on ``target`` holds exclusively (``one_node_at_a_time``):
-        the node and the AIStor peer it measures against."""
-        peer = measurement_peer(site, target)
-        return frozenset({f"node:{target}", *([f"peer:{peer.name}"] if peer else [])})
+        the node and the far end it measures against (an AIStor peer or its pair node)."""
+        far = measurement_far_end(site, target)
+        if far is None:
+            return frozenset({f"node:{target}"})
+        return frozenset({f"node:{target}", f"{'node' if far.is_node else 'peer'}:{far.name}"})
 
     # -- descriptions (runbook, export): pure, no I/O ----------------------------------
 
@@ -188,6 +190,17 @@ class Phase:
     steps: tuple[Step, ...]
 
 
+@dataclass(frozen=True)
+class FarEnd:
+    """Where a node's measurement runs its server: an AIStor peer, or with
+    ``measurements.pair_nodes`` the other GPU node of its pair."""
+
+    name: str
+    rdma_ip: str
+    rdma_device: str | None
+    is_node: bool
+
+
 def measurement_peer(site: Site, node: str) -> AIStorPeer | None:
     """The AIStor peer a node measures against: the peers in turn (node i takes peer
     i mod P), so that a fleet's measurements spread over every peer the site lists."""
@@ -197,6 +210,22 @@ def measurement_peer(site: Site, node: str) -> AIStorPeer | None:
     names = [n.name for n in site.nodes]
     index = names.index(node) if node in names else 0
     return peers[index % len(peers)]
+
+
+def measurement_far_end(site: Site, node: str) -> FarEnd | None:
+    """The far end of ``node``'s measurements. With ``pair_nodes`` and two or more nodes,
+    node 2k and 2k+1 measure each other (an odd last node pairs with the first); otherwise
+    its AIStor peer (``measurement_peer``)."""
+    names = [n.name for n in site.nodes]
+    if site.measurements.pair_nodes and len(names) > 1 and node in names:
+        index = names.index(node)
+        partner = index ^ 1 if (index ^ 1) < len(names) else 0
+        other = site.nodes[partner]
+        return FarEnd(other.name, other.rdma_ip, None, is_node=True)
+    peer = measurement_peer(site, node)
+    if peer is None:
+        return None
+    return FarEnd(peer.name, peer.rdma_ip, peer.rdma_device, is_node=False)
 
 
 def measurement_waves(

@@ -270,6 +270,12 @@ class Measurements(Strict):
         description="an image with perftest built with CUDA (--use_cuda, --use_cuda_dmabuf); "
         "pin a tag in your mirror",
     )
+    pair_nodes: bool = Field(
+        False,
+        description="measure the new GPU nodes against each other in disjoint pairs instead "
+        "of taking turns on the AIStor peers (when the nodes may carry test traffic between "
+        "them): a fleet's measurement phase then takes two waves",
+    )
     nccl_peer_nodes: list[K8sName] = Field(
         default_factory=list,
         description="GPU nodes already in the cluster that the inter-node NCCL run may use "

@@ -33,7 +33,7 @@ from steps.perf import _stop_server as stop_server
 from wizard.artifacts import Artifact, k8s_object
 from wizard.facts import ParseError, parse
 from wizard.model import Finding, StepKind
-from wizard.plan import Phase, Step, StepContext, measurement_peer
+from wizard.plan import Phase, Step, StepContext, measurement_far_end
 from wizard.probe import Report
 from wizard.site import Node, Site
 
@@ -118,7 +118,7 @@ class CudaPerftest(Step):
     def artifacts(self, site: Site, node: Node | None) -> list[Artifact]:
         """The pods as the export ships them: the RDMA device and its RoCEv2 GID index are
         found inside the pod (the same names as on the node: the shared device plugin)."""
-        peer = measurement_peer(site, node.name) if node else None
+        peer = measurement_far_end(site, node.name) if node else None
         if node is None or peer is None:
             return []
         out = []
