@@ -289,6 +289,51 @@ def judge_bandwidth(
     return gbps
 
 
+# The QP sweep runs for a set time with CPU use reported (seed 000 section 21: bandwidth,
+# latency, CPU and packet loss per QP count). perftest's --cpu_util works only in duration
+# mode (src/perftest_parameters.c: "CPU Utilization works only with Duration mode.") and adds
+# a CPU_Util[%] column; -D goes to both ends, --cpu_util to the client that reports.
+SWEEP_CLIENT_EXTRA = ["--cpu_util"]
+
+
+def sweep_extra(site: Site) -> list[str]:
+    return ["-D", str(site.measurements.duration_s)]
+
+
+def report_congestion(
+    ctx: StepContext,
+    report: Report,
+    series: str,
+    before: dict[str, dict[str, int]],
+    after: dict[str, dict[str, int]],
+    *,
+    qos: bool,
+) -> None:
+    """DCQCN's counters on both ends over the suite, recorded and explained."""
+    gate = "T08" if qos else "T07"
+    parts = []
+    for end in ("node", "far end"):
+        delta = _delta(after[end], before[end])
+        for name, value in delta.items():
+            ctx.record(
+                f"{series}.congestion.{end.replace(' ', '_')}.{name}", float(value), "packets"
+            )
+        if delta:
+            parts.append(f"{end}: " + ", ".join(f"{k} +{v}" for k, v in sorted(delta.items())))
+    if not parts:
+        report.skip("congestion-counters", "the RDMA devices show no CNP/ECN counters", gate=gate)
+        return
+    ecn = ctx.site.qos.ecn and qos
+    marked = any(after[e].get("RxECNMrkd", 0) > before[e].get("RxECNMrkd", 0) for e in after)
+    note = (
+        "ECN marks and CNPs: DCQCN is reacting to congestion"
+        if marked
+        else "no ECN marks: " + ("the switch marked nothing" if ecn else "ECN is off")
+    )
+    report.ok("congestion-counters", f"CNP / ECN over the suite ({note}): {'; '.join(parts)}",
+              gate=gate)  # fmt: skip
+
+
 def suite_extra(site: Site, qos: bool) -> list[str]:
     """With QoS: through the connection manager (-R) with the RoCE ToS (-T)."""
     return ["-R", "-T", str(site.qos.roce_tos)] if qos else []
@@ -297,12 +342,19 @@ def suite_extra(site: Site, qos: bool) -> list[str]:
 def suite_lines(site: Site, node: Node, *, qos: bool) -> list[str]:
     """The runbook lines of ``rdma_suite``, in the order it runs them."""
     extra = suite_extra(site, qos)
-    lines = [*endpoint_lines(site, node), shown(bonding_command(node), "line rate")]
+    far = measurement_far_end(site, node.name)
+    counters = [shown(hw_counter_command("<rdma-dev>"), "CNP / ECN counters, before and after")]
+    if far is not None:
+        counters.append(shown(hw_counter_command(far.rdma_device or "<rdma-dev>"),
+                              on_host(far.name, "CNP / ECN counters, before and after")))  # fmt: skip
+    lines = [*endpoint_lines(site, node), shown(bonding_command(node), "line rate"), *counters]
     for test in BW_TESTS:
         lines += perftest_lines(site, node, test, qps=BW_QPS, extra=extra)
     lines += perftest_lines(site, node, LAT_TEST, qps=LAT_QPS, extra=extra)
     for qps in QP_SWEEP:
-        lines += perftest_lines(site, node, "ib_write_bw", qps=qps, extra=extra)
+        lines += pause_counter_lines(node, "drop and error counters, before and after")
+        lines += perftest_lines(site, node, "ib_write_bw", qps=qps, extra=[*extra, *sweep_extra(site)],
+                                client_extra=SWEEP_CLIENT_EXTRA)  # fmt: skip
     return lines
 
 
@@ -324,6 +376,10 @@ async def rdma_suite(ctx: StepContext, report: Report, *, series: str, qos: bool
     if bond_rate:
         ctx.record(f"{series}.line_rate_bond", bond_rate, "Gb/s")
     minimum = ctx.site.measurements.min_line_rate_percent
+    congestion_before = {
+        "node": await congestion_counters(ctx, client),
+        "far end": await congestion_counters(ctx, server),
+    }
     functional = True
     for test in BW_TESTS:
         fact, problem = await perftest_pair(ctx, test, client, server, qps=BW_QPS, extra=extra)
@@ -360,20 +416,42 @@ async def rdma_suite(ctx: StepContext, report: Report, *, series: str, qos: bool
         report.fail(
             f"{series}-latency", f"{LAT_TEST} failed: {problem}", "see the output", gate="T06"
         )
-    sweep = {}
+    sweep: dict[int, tuple[float, float | None, int]] = {}
     for qps in QP_SWEEP:
+        lost_before = await loss_counters(ctx)
         fact, problem = await perftest_pair(
-            ctx, "ib_write_bw", client, server, qps=qps, extra=extra
-        )
+            ctx, "ib_write_bw", client, server, qps=qps, extra=[*extra, *sweep_extra(ctx.site)],
+            client_extra=SWEEP_CLIENT_EXTRA,
+        )  # fmt: skip
+        lost = sum(_delta(await loss_counters(ctx), lost_before).values())
         if fact and not problem and fact.best_bw_gbps is not None:
-            sweep[qps] = fact.best_bw_gbps
+            cpu = next((r.get("cpu_util_percent") for r in fact.results
+                        if r.get("cpu_util_percent") is not None), None)  # fmt: skip
+            sweep[qps] = (fact.best_bw_gbps, cpu, lost)
             ctx.record(f"{series}.qp_sweep.q{qps}", fact.best_bw_gbps, "Gb/s", qps=str(qps))
+            if cpu is not None:
+                ctx.record(f"{series}.qp_sweep.q{qps}.cpu", float(cpu), "%", qps=str(qps))
+            ctx.record(f"{series}.qp_sweep.q{qps}.lost", float(lost), "packets", qps=str(qps))
     if len(sweep) == len(QP_SWEEP):
-        text = ", ".join(f"{q} QP: {v:.1f}" for q, v in sweep.items())
-        best = max(sweep, key=sweep.get)
-        report.ok(
-            f"{series}-qp-sweep", f"ib_write_bw {text} Gb/s; best with {best} QPs", gate="T07"
-        )
+        text = ", ".join(
+            f"{q} QP: {bw:.1f}" + (f" (CPU {cpu:.1f} %, {lost} lost)" if cpu is not None
+                                   else f" ({lost} lost)")
+            for q, (bw, cpu, lost) in sweep.items()
+        )  # fmt: skip
+        best = max(sweep, key=lambda q: sweep[q][0])
+        lost_total = sum(lost for _, _, lost in sweep.values())
+        if lost_total:
+            report.warn(
+                f"{series}-qp-sweep",
+                f"ib_write_bw {text} Gb/s: {lost_total} packets dropped or corrupted on the "
+                "node's ports during the sweep",
+                "a lossless class must not drop: check PFC on priority 3 end to end, the "
+                "switch buffers and the cabling (CRC errors)",
+                gate="T07",
+            )
+        else:
+            report.ok(f"{series}-qp-sweep", f"ib_write_bw {text} Gb/s; best with {best} QPs",
+                      gate="T07")  # fmt: skip
     else:
         report.fail(
             f"{series}-qp-sweep",
@@ -381,6 +459,11 @@ async def rdma_suite(ctx: StepContext, report: Report, *, series: str, qos: bool
             "see the perftest output",
             gate="T07",
         )
+    congestion_after = {
+        "node": await congestion_counters(ctx, client),
+        "far end": await congestion_counters(ctx, server),
+    }
+    report_congestion(ctx, report, series, congestion_before, congestion_after, qos=qos)
     if functional:
         report.ok(
             "rdma-functional",
@@ -460,6 +543,44 @@ async def pause_counters(ctx: StepContext) -> dict[str, dict[str, dict[str, int]
         if stats.ok:
             result[port] = {p: {"rx": v.rx, "tx": v.tx} for p, v in stats.fact.prio_pause.items()}
     return result
+
+
+# DCQCN's counters on an irdma device (ib_core hw_counters; seed 004 section 3: PFC, ECN,
+# CNP and drop counters rising together explain a shaky RoCE path).
+CONGESTION_COUNTERS = ("cnpSent", "cnpHandled", "cnpIgnored", "RxECNMrkd")
+# ice's port-level drop and error counters in `ethtool -S` (../shared/fixtures/ethtool-s/01.txt:
+# rx_dropped.nic, rx_crc_errors.nic, rx_length_errors.nic): packets a lossless class lost.
+LOSS_COUNTERS = ("rx_dropped.nic", "rx_crc_errors.nic", "rx_length_errors.nic")
+
+
+def hw_counter_command(device: str) -> list[str]:
+    """The congestion counters of an RDMA device, one ``path:value`` line each."""
+    base = f"/sys/class/infiniband/{device}/ports/1/hw_counters"
+    return ["grep", "-H", ".", *(f"{base}/{name}" for name in CONGESTION_COUNTERS)]
+
+
+async def congestion_counters(ctx: StepContext, endpoint: Endpoint) -> dict[str, int]:
+    """An end's DCQCN counters now ({} when the device shows none)."""
+    counters = await probe(
+        ctx, hw_counter_command(endpoint.device), "rdma-hw-counters", on=endpoint.host
+    )
+    return dict(counters.fact.counters) if counters.ok else {}
+
+
+async def loss_counters(ctx: StepContext) -> dict[str, int]:
+    """The node's bond ports' drop and error counters, summed by name."""
+    assert ctx.node is not None
+    total: dict[str, int] = dict.fromkeys(LOSS_COUNTERS, 0)
+    for port in ctx.node.bond.ports:
+        stats = await probe(ctx, stats_command(port), "ethtool-s")
+        if stats.ok:
+            for name in LOSS_COUNTERS:
+                total[name] += stats.fact.counters.get(name, 0)
+    return total
+
+
+def _delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    return {k: after[k] - before.get(k, 0) for k in after}
 
 
 def pause_counter_lines(node: Node, note: str = "per-priority pause counters") -> list[str]:

@@ -37,11 +37,41 @@ def perftest_lines(site_text: str) -> list[list[str]]:
     return found
 
 
+def pod_perftest_lines(site_text: str) -> list[list[str]]:
+    """The perftest clients of the exported pods (the CUDA perftest), as they exec: the
+    pod's script finds the device and GID index and passes them first."""
+    import yaml
+
+    from steps.nccl.steps import FIND_DEVICE_AND_GID
+
+    site = parse_site(site_text)
+    found = []
+    for step in build_plan().steps():
+        for node in site.nodes:
+            for artifact in step.artifacts(site, node):
+                if not artifact.path.endswith("-pod.yaml"):
+                    continue
+                for container in yaml.safe_load(artifact.content)["spec"]["containers"]:
+                    argv = container["command"]
+                    if argv[:3] == ["sh", "-c", FIND_DEVICE_AND_GID]:
+                        argv = [argv[4], "-d", "irdma0", "-x", "3", *argv[5:]]
+                    if argv[0] in PERFTEST:
+                        found.append(argv)
+    return found
+
+
 def test_the_plan_runs_perftest_in_many_forms():
     lines = perftest_lines(MINIMAL_SITE)
     tools = {argv[0] for argv in lines}
     assert {"ib_write_bw", "ib_read_bw", "ib_send_bw", "ib_send_lat"} <= tools
-    assert any("--use_cuda_dmabuf" in argv for argv in lines)
+    pods = pod_perftest_lines(MINIMAL_SITE)
+    assert any("--use_cuda_dmabuf" in argv for argv in pods)
+    assert any("--cpu_util" in argv and "-D" in argv for argv in lines)
+
+
+def test_every_pod_perftest_line_parses_as_perftest_would():
+    for argv in pod_perftest_lines(MINIMAL_SITE):
+        PerftestArgs.parse(argv)
 
 
 def test_every_perftest_line_parses_as_perftest_would():

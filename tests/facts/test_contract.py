@@ -49,6 +49,7 @@ REQUIRED_KEYS = {
     "ethtool-priv-flags": {"interface", "flags"},
     "ip-addr": {"interfaces"},
     "packages": {"installed", "missing"},
+    "rdma-hw-counters": {"device", "port", "counters"},
 }  # fmt: skip
 
 # Outputs that really are valid input of another kind: ethtool's "key: value" lines are

@@ -38,6 +38,7 @@ _BW_COLUMNS = {
     "BW peak": "bw_peak",
     "BW average": "bw_average",
     "MsgRate": "msg_rate_mpps",
+    "CPU_Util": "cpu_util_percent",  # --cpu_util in duration mode adds this column
 }
 _LAT_COLUMNS = {
     "#bytes": "bytes",

@@ -344,3 +344,39 @@ def parse_show_gids(text: str) -> ShowGids:
     if not gids and not header:
         raise ParseError("show-gids", "no 'DEV PORT INDEX GID ...' table")
     return ShowGids(gids)
+
+
+# -- RDMA device hardware counters ----------------------------------------------------------
+
+# `grep -H . /sys/class/infiniband/DEV/ports/N/hw_counters/NAME ...`: one "path:value" line
+# per counter file (grep -H names the file). ib_core exposes the driver's hw stats there;
+# irdma's names include cnpSent, cnpHandled, cnpIgnored and RxECNMrkd (the congestion
+# notification and ECN counters of DCQCN), ip4InDiscards.
+_HW_COUNTER = re.compile(
+    r"^/sys/class/infiniband/(?P<device>[^/\s]+)/ports/(?P<port>\d+)/hw_counters/"
+    r"(?P<name>[A-Za-z0-9_]+):(?P<value>\d{1,20})\s*$",
+    re.MULTILINE,
+)
+
+
+@dataclass
+class RdmaHwCounters(Fact):
+    device: str | None
+    port: int | None
+    counters: dict[str, int]
+
+
+@parser("rdma-hw-counters", "grep -H . /sys/class/infiniband/DEV/ports/N/hw_counters/*")
+def parse_rdma_hw_counters(text: str) -> RdmaHwCounters:
+    text = clean(text, "rdma-hw-counters")
+    counters: dict[str, int] = {}
+    device = port = None
+    for match in _HW_COUNTER.finditer(text):
+        device = device or match["device"]
+        port = port or int(match["port"])
+        counters[match["name"]] = int(match["value"])
+    if not counters:
+        raise ParseError(
+            "rdma-hw-counters", "no /sys/class/infiniband/DEV/ports/N/hw_counters/NAME:VALUE lines"
+        )
+    return RdmaHwCounters(device, port, counters)

@@ -24,6 +24,7 @@ FAULTS: dict[str, str] = {
     "nccl-no-transport": "the NCCL image forces NCCL_NET=IB and its ranks see no RDMA device: 'No transport found'",
     "no-mpi-operator": "the Kubeflow MPI Operator is not installed (no mpijobs.kubeflow.org CRD)",
     "perftest-no-cuda": "the CUDA perftest image's perftest was built without CUDA",
+    "port-drops": "the GPU node's E810 ports drop packets under RDMA load (rx_dropped.nic rises)",
     "lag-dcb-mismatch": "bond1 formed while its two ports had different DCB: Intel's LAG turned RDMA off",
 }
 

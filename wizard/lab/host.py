@@ -94,6 +94,7 @@ class Port:
     nm_profile_active: bool = True  # its NetworkManager port profile (RHEL)
     pause_rx: dict[int, int] = field(default_factory=lambda: dict.fromkeys(range(8), 0))
     pause_tx: dict[int, int] = field(default_factory=lambda: dict.fromkeys(range(8), 0))
+    drops: dict[str, int] = field(default_factory=dict)  # ethtool -S drop/error counters
 
     @property
     def active(self) -> bool:
@@ -129,6 +130,8 @@ class LabHost(NetworkMixin, KernelModulesMixin):
     machine_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     configfs: dict[str, str] = field(default_factory=dict)
     gpu_driver: bool = False  # set once the (simulated) GPU Operator driver is running
+    # The RDMA device's ib_core hw_counters by name (irdma: cnpSent, cnpHandled, RxECNMrkd...).
+    hw_counters: dict[str, int] = field(default_factory=dict)
     enabled_units: set[str] = field(default_factory=set)
     commands: list[str] = field(default_factory=list)
     # What the boot units printed and returned at each boot (wizard/lab/shell.py runs them).
@@ -312,6 +315,28 @@ class LabHost(NetworkMixin, KernelModulesMixin):
             text = text.replace("$SSH_CONNECTION", f"10.10.255.1 51514 {server} 22")
         return Result(text + "\n")
 
+    def cmd_grep(self, args: list[str]) -> Result:
+        """``grep -H . FILE...`` over the RDMA device's hw_counters (each file's value with
+        its name, as grep prints it); anything else is not simulated."""
+        if args[:2] != ["-H", "."]:
+            return Result(stderr="lab: only grep -H . FILE... is simulated\n", exit_status=2)
+        out, errors = [], []
+        devices = {name for name, _ in self.rdma_devices}
+        for path in args[2:]:
+            parts = path.split("/")
+            if (len(parts) == 9 and parts[:4] == ["", "sys", "class", "infiniband"]
+                    and parts[4] in devices and parts[7] == "hw_counters"):  # fmt: skip
+                out.append(f"{path}:{self.hw_counters.get(parts[8], 0)}\n")
+            else:
+                errors.append(f"grep: {path}: No such file or directory\n")
+        # GNU grep exits 2 when a file could not be read, even if others matched.
+        return Result("".join(out), "".join(errors), 2 if errors else 0 if out else 1)
+
+    def ecn_enabled(self) -> bool:
+        """DCQCN on for the host's RDMA device (irdma configfs roce_dcqcn_enable = 1)."""
+        return any(k.endswith("roce_dcqcn_enable") and v.strip() == "1"
+                   for k, v in self.configfs.items())  # fmt: skip
+
     def cmd_ulimit(self, args: list[str]) -> Result:
         return Result("unlimited\n")
 
@@ -421,6 +446,9 @@ class LabHost(NetworkMixin, KernelModulesMixin):
             )
         if args[0] == "-S":
             lines = ["NIC statistics:", "     rx_unicast: 183274", "     tx_unicast: 99120"]
+            # ice's port-level drop and error counters (ethtool-s fixture 01.txt names).
+            lines += [f"     {name}: {port.drops.get(name, 0)}"
+                      for name in ("rx_dropped.nic", "rx_crc_errors.nic", "rx_length_errors.nic")]  # fmt: skip
             for direction, counts in (("tx", port.pause_tx), ("rx", port.pause_rx)):
                 for prio in range(8):
                     lines.append(f"     {direction}_priority_{prio}_xon.nic: 0")

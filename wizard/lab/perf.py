@@ -41,6 +41,7 @@ class PerftestArgs:
     cuda: int | None = None
     dmabuf: bool = False
     duration: int | None = None
+    cpu_util: bool = False
     server: str | None = None  # the client's target address
 
     @classmethod
@@ -117,6 +118,8 @@ class PerftestArgs:
                 self.cuda = int(value)
             elif option == "use_cuda_dmabuf":
                 self.dmabuf = True
+            elif option == "cpu_util":
+                self.cpu_util = True
         except ValueError:
             # CHECK_VALUE in perftest_parameters.h
             raise PerftestUsageError(f" Invalid value for {option}: {value}") from None
@@ -257,11 +260,18 @@ def client_output(args: PerftestArgs, host: LabHost) -> str:
             bw *= 0.92 if args.dmabuf else 0.88
         units = "Gb/sec" if args.gbits else "MB/sec"
         value = bw if args.gbits else bw * 1000 / 8
+        # Duration mode (-D) reports no peak (0.00) and many iterations; --cpu_util adds a
+        # CPU_Util[%] column there (a real run: NVIDIA forum / perftest's print_report_bw).
+        cpu = args.cpu_util and args.duration is not None
         lines.append(
             f" #bytes     #iterations    BW peak[{units}]    BW average[{units}]   MsgRate[Mpps]"
+            + ("    CPU_Util[%]" if cpu else "")
         )
-        lines.append(f" 65536      5000             {value * 1.002:.2f}            {value:.2f}            "
-                     f"{bw * 1e9 / 8 / 65536 / 1e6:.6f}")  # fmt: skip
+        iterations = 1059332 * (args.duration or 0) // 10 if args.duration else 5000
+        peak = 0.0 if args.duration else value * 1.002
+        lines.append(f" 65536      {iterations:<16} {peak:.2f}            {value:.2f}            "
+                     f"{bw * 1e9 / 8 / 65536 / 1e6:.6f}"
+                     + (f"         {3.1 + 0.6 * args.qps:.2f}" if cpu else ""))  # fmt: skip
     lines.append("-" * 87)
     return "\n".join(lines) + "\n"
 
@@ -379,18 +389,37 @@ async def run_perftest(argv: list[str], host: LabHost, broker: Broker) -> tuple[
             return waiting, "Couldn't connect the client in time\n", 1
         except asyncio.CancelledError:
             return waiting, "", 143  # killed by pkill / timeout
+        congestion(host, args, receiver=True)
         return waiting + client_output(args, host), "", 0
     listener = broker.connect(args.server, args.port)
     if listener is None:
         return "", (f"Couldn't connect to {args.server}:{args.port}\n"
                     "Unable to open file descriptor for socket connection Unable to init the socket connection\n"), 1  # fmt: skip
     listener.set_result(host.name)
+    congestion(host, args, receiver=False)
+    if "port-drops" in host.faults:
+        for port in host.ports:
+            port.drops["rx_dropped.nic"] = port.drops.get("rx_dropped.nic", 0) + 37
     if args.tos is not None:
         for port in host.ports:  # with PFC on, a congested switch sends pause frames for prio 3
             if 3 in port.pfc:
                 port.pause_rx[3] += 1187
                 port.pause_tx[3] += 12
     return client_output(args, host), "", 0
+
+
+CONGESTED_PACKETS = 2113  # ECN-marked packets per QoS run through the lab's switch
+
+
+def congestion(host: LabHost, args: PerftestArgs, *, receiver: bool) -> None:
+    """DCQCN at work (seed 004 section 3): with ECN on both ends and RoCE traffic in its
+    class (-T), the switch marks packets at its threshold; the receiver counts the marks and
+    sends CNPs, the sender handles them. Without ECN nothing is marked."""
+    if args.tos is None or not host.ecn_enabled():
+        return
+    names = ("RxECNMrkd", "cnpSent") if receiver else ("cnpHandled",)
+    for name in names:
+        host.hw_counters[name] = host.hw_counters.get(name, 0) + CONGESTED_PACKETS
 
 
 def split_prefixes(argv: list[str]) -> list[str]:
