@@ -137,6 +137,13 @@ def _args(test: str, endpoint: Endpoint, qps: int, port: int, extra: list[str]) 
 SERVER_REAP_S = 15.0  # how long a stopped one-shot server may take to exit
 
 
+def _run_seconds(extra: list[str]) -> int:
+    """How long a run may take: perftest's -D (duration mode) on top of the usual limit."""
+    if "-D" in extra and extra.index("-D") + 1 < len(extra):
+        return SERVER_TIMEOUT_S + int(extra[extra.index("-D") + 1])
+    return SERVER_TIMEOUT_S
+
+
 @dataclass(frozen=True)
 class ServerRun:
     """A one-shot server on the far end, the client on the node, and the server's cleanup."""
@@ -144,6 +151,7 @@ class ServerRun:
     server: list[str]
     client: list[str]
     stop: list[str]  # pkill, for a server the client never reached
+    seconds: int = SERVER_TIMEOUT_S  # the server's `timeout`, and the client's limit
 
     def lines(self, server_host: str) -> list[str]:
         return [
@@ -170,9 +178,10 @@ def perftest_run(
         extra.append("--report_gbits")
     port = _port(site, target, site.measurements.perftest_port, test, qps)
     return ServerRun(
-        ["timeout", str(SERVER_TIMEOUT_S), test, *_args(test, server, qps, port, extra)],
+        ["timeout", str(_run_seconds(extra)), test, *_args(test, server, qps, port, extra)],
         [test, *_args(test, client, qps, port, extra + list(client_extra or [])), server.address],
         ["pkill", "-f", f"{test} .*-p {port}"],
+        _run_seconds(extra),
     )
 
 
@@ -229,11 +238,11 @@ async def perftest_pair(
         ctx.site, ctx.target, test, client, server, qps=qps, extra=extra, client_extra=client_extra
     )
     server_task = asyncio.ensure_future(
-        ctx.run(run.server, on=server.host, timeout=SERVER_TIMEOUT_S + 10)
+        ctx.run(run.server, on=server.host, timeout=run.seconds + 10)
     )
     try:
         await asyncio.sleep(LISTEN_GRACE_S)
-        result = await ctx.run(run.client, on=client.host, timeout=SERVER_TIMEOUT_S)
+        result = await ctx.run(run.client, on=client.host, timeout=run.seconds)
     finally:
         await _stop_server(ctx, server_task, server.host, run.stop)
     try:

@@ -217,7 +217,9 @@ class CudaPerftest(Step):
         pod = cuda_perftest_pod(ctx.site, ctx.node, name, run.client)
         pod["metadata"]["labels"]["gnw-run"] = name
         await kube.delete_pod(NAMESPACE, name)
-        server_task = asyncio.ensure_future(ctx.run(run.server, on=server_host, timeout=130))
+        server_task = asyncio.ensure_future(
+            ctx.run(run.server, on=server_host, timeout=run.seconds + 10)
+        )
         try:
             await asyncio.sleep(0.5)
             await kube.create_pod(NAMESPACE, pod)
