@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from steps.bench import benchmark_lines, run_benchmark
 from wizard.model import Finding, StepKind
-from wizard.plan import Phase, Step, StepContext
+from wizard.plan import Phase, Scope, Step, StepContext
 from wizard.probe import Report
 from wizard.site import Node, Site
 
@@ -80,10 +80,40 @@ class AIStorDirect(_AIStorBenchmark):
         return report.findings
 
 
+class SupportConfirmation(Step):
+    id = "aistor.support"
+    title = "AIStor / NVIDIA support confirmation recorded"
+    kind = StepKind.CHECK
+    scope = Scope.CLUSTER
+    gates = ("T14",)
+    reads = ("aistor",)
+    explain = (
+        "Whether AIStor supports the Intel E810 RoCEv2 + GPUDirect RDMA path, and for which "
+        "AIStor versions, is to be confirmed with NVIDIA and MinIO before the build (seed 002 "
+        "section 1.2). The wizard cannot find that out: it records who confirmed it and "
+        "where (aistor.support_confirmation), and warns while nobody has."
+    )
+
+    async def verify(self, ctx: StepContext) -> list[Finding]:
+        report = Report("T14")
+        confirmation = ctx.site.aistor.support_confirmation
+        if confirmation:
+            report.ok("support-confirmation", f"support confirmed: {confirmation}")
+        else:
+            report.warn(
+                "support-confirmation",
+                "no record that NVIDIA and MinIO confirmed AIStor over Intel E810 RoCEv2 with "
+                "GPUDirect RDMA for this AIStor version",
+                "confirm it with both vendors and record who and where in "
+                "aistor.support_confirmation",
+            )
+        return report.findings
+
+
 PHASE = Phase(
     id="aistor",
     number=15,
     title="AIStor end to end",
     summary="Storage traffic from the GPU node to AIStor: TCP first, then the direct path.",
-    steps=(AIStorTcp(), AIStorDirect()),
+    steps=(SupportConfirmation(), AIStorTcp(), AIStorDirect()),
 )

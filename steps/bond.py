@@ -113,10 +113,12 @@ def evaluate_bond(
 
 
 def lacp_reads(node: Node) -> list[Read]:
-    """The bond's state, and each port's PCI address (both must be functions of one E810)."""
+    """The bond's state, each port's PCI address (both must be functions of one E810), and
+    the kernel's own view of the bond, kept as evidence (seed 000 section 6)."""
     return [
         Read(bonding_command(node), "bonding"),
         *(Read(["ethtool", "-i", port], "ethtool-i", note="bus-info") for port in node.bond.ports),
+        Read(["ip", "-d", "link", "show", node.bond.name], note="kept as evidence"),
     ]
 
 
@@ -139,7 +141,10 @@ class Lacp(Step):
         assert ctx.node is not None
         report = Report("T10")
         ports = list(ctx.node.bond.ports)
-        p, *infos = await read_all(ctx, *lacp_reads(ctx.node))
+        p, *infos, details = await read_all(ctx, *lacp_reads(ctx.node))
+        if details.result.ok:
+            report.ok("bond-details", f"ip -d link show {ctx.node.bond.name} (kept as evidence)",
+                      details.evidence())  # fmt: skip
         if not p.ok:
             report.unreadable("mode", p, f"/proc/net/bonding/{ctx.node.bond.name}")
             return report.findings

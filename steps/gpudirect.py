@@ -87,6 +87,7 @@ READINESS_READS = (
     ACS_READ,
     Read(read_file_command(DRIVER_VERSION)),
     Read(["uname", "-r"]),
+    Read(["lspci", "-tv"], note="the PCIe tree, kept as evidence (seed 000 section 31)"),
 )
 
 
@@ -110,7 +111,9 @@ class Readiness(Step):
     async def verify(self, ctx: StepContext) -> list[Finding]:
         report = Report("T11")
         device = ctx.need("rdma_device")
-        topo, dmesg, acs, version_read, kernel_read = await read_all(ctx, *READINESS_READS)
+        topo, dmesg, acs, version_read, kernel_read, tree = await read_all(ctx, *READINESS_READS)
+        if tree.result.ok:
+            report.ok("pcie-tree", "lspci -tv (kept as evidence)", tree.evidence())
         if topo.ok:
             ctx.data["distances"] = evaluate_topology(topo.fact, str(device), report)
         else:

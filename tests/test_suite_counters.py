@@ -82,3 +82,52 @@ def test_hw_counters_are_read_from_grep_output():
     )
     fact = parse("rdma-hw-counters", text)
     assert (fact.device, fact.port, fact.counters) == ("irdma0", 1, {"cnpSent": 12, "RxECNMrkd": 7})
+
+
+# -- what the seeds ask to keep: evidence, the support confirmation, release notes ----------
+
+
+async def test_bond_details_and_the_pcie_tree_are_kept_as_evidence(tmp_path):
+    from tests.conftest import K8S_PHASES, run_in_lab
+
+    outcome, _ = await run_in_lab(
+        tmp_path, HeadlessFrontEnd(yes=True, window_open=True, out=io.StringIO()),
+        phases=(*K8S_PHASES, "gpudirect"),
+    )  # fmt: skip
+    bond = findings_of(outcome, "bond.lacp")["T10.bond-details"]
+    assert "bond mode 802.3ad" in bond.evidence[0].excerpt
+    assert "xmit_hash_policy layer3+4" in bond.evidence[0].excerpt
+    tree = findings_of(outcome, "gpudirect.readiness")["T11.pcie-tree"]
+    assert tree.evidence[0].command == "lspci -tv" and "NVIDIA" in tree.evidence[0].excerpt
+
+
+async def test_the_support_confirmation_is_recorded_or_warned(tmp_path):
+    from steps.aistor import SupportConfirmation
+    from tests.conftest import MINIMAL_SITE
+    from wizard.site import parse_site
+
+    class Ctx:
+        def __init__(self, site):
+            self.site = site
+
+    missing = await SupportConfirmation().verify(Ctx(parse_site(MINIMAL_SITE)))
+    assert missing[0].severity is Severity.WARN and "aistor.support_confirmation" in (
+        missing[0].remediation
+    )
+    text = MINIMAL_SITE.replace(
+        "aistor:\n",
+        "aistor:\n  support_confirmation: MinIO SR-1234 and NVIDIA NVBug 567, 2026-11\n",
+    )
+    recorded = await SupportConfirmation().verify(Ctx(parse_site(text)))
+    assert recorded[0].severity is Severity.PASS and "SR-1234" in recorded[0].message
+
+
+def test_the_report_carries_the_release_notes(tmp_path):
+    from steps import build_plan as plan
+    from tests.conftest import MINIMAL_SITE
+    from wizard.report import build_report, markdown
+    from wizard.site import parse_site
+
+    report = build_report(None, parse_site(MINIMAL_SITE), plan())
+    assert report["notes"][0]["topic"] == "DCGM Exporter metrics"
+    assert "## Notes" in markdown(report) and "DCGM Exporter 4.6.0-4.8.3" in markdown(report)

@@ -14,6 +14,7 @@ from wizard.model import GATES, Finding, Severity, worst
 from wizard.plan import Plan
 from wizard.redact import Redactor
 from wizard.site import Site
+from wizard.support import release_notes
 from wizard.verdict import gate_verdicts
 
 STATUS_ORDER = {"fail": 0, "warn": 1, "pass": 2, "skip": 3, "not run": 4}
@@ -108,6 +109,10 @@ def build_report(state: dict[str, Any] | None, site: Site, plan: Plan) -> dict[s
         "updated": (state or {}).get("updated"),
         "gates": gates,
         "measurements": measurements,
+        "notes": [
+            {"topic": n.topic, "text": n.text, "source": n.source}
+            for n in release_notes(site.versions.gpu_operator)
+        ],
     }
 
 
@@ -173,6 +178,9 @@ def markdown(report: dict[str, Any], other: dict[str, Any] | None = None) -> str
         for m in report["measurements"]:
             if m["series"] == name:
                 lines.append(f"| {m['name']} | {m['target']} | {m['value']:.4g} | {m['unit']} |")
+    if report.get("notes"):
+        lines += ["", "## Notes", ""]
+        lines += [f"- **{n['topic']}**: {n['text']} ({n['source']})" for n in report["notes"]]
     return "\n".join(lines) + "\n"
 
 

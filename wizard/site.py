@@ -131,6 +131,12 @@ class AIStorPeer(Strict):
 
 class AIStor(Strict):
     peers: list[AIStorPeer] = Field(default_factory=list)
+    support_confirmation: Annotated[str, Field(min_length=3, max_length=500)] | None = Field(
+        None,
+        description="who confirmed, and where (ticket, mail), that AIStor and NVIDIA support "
+        "this AIStor version over Intel E810 RoCEv2 with GPUDirect RDMA: a precondition of "
+        "the build (seed 002 section 1.2)",
+    )
 
 
 class Cluster(Strict):

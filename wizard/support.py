@@ -34,6 +34,35 @@ SUPPORT = {
 }
 
 
+@dataclass(frozen=True)
+class ReleaseNote:
+    """Something an operator must know about a GPU Operator release that no gate checks."""
+
+    topic: str
+    text: str
+    source: str
+
+
+RELEASE_NOTES = {
+    "26.7": (
+        ReleaseNote(
+            "DCGM Exporter metrics",
+            "GPU Operator 26.7 ships DCGM Exporter 4.6.0-4.8.3 on DCGM 4.6.0-1: map Prometheus "
+            "dashboards and alerts to the metric names that exporter publishes (its counters "
+            "CSV, e.g. `curl -s NODE:9400/metrics`), not to names from earlier releases. The "
+            "wizard's gates read no DCGM metric.",
+            "seed 003 section 7 (the 26.7 component versions from NVIDIA's docs)",
+        ),
+    ),
+}
+
+
+def release_notes(chart_version: str) -> tuple[ReleaseNote, ...]:
+    """The notes for a chart version such as ``v26.7.0`` (major.minor)."""
+    major_minor = ".".join(chart_version.lstrip("v").split(".")[:2])
+    return RELEASE_NOTES.get(major_minor, ())
+
+
 def support_for(chart_version: str) -> OperatorSupport | None:
     """The entry for a chart version such as ``v26.7.0`` (matched on major.minor)."""
     major_minor = ".".join(chart_version.lstrip("v").split(".")[:2])

@@ -384,7 +384,22 @@ class LabHost(NetworkMixin, KernelModulesMixin):
     def cmd_lspci(self, args: list[str]) -> Result:
         if "-vvv" in args:
             return Result(self._lspci_verbose())
+        if "-tv" in args:
+            return Result(self._lspci_tree())
         return Result("\n".join(self._pci_lines()) + "\n")
+
+    def _lspci_tree(self) -> str:
+        """``lspci -tv``: the devices under the root bus, each behind its bridge (pciutils'
+        tree form: ``-[domain:bus]-+-dev.fn-[secondary]--dev.fn  name``)."""
+        lines = ["-[0000:00]-+-00.0  Intel Corporation Device 09a2"]
+        for line in self._pci_lines():
+            slot, _, rest = line.partition(" ")
+            if slot.startswith("00:") or "PCI bridge" in rest:
+                continue
+            name = rest.split(": ", 1)[-1].split(" [")[0]
+            bus, _, devfn = slot.partition(":")
+            lines.append(f"           +-01.0-[{bus}]----{devfn}  {name}")
+        return "\n".join(lines) + "\n"
 
     def _lspci_verbose(self) -> str:
         acs = "SrcValid+ TransBlk- ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl- DirectTrans-"
@@ -471,6 +486,25 @@ class LabHost(NetworkMixin, KernelModulesMixin):
             port.lldp_agent = True
         return Result()
 
+    def _bond_details(self) -> str:
+        """``ip -d link show bond1`` as iproute2 prints a bond (ip/iplink_bond.c)."""
+        mac = self.ports[0].mac if self.ports else "00:00:00:00:00:00"
+        return (
+            f"6: {self.bond_name}: <BROADCAST,MULTICAST,MASTER,UP,LOWER_UP> mtu 9000 qdisc noqueue "
+            "state UP mode DEFAULT group default qlen 1000\n"
+            f"    link/ether {mac} brd ff:ff:ff:ff:ff:ff promiscuity 0 allmulti 0 minmtu 68 "
+            "maxmtu 65535 \n"
+            "    bond mode 802.3ad miimon 100 updelay 0 downdelay 0 peer_notify_delay 0 "
+            "use_carrier 1 arp_interval 0 arp_missed_max 2 arp_validate none arp_all_targets any "
+            "primary_reselect always fail_over_mac none xmit_hash_policy layer3+4 resend_igmp 1 "
+            "num_grat_arp 1 all_slaves_active 0 min_links 0 lp_interval 1 packets_per_slave 1 "
+            "lacp_active on lacp_rate fast ad_select stable ad_aggregator 1 ad_num_ports "
+            f"{sum(p.active and p.enslaved for p in self.ports)} ad_actor_key 15 ad_partner_key "
+            "32783 ad_partner_mac 3c:fd:fe:9e:11:00 ad_actor_sys_prio 65535 ad_user_port_key 0 "
+            "ad_actor_system 00:00:00:00:00:00 tlb_dynamic_lb 1 addrgenmode eui64 numtxqueues 16 "
+            "numrxqueues 16 gso_max_size 65536 gso_max_segs 65535\n"
+        )
+
     def _bonding(self) -> str:
         header = (
             f"Ethernet Channel Bonding Driver: v{self.kernel}\n\n"
@@ -532,6 +566,8 @@ class LabHost(NetworkMixin, KernelModulesMixin):
                 }
             )
             return Result(json.dumps(entries) + "\n")
+        if args[:3] == ["-d", "link", "show"] and len(args) == 4 and args[3] == self.bond_name:
+            return Result(self._bond_details())
         if "link" in args and "set" in args:
             rest = [a for a in args if a not in ("link", "set", "dev")]
             port = self._port(rest[0]) if rest else None
