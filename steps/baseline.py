@@ -61,6 +61,7 @@ class RdmaBaseline(Step):
     title = "RDMA bandwidth and QP scaling, PFC and ECN off"
     kind = StepKind.MEASURE
     one_node_at_a_time = True  # against the shared AIStor peer
+    needs = (("irdma.verify", "rdma_device"), ("irdma.verify", "gid_index"))
     gates = ("T06", "T07")
     reads = ("aistor", "measurements")
     explain = (
@@ -82,6 +83,7 @@ class CiliumCoexistence(Step):
     title = "RDMA load and TCP traffic at the same time"
     kind = StepKind.MEASURE
     one_node_at_a_time = True  # against the shared AIStor peer
+    needs = (("irdma.verify", "rdma_device"), ("irdma.verify", "gid_index"))
     gates = ("T09",)
     reads = ("aistor", "measurements")
     explain = (

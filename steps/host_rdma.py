@@ -14,6 +14,7 @@ class HostPerftest(Step):
     title = "perftest between the GPU node and an AIStor node"
     kind = StepKind.MEASURE
     one_node_at_a_time = True  # against the shared AIStor peer
+    needs = (("irdma.verify", "rdma_device"), ("irdma.verify", "gid_index"))
     gates = ("T04", "T06", "T07")
     requires = ("irdma.verify",)
     reads = ("aistor", "node.rdma_ip", "measurements")

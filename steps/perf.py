@@ -74,11 +74,11 @@ async def endpoints(ctx: StepContext) -> tuple[Endpoint | None, Endpoint | None,
     node's pair (``measurements.pair_nodes``)."""
     assert ctx.node is not None
     peer = measurement_far_end(ctx.site, ctx.target)
-    recorded = ctx.recorded("irdma.verify")
-    client = None
-    if recorded.get("rdma_device") and recorded.get("gid_index") is not None:
+    declared = {key for _, key in ctx.step.needs}
+    if {"rdma_device", "gid_index"} <= declared:
+        # Typed results: irdma.verify recorded both (the engine blocked the step otherwise).
         client = Endpoint(
-            ctx.target, str(recorded["rdma_device"]), int(recorded["gid_index"]), ctx.node.rdma_ip
+            ctx.target, str(ctx.need("rdma_device")), int(ctx.need("gid_index")), ctx.node.rdma_ip
         )
     else:
         client = await discover(ctx, ctx.target, ctx.node.rdma_ip)

@@ -226,3 +226,14 @@ def test_the_exported_pod_script_is_valid_shell(tmp_path):
             ["shellcheck", "-s", "sh", str(script)], capture_output=True, text=True
         )
         assert checked.returncode == 0, checked.stdout
+
+
+async def test_a_measurement_without_its_typed_inputs_is_blocked_with_the_reason(tmp_path):
+    """No silent default device: without irdma.verify's device and GID index the CUDA
+    perftest does not run, and says which result it lacks."""
+    from wizard.model import StepState
+
+    outcome, _ = await run_in_lab(
+        tmp_path, HeadlessFrontEnd(yes=True, out=io.StringIO()), phases=("nccl",)
+    )
+    assert outcome.summary.results[("nccl.cuda-perftest", "gpu-b300-01")] is StepState.BLOCKED

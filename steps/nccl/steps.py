@@ -83,6 +83,7 @@ class CudaPerftest(Step):
     title = "perftest from GPU memory, in a pod (--use_cuda, DMA-BUF)"
     kind = StepKind.MEASURE
     one_node_at_a_time = True  # against the shared AIStor peer
+    needs = (("irdma.verify", "rdma_device"), ("irdma.verify", "gid_index"))
     gates = ("T11", "T12")
     reads = ("aistor", "device_plugin", "measurements", "registry", "taint")
     explain = (

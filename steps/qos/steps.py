@@ -631,6 +631,7 @@ class QosMeasure(Step):
     title = "RDMA with QoS on, against the baseline; PFC counters before and after"
     kind = StepKind.MEASURE
     one_node_at_a_time = True  # against the shared AIStor peer
+    needs = (("irdma.verify", "rdma_device"), ("irdma.verify", "gid_index"))
     gates = ("T08",)
     requires = ("qos.apply",)
     reads = ("qos", "aistor", "measurements")
