@@ -111,3 +111,45 @@ def test_the_lab_takes_what_perftest_takes():
     )  # fmt: skip
     assert (args.device, args.gid, args.qps, args.cuda, args.dmabuf) == ("irdma0", 3, 4, 0, True)
     assert (args.rdma_cm, args.tos, args.gbits, args.server) == (True, 96, True, "192.168.50.100")
+
+
+def iperf3_lines(site_text: str) -> list[list[str]]:
+    site = parse_site(site_text)
+    found = []
+    for step in build_plan().steps():
+        for node in site.nodes:
+            for line in step.commands(site, node):
+                try:
+                    argv = shlex.split(line, comments=True)
+                except ValueError:
+                    continue
+                while argv[:1] == ["timeout"]:
+                    argv = argv[2:]
+                if argv[:1] == ["iperf3"]:
+                    found.append(argv)
+    return found
+
+
+def test_every_iperf3_line_parses_as_iperf3_would():
+    from wizard.lab.perf import check_iperf3_args
+
+    lines = iperf3_lines(MINIMAL_SITE)
+    assert any("-s" in a for a in lines) and any("-c" in a for a in lines)
+    for argv in lines:
+        assert check_iperf3_args(argv) is None, shlex.join(argv)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["iperf3", "-s", "-P", "8"], "client only"),
+        (["iperf3", "-c", "10.0.0.1", "-1"], "server only"),
+        (["iperf3", "-p", "5201"], "must either be a client"),
+        (["iperf3", "-c", "h", "-q"], "invalid option -- 'q'"),
+        (["iperf3", "-c"], "option requires an argument -- 'c'"),
+    ],
+)
+def test_the_lab_refuses_what_iperf3_refuses(argv, message):
+    from wizard.lab.perf import check_iperf3_args
+
+    assert message in (check_iperf3_args(argv) or "")

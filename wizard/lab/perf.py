@@ -296,6 +296,47 @@ def perftest_help(host: LabHost) -> str:
     return "\n".join(lines) + "\n"
 
 
+# iperf3's own parser (src/iperf_api.c, iperf_parse_arguments): the getopt string, and the
+# options it marks client-only / server-only, refused in the other role with these words.
+# "p:f:i:D1VJvsc:ub:t:n:k:l:P:Rw:B:M:N46S:L:ZO:F:A:T:C:dI:hX:"
+IPERF3_WITH_VALUE = set("pficbtnklPwBMSLOFATCIX")
+IPERF3_FLAGS = set("D1VJvsuRN46Zdh")
+IPERF3_CLIENT_ONLY = set("ubtnklPRwMNSLZOTC")
+IPERF3_SERVER_ONLY = set("1D")
+
+
+def check_iperf3_args(argv: list[str]) -> str | None:
+    """iperf3's refusal of a command line (its message), or None when it takes it."""
+    words = argv[1:]
+    seen: set[str] = set()
+    index = 0
+    while index < len(words):
+        word = words[index]
+        index += 1
+        if not word.startswith("-") or len(word) < 2 or word.startswith("--"):
+            if word.startswith("--"):
+                return f"iperf3: unrecognized option '{word}'"
+            continue
+        letter = word[1]
+        if letter in IPERF3_WITH_VALUE:
+            if len(word) == 2:
+                if index >= len(words):
+                    return f"iperf3: option requires an argument -- '{letter}'"
+                index += 1
+        elif letter not in IPERF3_FLAGS:
+            return f"iperf3: invalid option -- '{letter}'"
+        seen.add(letter)
+    if "s" in seen and "c" in seen:
+        return "iperf3: parameter error - cannot be both server and client"
+    if "s" not in seen and "c" not in seen:
+        return "iperf3: parameter error - must either be a client (-c) or server (-s)"
+    if "s" in seen and seen & IPERF3_CLIENT_ONLY:
+        return "iperf3: parameter error - some option you are trying to set is client only"
+    if "c" in seen and seen & IPERF3_SERVER_ONLY:
+        return "iperf3: parameter error - some option you are trying to set is server only"
+    return None
+
+
 def iperf3_json(streams: int, reverse: bool) -> str:
     rate = 94.1e9 if not reverse else 93.6e9
     return json.dumps(

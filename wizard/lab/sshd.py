@@ -15,7 +15,14 @@ import asyncssh
 
 from wizard.lab.effects import EffectLog, changes_host
 from wizard.lab.host import LabHost
-from wizard.lab.perf import PERFTEST, Broker, iperf3_json, run_perftest, split_prefixes
+from wizard.lab.perf import (
+    PERFTEST,
+    Broker,
+    check_iperf3_args,
+    iperf3_json,
+    run_perftest,
+    split_prefixes,
+)
 from wizard.lab.shell import LabShell
 from wizard.transports.base import WRITE_FILE_SCRIPT
 
@@ -151,6 +158,8 @@ class LabSshServer:
         return None
 
     async def _iperf3(self, argv: list[str]) -> tuple[str, str, int]:
+        if (refusal := check_iperf3_args(argv)) is not None:
+            return "", refusal + "\n", 1
         port = int(argv[argv.index("-p") + 1]) if "-p" in argv else 5201
         if "-s" in argv:
             future = self.broker.listen(self.host.rdma_ip, port)
