@@ -237,3 +237,63 @@ async def test_a_measurement_without_its_typed_inputs_is_blocked_with_the_reason
         tmp_path, HeadlessFrontEnd(yes=True, out=io.StringIO()), phases=("nccl",)
     )
     assert outcome.summary.results[("nccl.cuda-perftest", "gpu-b300-01")] is StepState.BLOCKED
+
+
+def mpijob_problems(job: dict) -> list[str]:
+    """kubeflow/mpi-operator's validateMPIJobSpec (pkg/apis/kubeflow/validation): what the
+    operator refuses, field by field."""
+    spec = job.get("spec", {})
+    problems = []
+    if job.get("apiVersion") != "kubeflow.org/v2beta1" or job.get("kind") != "MPIJob":
+        problems.append("apiVersion/kind")
+    if spec.get("slotsPerWorker") is None or spec["slotsPerWorker"] < 0:
+        problems.append("slotsPerWorker")
+    if spec.get("runPolicy", {}).get("cleanPodPolicy") not in ("None", "Running", "All"):
+        problems.append("runPolicy.cleanPodPolicy")
+    if not spec.get("sshAuthMountPath"):
+        problems.append("sshAuthMountPath")
+    if spec.get("mpiImplementation") not in ("OpenMPI", "Intel", "MPICH"):
+        problems.append("mpiImplementation")
+    replicas = spec.get("mpiReplicaSpecs") or {}
+    for role in ("Launcher", "Worker"):
+        replica = replicas.get(role)
+        if replica is None:
+            problems.append(f"{role} missing") if role == "Launcher" else None
+            continue
+        if replica.get("replicas") is None:
+            problems.append(f"{role}.replicas")
+        if replica.get("restartPolicy") not in ("Always", "OnFailure", "Never", "ExitCode"):
+            problems.append(f"{role}.restartPolicy")
+        if not replica.get("template", {}).get("spec", {}).get("containers"):
+            problems.append(f"{role}.containers")
+    if replicas.get("Launcher", {}).get("replicas") != 1:
+        problems.append("Launcher.replicas must be 1")
+    return problems
+
+
+def test_the_exported_mpijobs_pass_the_operators_validation_and_their_pods_kubernetes(tmp_path):
+    import kubernetes_validate
+    import yaml
+
+    from steps import build_plan
+    from tests.conftest import fleet_site
+    from wizard.export import export
+    from wizard.site import load_site
+
+    path = tmp_path / "site.yaml"
+    path.write_text(fleet_site(2) + "taint: {enabled: true}\n")
+    out = tmp_path / "out"
+    export(load_site(path), build_plan(), out)
+    jobs = sorted(out.glob("nodes/*/k8s/nccl-mpijob*.yaml"))
+    assert len(jobs) == 4  # the proof and the GDR-level diagnostic, per node
+    for path in jobs:
+        job = yaml.safe_load(path.read_text())
+        assert mpijob_problems(job) == [], path.name
+        for role, replica in job["spec"]["mpiReplicaSpecs"].items():
+            pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"x-{role.lower()}"},
+                   "spec": replica["template"]["spec"]}  # fmt: skip
+            kubernetes_validate.validate(pod, "1.33.0", strict=True)
+    for path in out.glob("nodes/*/k8s/*-job.yaml"):
+        kubernetes_validate.validate(yaml.safe_load(path.read_text()), "1.33.0", strict=True)
+    for path in out.glob("nodes/*/k8s/*perftest-pod.yaml"):
+        kubernetes_validate.validate(yaml.safe_load(path.read_text()), "1.33.0", strict=True)

@@ -110,7 +110,13 @@ def mpijob_name(nodes: list[str]) -> str:
 
 
 def mpijob(
-    site: Site, nodes: list[str], gpus_per_node: int, hca: str | None, qos_on: bool
+    site: Site,
+    nodes: list[str],
+    gpus_per_node: int,
+    hca: str | None,
+    qos_on: bool,
+    *,
+    gdr_level: str | None = None,
 ) -> dict[str, Any]:
     """all_reduce_perf with one rank per GPU across ``nodes``, through the Kubeflow MPI
     Operator (MPIJob kubeflow.org/v2beta1: one launcher, one worker per node).
@@ -119,9 +125,12 @@ def mpijob(
     memory-backed /dev/shm, tolerate the taint, and are pinned one per listed node.
     ``hca`` None (the export): the launcher passes nothing and each rank finds its device.
     """
-    name = mpijob_name(nodes)
+    name = mpijob_name(nodes) if gdr_level is None else f"{mpijob_name(nodes)[:55]}-gdr-sys"
     ranks = len(nodes) * gpus_per_node
     env = nccl_env(site, hca, qos_on)
+    if gdr_level is not None:
+        # NCCL's distance limit for GPUDirect RDMA (default PXB); SYS lifts it (a diagnostic).
+        env.append({"name": "NCCL_NET_GDR_LEVEL", "value": gdr_level})
     exported = [f"-x {e['name']}" for e in env]
     mpirun = [
         "mpirun", "-np", str(ranks), "--bind-to", "none", *" ".join(exported).split(),
@@ -155,12 +164,16 @@ def mpijob(
         "kind": "MPIJob",
         "metadata": {"name": name, "namespace": NAMESPACE},
         "spec": {
+            # What the operator's validation requires (pkg/apis/kubeflow/validation), given
+            # explicitly rather than left to its defaulting.
             "slotsPerWorker": gpus_per_node,
             "runPolicy": {"cleanPodPolicy": "Running", "activeDeadlineSeconds": 1800},
             "mpiImplementation": "OpenMPI",
+            "sshAuthMountPath": "/root/.ssh",
             "mpiReplicaSpecs": {
                 "Launcher": {
                     "replicas": 1,
+                    "restartPolicy": "OnFailure",
                     "template": {
                         "spec": {
                             "restartPolicy": "OnFailure",
@@ -178,6 +191,7 @@ def mpijob(
                 },
                 "Worker": {
                     "replicas": len(nodes),
+                    "restartPolicy": "Never",
                     "template": {
                         "spec": {
                             "affinity": worker_affinity,

@@ -391,10 +391,16 @@ class InterNodeNccl(Step):
         if len(nodes) < 2:
             return []
         job = mpijob(site, nodes, node.gpu_count, None, qos_on=True)
+        diagnostic = mpijob(site, nodes, node.gpu_count, None, qos_on=True, gdr_level="SYS")
         return [
             k8s_object(f"nodes/{node.name}/k8s/nccl-mpijob.yaml", job,
                        f"MPIJob {NAMESPACE}/{job['metadata']['name']}",
-                       f"all_reduce_perf across {', '.join(nodes)} (one rank per GPU)")
+                       f"all_reduce_perf across {', '.join(nodes)} (one rank per GPU)"),
+            k8s_object(f"nodes/{node.name}/k8s/nccl-mpijob-gdr-sys.yaml", diagnostic,
+                       f"MPIJob {NAMESPACE}/{diagnostic['metadata']['name']}",
+                       "DIAGNOSTIC ONLY: the same run with NCCL_NET_GDR_LEVEL=SYS, GPUDirect "
+                       "allowed for GPUs beyond PXB: compare it with the default to see what the "
+                       "distance limit costs (the physical path does not change)"),
         ]  # fmt: skip
 
     async def measure(self, ctx: StepContext) -> list[Finding]:
