@@ -16,7 +16,7 @@ class _AIStorBenchmark(Step):
     one_node_at_a_time = True
 
     def measured_with(self, site: Site, target: str) -> frozenset[str]:
-        return frozenset({"aistor-service"})
+        return frozenset({"service:AIStor"})
 
 
 class AIStorTcp(_AIStorBenchmark):

@@ -143,3 +143,18 @@ async def test_paired_nodes_run_their_servers_on_each_other(tmp_path):
     assert servers["gpu-b300-01"] and servers["gpu-b300-02"] and not servers["aistor-01"]
     assert "2 wave(s), up to 1 at once" in out.getvalue()  # each pair measures both ways
     assert all(state.value == "done" for state in outcome.summary.results.values())
+
+
+def test_every_measurement_steps_schedule_can_be_described():
+    """Each step's resources (node, peer, NCCL pair, the AIStor service) read back in the
+    schedule line, whatever their form."""
+    site = site_with(3, 2)
+    described = {}
+    for measured in build_plan().steps():
+        if measured.one_node_at_a_time:
+            waves = measurement_waves([n.name for n in site.nodes],
+                                      lambda t, m=measured: m.measured_with(site, t))  # fmt: skip
+            described[measured.id] = describe_waves(measured, site, waves)
+    assert "gpu-01->AIStor" in described["aistor.tcp"]
+    assert "gpu-01->aistor-1" in described["host-rdma.perftest"]
+    assert "gpu-01->gpu-02" in described["nccl.all-reduce"]

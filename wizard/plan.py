@@ -251,7 +251,7 @@ def describe_waves(step: Step, site: Site, waves: Sequence[Sequence[str]]) -> st
     and in each, which node measures against what."""
 
     def run(target: str) -> str:
-        others = sorted(r.split(":", 1)[1] for r in step.measured_with(site, target)
+        others = sorted(r.partition(":")[2] or r for r in step.measured_with(site, target)
                         if r != f"node:{target}")  # fmt: skip
         return f"{target}->{'+'.join(others)}" if others else target
 
