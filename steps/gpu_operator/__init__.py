@@ -1,0 +1,49 @@
+"""Phase 8, GPU Operator 26.7 through Helm (T01).
+
+``values`` builds the chart values, the NVIDIADriver resource and the image list as data;
+``phase`` holds the steps (preflight, install, verify).
+"""
+
+from steps.gpu_operator.phase import (
+    PHASE,
+    InstallGpuOperator,
+    OperatorPreflight,
+    VerifyGpuOperator,
+    evaluate_pods,
+    gpu_test_pod,
+    run_test_pod,
+)
+from steps.gpu_operator.values import (
+    CHART,
+    IMAGES_V26_7_0,
+    NAMESPACE,
+    RELEASE,
+    Image,
+    build_values,
+    image_list,
+    mirrored,
+    nvidia_driver_resource,
+    os_tag,
+    values_yaml,
+)
+
+__all__ = [
+    "CHART",
+    "IMAGES_V26_7_0",
+    "NAMESPACE",
+    "PHASE",
+    "RELEASE",
+    "Image",
+    "InstallGpuOperator",
+    "OperatorPreflight",
+    "VerifyGpuOperator",
+    "build_values",
+    "evaluate_pods",
+    "gpu_test_pod",
+    "image_list",
+    "mirrored",
+    "nvidia_driver_resource",
+    "os_tag",
+    "run_test_pod",
+    "values_yaml",
+]
