@@ -45,8 +45,37 @@ IMAGES_V26_7_0 = (
     Image("migManager", "nvcr.io/nvidia/cloud-native", "k8s-mig-manager", "v0.15.0"),
     Image("", "registry.k8s.io/nfd", "node-feature-discovery", "v0.19.0"),
 )
-# Components whose values have an imagePullSecrets key in v26.7.0 (dcgmExporter has none).
-_SECRET_KEYS = ("operator", "validator", "driver", "toolkit", "devicePlugin", "gfd", "migManager")
+# Components whose pull secrets the v26.7.0 chart passes on: each has an imagePullSecrets key
+# in values.yaml, except dcgmExporter, whose key only templates/clusterpolicy.yaml reads
+# (`{{- if .Values.dcgmExporter.imagePullSecrets }}`, line 549): without it dcgm-exporter
+# pulls anonymously from the mirror. (driver.manager uses the driver's secrets.)
+_SECRET_KEYS = (
+    "operator",
+    "validator",
+    "driver",
+    "toolkit",
+    "devicePlugin",
+    "gfd",
+    "dcgmExporter",
+    "migManager",
+)
+
+# The default tolerations of GPU Operator v26.7.0 (deployments/gpu-operator/values.yaml):
+# `daemonsets.tolerations` (lines 45-48) for every operand, and the NFD worker's
+# `node-feature-discovery.worker.tolerations` (lines 631-638). Helm replaces a list given in
+# values as a whole, so a site taint is added to these, never in their place.
+OPERAND_TOLERATIONS: tuple[dict[str, str], ...] = (
+    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+)
+NFD_WORKER_TOLERATIONS: tuple[dict[str, str], ...] = (
+    {
+        "key": "node-role.kubernetes.io/control-plane",
+        "operator": "Equal",
+        "value": "",
+        "effect": "NoSchedule",
+    },
+    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+)
 
 
 def mirrored(repository: str, mirror: str | None) -> str:
@@ -55,6 +84,21 @@ def mirrored(repository: str, mirror: str | None) -> str:
         return repository
     path = repository.split("/", 1)[1] if "/" in repository else ""
     return f"{mirror.rstrip('/')}/{path}" if path else mirror
+
+
+def mirror_ref(image: str, mirror: str | None) -> str:
+    """Where a public image lives in the mirror: ``nvcr.io/nvidia/k8s/dcgm-exporter:4.6.0``
+    behind ``nexus:8443/m`` is ``nexus:8443/m/nvidia/k8s/dcgm-exporter:4.6.0`` (the
+    repository through ``mirrored``, the name and tag or digest kept)."""
+    if not mirror:
+        return image
+    separator = "@" if "@" in image else ":"
+    name, _, ref = image.partition("@") if separator == "@" else image.rpartition(":")
+    if "/" in ref:  # "host:port/name" without a tag: the colon was the port's
+        name, ref = image, ""
+    path, _, last = name.rpartition("/")
+    target = f"{mirrored(path, mirror)}/{last}" if path else f"{mirror.rstrip('/')}/{last}"
+    return f"{target}{separator}{ref}" if ref else target
 
 
 def os_tag(node: Node) -> str:
@@ -71,8 +115,24 @@ def _set(values: dict[str, Any], dotted: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
+def site_toleration(site: Site) -> dict[str, str] | None:
+    """The toleration of the site's GPU-node taint (None when the site sets no taint)."""
+    if not site.taint.enabled:
+        return None
+    t = site.taint
+    return {"key": t.key, "operator": "Equal", "value": t.value, "effect": t.effect}
+
+
+def tolerations(site: Site, defaults: tuple[dict[str, str], ...]) -> list[dict[str, str]]:
+    """The chart's default tolerations plus the site's taint (when on)."""
+    extra = site_toleration(site)
+    return [dict(t) for t in defaults] + ([extra] if extra else [])
+
+
 def build_values(site: Site, *, prometheus_crds: bool) -> dict[str, Any]:
-    """The chart values the wizard sets (every key exists in the chart's values.yaml)."""
+    """The chart values the wizard sets (each a key of the chart's values.yaml or one its
+    templates read): a site taint is tolerated by every operand and by the NFD worker, or
+    neither lands on the new node."""
     versions = site.versions
     values: dict[str, Any] = {
         "nfd": {"enabled": True},
@@ -104,6 +164,10 @@ def build_values(site: Site, *, prometheus_crds: bool) -> dict[str, Any]:
         }
         if secrets:
             values[NFD_SUBCHART]["imagePullSecrets"] = [{"name": s} for s in secrets]
+    if site.taint.enabled:
+        values["daemonsets"] = {"tolerations": tolerations(site, OPERAND_TOLERATIONS)}
+        nfd_values = values.setdefault(NFD_SUBCHART, {})
+        nfd_values["worker"] = {"tolerations": tolerations(site, NFD_WORKER_TOLERATIONS)}
     env = []
     if site.cluster.containerd_config:
         env.append({"name": "CONTAINERD_CONFIG", "value": site.cluster.containerd_config})
@@ -119,9 +183,20 @@ def values_yaml(site: Site, *, prometheus_crds: bool) -> str:
 
 
 def nvidia_driver_resource(site: Site) -> dict[str, Any]:
-    """An NVIDIADriver selecting the site's GPU nodes (when the CRD manages the driver)."""
+    """An NVIDIADriver selecting the site's GPU nodes (when the CRD manages the driver).
+
+    With the CRD on, the chart's ClusterPolicy carries no driver settings
+    (templates/clusterpolicy.yaml renders ``driver.kernelModuleType`` only
+    ``if not .Values.driver.nvidiaDriverCRD.enabled``), so this resource must carry the
+    kernel module type, the mirror for the driver manager and the taint's toleration itself
+    (crds/nvidia.com_nvidiadrivers.yaml: ``default``, ``driverType`` and ``image`` are
+    required; a non-default resource may select nodes).
+    """
+    manager = next(i for i in IMAGES_V26_7_0 if i.values_key == "driver.manager")
     spec: dict[str, Any] = {
+        "default": False,
         "driverType": "gpu",
+        "kernelModuleType": site.versions.kernel_module_type,
         "usePrecompiled": False,
         "repository": mirrored("nvcr.io/nvidia", site.registry.mirror),
         "image": "driver",
@@ -129,6 +204,12 @@ def nvidia_driver_resource(site: Site) -> dict[str, Any]:
         "imagePullPolicy": "IfNotPresent",
         "imagePullSecrets": [site.registry.pull_secret] if site.registry.pull_secret else [],
         "nodeSelector": dict(site.labels),
+        "tolerations": tolerations(site, OPERAND_TOLERATIONS),
+        "manager": {
+            "repository": mirrored(manager.repository, site.registry.mirror),
+            "image": manager.image,
+            "version": manager.tag,
+        },
     }
     return {
         "apiVersion": "nvidia.com/v1alpha1",
