@@ -19,7 +19,6 @@ from steps.gpu_operator.values import (
     RELEASE,
     SERVICE_MONITOR_CRD,
     VALUES_PATH,
-    image_list,
     mirrored,
     nvidia_driver_resource,
     values_yaml,
@@ -140,26 +139,6 @@ class InstallGpuOperator(Step):
                 Target.HELM_VALUES,
                 f"helm release {NAMESPACE}/{RELEASE}",
                 "GPU Operator chart values",
-            ),
-            Artifact(
-                "cluster/mirror/images.txt",
-                "".join(f"{image}\n" for image in image_list(site)),
-                Target.DOCUMENT,
-                "the site's registry mirror",
-                f"every image GPU Operator {site.versions.gpu_operator} deploys here",
-            ),
-            Artifact(
-                "cluster/mirror/copy-images.sh",
-                render(
-                    "helm/copy-images.sh.j2",
-                    images=image_list(site),
-                    mirror=site.registry.mirror,
-                    mirrored=mirrored,
-                ),
-                Target.SCRIPT,
-                "run on a host that reaches both registries",
-                "skopeo copy of every image into the mirror",
-                mode=0o755,
             ),
         ]
         if site.versions.nvidia_driver_crd:
