@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shlex
@@ -106,6 +107,8 @@ class Lab:
             "/lab/v1/hosts",
             lambda _: (200, {n: h.snapshot() for n, h in self.hosts.items()}),
         )
+        if "operator-preinstalled" in self.faults:
+            self._preinstall_operator()
         self.cluster.pod_logs = self._pod_logs
         self.cluster.on_create.append(self._on_create)
         self.api.start()
@@ -352,7 +355,73 @@ class Lab:
         self.releases[key] = release
         if body["chart"].endswith("gpu-operator"):
             self._gpu_operator_appears(body["namespace"])
+            self._gpu_operator_objects(body["name"], body["namespace"], body["values"])
         return 200, release
+
+    # A release of an older GPU Operator that the operator of the site installed by hand
+    # (NVIDIA's install guide uses `helm install --generate-name`, hence the name), with user
+    # values, and a GPU node of another generation that its driver runs on.
+    PREINSTALLED = {
+        "name": "gpu-operator-1764547200",
+        "namespace": "gpu-operator",
+        "chart": "nvidia/gpu-operator",
+        "version": "v26.3.3",
+        "values": {
+            "driver": {"version": "580.126.20"},
+            "devicePlugin": {"config": {"name": "time-slicing", "default": "any"}},
+            "daemonsets": {"priorityClassName": "site-gpu-critical"},
+        },
+    }
+
+    def _preinstall_operator(self) -> None:
+        other = self._node_object("gpu-h100-01", "10.10.1.40", control_plane=False, gpu_host=None)
+        other["metadata"]["labels"]["nvidia.com/gpu.present"] = "true"
+        other["status"]["capacity"]["nvidia.com/gpu"] = "8"
+        other["status"]["allocatable"]["nvidia.com/gpu"] = "8"
+        self.cluster.put("v1", "nodes", other)
+        self._helm_upgrade(copy.deepcopy(self.PREINSTALLED))
+
+    def _gpu_operator_objects(self, release: str, namespace: str, values: dict[str, Any]) -> None:
+        """The ClusterPolicy and the NFD worker DaemonSet the chart renders, as far as the
+        wizard reads them: tolerations from the values or the chart's defaults (v26.7.0
+        templates/clusterpolicy.yaml `daemonsets.tolerations`; the NFD subchart's
+        templates/worker.yaml `worker.tolerations`; defaults from values.yaml), and the
+        driver settings the ClusterPolicy carries only without the NVIDIADriver CRD."""
+        operand_default = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+        worker_default = [
+            {"key": "node-role.kubernetes.io/control-plane", "operator": "Equal", "value": "",
+             "effect": "NoSchedule"},
+            *operand_default,
+        ]  # fmt: skip
+        driver_values = values.get("driver") or {}
+        crd = bool((driver_values.get("nvidiaDriverCRD") or {}).get("enabled"))
+        driver: dict[str, Any] = {"enabled": True, "useNvidiaDriverCRD": crd}
+        if not crd:
+            driver["kernelModuleType"] = driver_values.get("kernelModuleType", "auto")
+        policy = {
+            "apiVersion": "nvidia.com/v1",
+            "kind": "ClusterPolicy",
+            "metadata": {"name": "cluster-policy", "labels": {"app.kubernetes.io/instance": release}},
+            "spec": {
+                "daemonsets": {"tolerations": (values.get("daemonsets") or {}).get("tolerations", operand_default)},
+                "driver": driver,
+            },
+        }  # fmt: skip
+        self.cluster.put("nvidia.com/v1", "clusterpolicies", policy)
+        # The NFD subchart's fullname: the release name, suffixed with the chart name unless
+        # it already contains it (node-feature-discovery templates/_helpers.tpl).
+        chart = "node-feature-discovery"
+        full = release if chart in release else f"{release}-{chart}"
+        nfd = values.get(chart) or {}
+        worker = {
+            "metadata": {"name": f"{full}-worker", "namespace": namespace,
+                         "labels": {"app.kubernetes.io/instance": release, "app.kubernetes.io/name": chart}},
+            "spec": {"selector": {"matchLabels": {"role": "worker"}}, "template": {
+                "metadata": {"labels": {"role": "worker"}},
+                "spec": {"tolerations": (nfd.get("worker") or {}).get("tolerations", worker_default),
+                         "containers": [{"name": "worker", "image": "lab", "command": ["nfd-worker"]}]}}},
+        }  # fmt: skip
+        self.cluster.put("apps/v1", "daemonsets", worker)
 
     def _gpu_operator_appears(self, namespace: str) -> None:
         if self.cluster.get("v1", "namespaces", "", namespace) is None:
