@@ -80,7 +80,7 @@ class DecisionRequired(WizardError):
         self.decision = decision
         super().__init__(
             f"stopped at step {decision.step} on {decision.target}: "
-            f"{decision.kind.value} needs an answer ({how})"
+            f"{decision.kind.value} needs an answer ({how}): {decision.summary}"
         )
 
 
@@ -642,7 +642,8 @@ class Engine:
             step.id,
             step.title,
             ctx.target,
-            f"{len(pending)} change(s) on {ctx.target}",
+            f"{len(pending)} change(s) on {ctx.target}"
+            + "".join(f"; {c.note}" for c in pending if c.note),
             diffs=tuple(_diff(c) for c in changes),
             other_nodes=self._other_nodes(step, ctx.target),
         )

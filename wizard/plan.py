@@ -57,6 +57,9 @@ class Change:
 
     artifact: Artifact
     live: str | None
+    # What applying it touches beyond the artifact itself (a Helm upgrade that restarts the
+    # driver on every GPU node): shown in the review, with the diff.
+    note: str = ""
 
     @property
     def changed(self) -> bool:

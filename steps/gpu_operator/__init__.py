@@ -1,7 +1,9 @@
 """Phase 8, GPU Operator 26.7 through Helm (T01).
 
 ``values`` builds the chart values, the NVIDIADriver resource and the image list as data;
-``phase`` holds the steps (preflight, install, verify).
+``release`` reads what the cluster runs and merges values; ``install`` is the release step
+(safe by default on a cluster that already runs the operator); ``phase`` holds the
+preflight, the verification and the phase.
 """
 
 from steps.gpu_operator.phase import (

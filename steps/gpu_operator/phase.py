@@ -6,61 +6,26 @@ The values come from ``steps.gpu_operator.values``; the release is diffed agains
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
 from typing import Any
 
-import yaml
-
-from steps.common import node_pod, q, shown
+from steps.common import node_pod, q
+from steps.gpu_operator.install import InstallGpuOperator
+from steps.gpu_operator.release import belongs_to, nfd_workers, read_state
 from steps.gpu_operator.values import (
-    CHART,
     NAMESPACE,
-    RELEASE,
     SERVICE_MONITOR_CRD,
-    VALUES_PATH,
     mirrored,
-    nvidia_driver_resource,
-    values_yaml,
 )
-from wizard.artifacts import Artifact, Target, k8s_object, render
+from wizard.artifacts import Artifact, k8s_object
 from wizard.facts import ParseError, parse
 from wizard.model import Finding, StepKind
-from wizard.plan import Change, Phase, Scope, Step, StepContext
+from wizard.plan import Phase, Scope, Step, StepContext
 from wizard.probe import Report
 from wizard.site import Node, Site
-from wizard.transports.helm import get_values_args, helm_argv
 
-
-def upgrade_args(site: Site, values_file: str) -> list[str]:
-    """``helm upgrade --install`` of the pinned chart with the rendered values, waiting."""
-    return [
-        "upgrade",
-        "--install",
-        RELEASE,
-        CHART,
-        "--namespace",
-        NAMESPACE,
-        "--create-namespace",
-        "--version",
-        site.versions.gpu_operator,
-        "--values",
-        values_file,
-        "--wait",
-        "--timeout",
-        "20m",
-    ]
-
-
-def helm_line(site: Site, *args: str) -> str:
-    """A helm command as the runbook shows it: the site's helm binary and cluster, as written
-    in the site file (the wizard resolves them relative to it)."""
-    c = site.cluster
-    return shown(helm_argv(c.helm, c.kubeconfig, c.context, *args), "from the jump host")
-
-
-def helm_command(site: Site) -> str:
-    return helm_line(site, *upgrade_args(site, VALUES_PATH))
+# The API group of NFD's own resources (NodeFeature, NodeFeatureRule, NodeFeatureGroup in the
+# NFD chart's crds/nfd-api-crds.yaml; NodeFeatureDiscovery is the NFD Operator's).
+NFD_API_GROUP = "nfd.k8s-sigs.io"
 
 
 class OperatorPreflight(Step):
@@ -80,21 +45,37 @@ class OperatorPreflight(Step):
     async def verify(self, ctx: StepContext) -> list[Finding]:
         report = Report("T01")
         kube = ctx.services.kube
+        state = await read_state(ctx)
+        crds = await kube.crd_names()
+        # Any NFD worker, under any name and in any namespace, that is not the GPU
+        # Operator release's own bundled one; the NFD API's CRDs show an NFD too.
         foreign = [
             f"{d['metadata']['namespace']}/{d['metadata']['name']}"
-            for d in await kube.daemonsets()
-            if "node-feature-discovery" in d["metadata"]["name"]
-            and d["metadata"]["namespace"] != NAMESPACE
+            for d in nfd_workers(await kube.daemonsets())
+            if not belongs_to(d, state)
         ]
-        if foreign:
+        nfd_crds = sorted(c for c in crds if c.endswith("." + NFD_API_GROUP))
+        operator_crds = [c for c in nfd_crds if c.startswith("nodefeaturediscoveries.")]
+        if foreign or operator_crds:
+            what = ", ".join(foreign) or f"the NFD Operator ({', '.join(operator_crds)})"
             report.fail(
                 "single-nfd",
-                f"another NFD already runs: {', '.join(foreign)}; the GPU Operator would add a second",
-                "remove that NFD (or set nfd.enabled=false deliberately and accept its labels); never run two",
+                f"another NFD already runs: {what}; the GPU Operator would add a second and "
+                "the two fight over node labels",
+                "remove that NFD (or set nfd.enabled=false deliberately and accept its labels); "
+                "never run two",
             )
+        elif nfd_crds and not state.installed:
+            report.warn(
+                "single-nfd",
+                f"NFD's CRDs are present ({', '.join(nfd_crds)}) but no NFD worker runs and no "
+                "GPU Operator release owns them: an NFD was installed before (Helm keeps CRDs)",
+                "check that no NFD is meant to run here; the GPU Operator's NFD reuses the CRDs",
+            )
+        elif state.installed:
+            report.ok("single-nfd", f"the only NFD is the one of the GPU Operator {state.label}")
         else:
             report.ok("single-nfd", "no other node-feature-discovery in the cluster")
-        crds = await kube.crd_names()
         ctx.data["prometheus_crds"] = SERVICE_MONITOR_CRD in crds
         report.ok(
             "service-monitor",
@@ -109,115 +90,6 @@ class OperatorPreflight(Step):
                 "only; DOCA-OFED must never target an E810); the shared RDMA device plugin is used",
             )
         return report.findings
-
-
-class InstallGpuOperator(Step):
-    id = "gpu-operator.install"
-    title = "GPU Operator release"
-    kind = StepKind.APPLY
-    gates = ("T01",)
-    scope = Scope.CLUSTER
-    requires = ("gpu-operator.preflight",)
-    reads = ("versions", "registry", "cluster")
-    explain = (
-        "The chart version is pinned; driver.kernelModuleType is open (DMA-BUF GPUDirect), "
-        "driver.rdma.enabled is false (legacy peermem), the bundled NFD is the only NFD, and "
-        "every image comes from the site's mirror with its pull secret. Desired values are "
-        "diffed against `helm get values` before `helm upgrade --install --wait`."
-    )
-
-    def artifacts(self, site: Site, node: Node | None) -> list[Artifact]:
-        files = [
-            Artifact(
-                VALUES_PATH,
-                render(
-                    "helm/gpu-operator-values.yaml.j2",
-                    site=site,
-                    values=values_yaml(site, prometheus_crds=False),
-                    dry_run=True,
-                ),
-                Target.HELM_VALUES,
-                f"helm release {NAMESPACE}/{RELEASE}",
-                "GPU Operator chart values",
-            ),
-        ]
-        if site.versions.nvidia_driver_crd:
-            files.append(
-                k8s_object(
-                    "cluster/k8s/nvidiadriver.yaml",
-                    nvidia_driver_resource(site),
-                    "NVIDIADriver (cluster scope)",
-                    "the driver for the GPU nodes, managed by the NVIDIADriver CRD",
-                )
-            )
-        return files
-
-    def commands(self, site: Site, node: Node | None) -> list[str]:
-        return [helm_line(site, *get_values_args(RELEASE, NAMESPACE)), helm_command(site)]
-
-    def _desired(self, ctx: StepContext) -> Artifact:
-        prometheus = bool(ctx.recorded("gpu-operator.preflight").get("prometheus_crds", False))
-        return Artifact(
-            VALUES_PATH,
-            values_yaml(ctx.site, prometheus_crds=prometheus),
-            Target.HELM_VALUES,
-            f"helm release {NAMESPACE}/{RELEASE}",
-            "GPU Operator chart values",
-        )
-
-    async def changes(self, ctx: StepContext) -> list[Change]:
-        live = await ctx.services.helm.get_values(RELEASE, NAMESPACE)
-        current = None if live is None else yaml.safe_dump(live, sort_keys=True)
-        return [Change(self._desired(ctx), current)]
-
-    async def apply(self, ctx: StepContext, changes: list[Change]) -> None:
-        helm = ctx.services.helm
-        with tempfile.TemporaryDirectory(prefix="gnw-helm-") as tmp:
-            values_file = Path(tmp) / "gpu-operator-values.yaml"
-            values_file.write_text(self._desired(ctx).content)
-            values_file.chmod(0o600)
-            result = await helm.run(
-                *upgrade_args(ctx.site, str(values_file)),
-                on_line=lambda stream, line: ctx.engine.emit(_output(line, stream)),
-            )
-        ctx.engine.journal(
-            {
-                "target": "helm",
-                "step": self.id,
-                "command": result.command,
-                "exit": result.exit_status,
-                "stdout": result.stdout,
-                "stderr": result.stderr,
-            }
-        )
-        if result.exit_status != 0:
-            from wizard.transports.base import CommandFailedError
-
-            raise CommandFailedError(result)
-
-    async def verify(self, ctx: StepContext) -> list[Finding]:
-        report = Report("T01")
-        live = await ctx.services.helm.get_values(RELEASE, NAMESPACE)
-        desired = yaml.safe_load(self._desired(ctx).content)
-        if live is None:
-            report.fail(
-                "release", f"release {NAMESPACE}/{RELEASE} is not installed", "apply this step"
-            )
-        elif live == desired:
-            report.ok("release", f"release {NAMESPACE}/{RELEASE} has the wizard's values")
-        else:
-            report.fail(
-                "release",
-                f"release {NAMESPACE}/{RELEASE} values differ from the site's",
-                "review the diff and apply this step again",
-            )
-        return report.findings
-
-
-def _output(line: str, stream: str):
-    from wizard.events import OutputLine
-
-    return OutputLine("helm", line, stream)
 
 
 def evaluate_pods(pods: list[dict[str, Any]], report: Report) -> None:
