@@ -15,6 +15,21 @@ from wizard.support import support_for
 
 _RUNTIME = re.compile(r"^containerd://v?(\d+)\.(\d+)\.(\d+)")
 
+KUBESPRAY_VERSION = "v2.29.1"
+# Kubespray v2.29.1 has playbooks/facts.yml and no top-level facts.yml (scale.yml is at the
+# top and imports playbooks/scale.yml).
+FACTS_PLAYBOOK = "playbooks/facts.yml"
+SCALE_PLAYBOOK = "scale.yml"
+# The container toolkit's drop-in for containerd (nvidia-container-toolkit v1.20.0,
+# cmd/nvidia-ctk-installer/container/runtime/containerd/containerd.go DefaultDropInConfig)
+# and the imports line it adds to config.toml for it (its config_test.go expects
+# `imports = ["<dir>/conf.d/*.toml"]`). Kubespray v2.29.1's containerd config.toml.j2 has no
+# imports line; its containerd_extra_args (roles/container-engine/containerd/defaults:
+# "Extra config to be put in config.toml literally") lands at the top level of the file.
+TOOLKIT_DROP_IN = "/etc/containerd/conf.d/99-nvidia.toml"
+TOOLKIT_IMPORTS = "/etc/containerd/conf.d/*.toml"
+GROUP_VARS_PATH = "cluster/kubespray/group_vars/all/containerd.yml"
+
 
 def evaluate_joined(site: Site, nodes: dict[str, dict[str, Any]], report: Report) -> None:
     """Each GPU node is in the cluster, Ready, on the expected kubelet and containerd >= 2.0."""
@@ -26,7 +41,7 @@ def evaluate_joined(site: Site, nodes: dict[str, dict[str, Any]], report: Report
             report.fail(
                 f"joined-{node.name}",
                 f"{node.name} is not in the cluster",
-                "run facts.yml and scale.yml --limit=<node> from the Kubespray checkout "
+                f"run {FACTS_PLAYBOOK} and {SCALE_PLAYBOOK} --limit=<node> from the Kubespray checkout "
                 "(see cluster/kubespray/ in the export), then verify again",
             )
             continue
@@ -73,10 +88,12 @@ class KubesprayJoin(Step):
     # verify compares each node with: the cluster's version, the chart's containerd minimum.
     reads = ("node.name", "node.host", "node.ssh", "node.rdma_ip", "cluster", "versions")
     explain = (
-        "The operator adds the node to kube_node in the Kubespray inventory, runs facts.yml "
-        "over the whole inventory (one unreachable host blocks scaling), then scale.yml "
-        "limited to the new node. The wizard then verifies each node is Ready with the "
-        "expected kubelet version and a containerd >= 2.0 runtime."
+        "The operator adds the node to kube_node in the Kubespray inventory and the "
+        "containerd group_vars fragment (it keeps the GPU Operator toolkit's nvidia runtime "
+        "drop-in imported across Kubespray runs), runs playbooks/facts.yml over the whole "
+        "inventory (one unreachable host blocks scaling), then scale.yml limited to the new "
+        "node. The wizard then verifies each node is Ready with the expected kubelet "
+        "version and a containerd >= 2.0 runtime."
     )
 
     def artifacts(self, site: Site, node: Node | None) -> list[Artifact]:
@@ -96,19 +113,34 @@ class KubesprayJoin(Step):
                 "Kubespray inventory.ini (merge by hand)",
                 "inventory entries for the new GPU node(s), INI form",
             ),
+            Artifact(
+                GROUP_VARS_PATH,
+                render(
+                    "kubespray/containerd-group-vars.yml.j2",
+                    nodes=nodes,
+                    kubespray_version=KUBESPRAY_VERSION,
+                    drop_in=TOOLKIT_DROP_IN,
+                    imports_glob=TOOLKIT_IMPORTS,
+                ),
+                Target.INVENTORY,
+                "Kubespray inventory group_vars/all/containerd.yml (merge by hand)",
+                "keeps the container toolkit's nvidia runtime drop-in imported by containerd",
+            ),
         ]
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
         limit = ",".join(n.name for n in site.nodes)
         return [
-            "ansible-playbook -i inventory/<cluster>/hosts.yaml -b facts.yml",
-            f"ansible-playbook -i inventory/<cluster>/hosts.yaml -b scale.yml --limit={q(limit)}",
+            f"ansible-playbook -i inventory/<cluster>/hosts.yaml -b {FACTS_PLAYBOOK}",
+            f"ansible-playbook -i inventory/<cluster>/hosts.yaml -b {SCALE_PLAYBOOK} "
+            f"--limit={q(limit)}",
         ]
 
     def instructions(self, site: Site, node: Node | None) -> str:
         return (
             "Merge cluster/kubespray/hosts-fragment.yaml (from `gpu-node-wizard export`) into "
-            "the Kubespray inventory, then run, from the Kubespray checkout:\n  "
+            f"the Kubespray inventory and {GROUP_VARS_PATH} into its group_vars, then run, "
+            f"from the Kubespray {KUBESPRAY_VERSION} checkout:\n  "
             + "\n  ".join(self.commands(site, node))
         )
 
