@@ -294,3 +294,23 @@ def test_coverage_names_what_does_not_tolerate_the_taint():
     assert finding.severity is Severity.FAIL
     assert "ClusterPolicy cluster-policy operands" in finding.message
     assert "NFD worker" not in finding.message  # that one tolerates it
+
+
+async def test_with_the_driver_crd_the_nvidiadriver_is_applied_and_covers_the_node(tmp_path):
+    def crd_and_taint(lab: Lab) -> None:
+        text = lab.site_path.read_text()
+        lab.site_path.write_text(
+            text + "taint: {enabled: true}\nversions: {nvidia_driver_crd: true}\n"
+        )
+
+    frontend = Reviewer(Answer.PROCEED)
+    outcome, lab = await run_in_lab(tmp_path, frontend, phases=K8S_PHASES, prepare=crd_and_taint)
+    paths = [d.path for d in frontend.reviews[0].diffs]
+    assert paths == ["cluster/helm/gpu-operator-values.yaml", "cluster/k8s/nvidiadriver.yaml"]
+    (driver,) = lab.cluster.list("nvidia.com/v1alpha1", "nvidiadrivers", None)
+    assert driver["spec"]["kernelModuleType"] == "open"
+    assert driver["spec"]["nodeSelector"] == {"accelerator": "nvidia-b300"}
+    checks = findings_of(outcome, STEP)
+    assert checks["T01.covers-node"].severity is Severity.PASS, checks["T01.covers-node"].message
+    policy = lab.cluster.get("nvidia.com/v1", "clusterpolicies", "", "cluster-policy")
+    assert "kernelModuleType" not in policy["spec"]["driver"]  # the CR carries it
