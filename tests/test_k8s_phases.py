@@ -185,7 +185,7 @@ async def test_join_operator_and_plugin_pass_in_the_lab(tmp_path):
     assert outcome.exit_code == 0, [
         (f.check, f.message) for _, _, f in outcome.findings if f.severity is Severity.FAIL
     ]
-    for check in ("T00.joined-gpu-b300-01", "T00.labels", "T01.single-nfd", "T01.release", "T01.pods",
+    for check in ("T00.joined-gpu-b300-01", "T00.labels", "T01.single-nfd", "T01.release", "T01.pods", "T01.nvidia-runtime",
                   "T01.allocatable", "T01.test-pod", "T03.allocatable-gpu-b300-01", "T04.pod-rdma"):  # fmt: skip
         assert finding(outcome, check).severity is Severity.PASS, check
     assert (

@@ -11,11 +11,14 @@ from typing import Any
 from steps.common import node_pod, q
 from steps.gpu_operator.install import InstallGpuOperator
 from steps.gpu_operator.release import belongs_to, nfd_workers, read_state
+from steps.gpu_operator.runtime import config_path, evaluate_runtime
+from steps.gpu_operator.runtime import read_lines as runtime_read_lines
 from steps.gpu_operator.values import (
     NAMESPACE,
     SERVICE_MONITOR_CRD,
     mirrored,
 )
+from steps.join import TOOLKIT_DROP_IN
 from wizard.artifacts import Artifact, k8s_object
 from wizard.facts import ParseError, parse
 from wizard.model import Finding, StepKind
@@ -168,17 +171,20 @@ class VerifyGpuOperator(Step):
     kind = StepKind.CHECK
     gates = ("T01",)
     requires = ("gpu-operator.install",)
-    reads = ("node.gpu_count", "taint", "registry")
+    reads = ("node.gpu_count", "taint", "registry", "cluster")
     explain = (
-        "Every pod in gpu-operator is Running with containers ready or Completed; node "
-        "allocatable nvidia.com/gpu equals the expected count; a test pod requesting the node's "
-        "GPUs runs nvidia-smi -L and lists them. The validator alone is not proof."
+        "Every pod in gpu-operator is Running with containers ready or Completed; containerd "
+        "on the node has the nvidia runtime (in config.toml, or in the toolkit's drop-in that "
+        "config.toml still imports after Kubespray runs); node allocatable nvidia.com/gpu "
+        "equals the expected count; a test pod requesting the node's GPUs runs nvidia-smi -L "
+        "and lists them. The validator alone is not proof."
     )
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
         name = q(node.name) if node else "<node>"
         return [
             f"kubectl get pods -n {NAMESPACE} -o wide",
+            *runtime_read_lines(site),
             f"kubectl get node {name} -o jsonpath='{{.status.allocatable}}'  # nvidia.com/gpu",
             f"kubectl -n {NAMESPACE} apply -f gpu-test-pod.yaml && kubectl -n {NAMESPACE} logs gnw-gpu-test-{name}",
         ]
@@ -201,6 +207,14 @@ class VerifyGpuOperator(Step):
         kube = ctx.services.kube
         pods = await kube.pods(NAMESPACE)
         evaluate_pods(pods, report)
+        config_file = config_path(ctx.site)
+        evaluate_runtime(
+            ctx.node.name,
+            config_file,
+            await ctx.read_file(config_file),
+            await ctx.read_file(TOOLKIT_DROP_IN),
+            report,
+        )
         node = await kube.node(ctx.node.name) or {}
         allocatable = node.get("status", {}).get("allocatable", {}).get("nvidia.com/gpu")
         if allocatable == str(ctx.node.gpu_count):

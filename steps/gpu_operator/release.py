@@ -73,7 +73,11 @@ def chart_version(entry: dict[str, Any]) -> str | None:
 async def read_state(ctx: Any) -> ReleaseState:
     """The release, its values, the operator's resources and the GPU nodes, from the cluster."""
     helm, kube = ctx.services.helm, ctx.services.kube
-    ours = [r for r in await helm.list_releases() if chart_version(r)]
+    ours = [
+        r
+        for r in await helm.list_releases()
+        if chart_version(r) and r.get("name") and r.get("namespace")
+    ]
     state = ReleaseState()
     if ours:
         # The release the wizard manages: the one named as the wizard names it, else the

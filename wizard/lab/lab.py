@@ -443,6 +443,7 @@ class Lab:
             self.cluster.put("v1", "pods", self._pod(namespace, f"nvidia-cuda-validator-{suffix}", host.name,
                                                      owner="Job", phase="Succeeded", ready=False))  # fmt: skip
             host.gpu_driver = True
+            self._toolkit_configures(host)
             with self.cluster.lock:
                 node = self.cluster.node(host.name)
                 if node is not None:
@@ -450,6 +451,33 @@ class Lab:
                     node["status"]["capacity"]["nvidia.com/gpu"] = count
                     node["status"]["allocatable"]["nvidia.com/gpu"] = count
                     node["metadata"]["labels"]["nvidia.com/gpu.present"] = "true"
+
+    def _toolkit_configures(self, host: LabHost) -> None:
+        """containerd's config as Kubespray v2.29.1 templates it (version 3, no imports
+        line: roles/container-engine/containerd/templates/config.toml.j2) after the
+        container toolkit ran: the toolkit (v1.20.0, cmd/nvidia-ctk-installer .../containerd)
+        writes the nvidia runtime into /etc/containerd/conf.d/99-nvidia.toml and prepends
+        ``imports = ["/etc/containerd/conf.d/*.toml"]`` to config.toml. The fault
+        containerd-imports-dropped is a later Kubespray run without the wizard's group_vars:
+        config.toml templated again, the imports line gone, the drop-in left behind."""
+        base = (
+            'version = 3\nroot = "/var/lib/containerd"\nstate = "/run/containerd"\noom_score = 0\n\n'
+            '[plugins]\n  [plugins."io.containerd.cri.v1.runtime".containerd]\n'
+            '    default_runtime_name = "runc"\n'
+            '    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]\n'
+            '      runtime_type = "io.containerd.runc.v2"\n'
+        )
+        imports = 'imports = ["/etc/containerd/conf.d/*.toml"]\n'
+        dropped = "containerd-imports-dropped" in self.faults
+        host.files["/etc/containerd/config.toml"] = base if dropped else imports + base
+        host.files["/etc/containerd/conf.d/99-nvidia.toml"] = (
+            "version = 3\n\n"
+            '[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.nvidia]\n'
+            '  runtime_type = "io.containerd.runc.v2"\n\n'
+            '[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.nvidia.options]\n'
+            '  BinaryName = "/usr/local/nvidia/toolkit/nvidia-container-runtime"\n'
+            "  SystemdCgroup = true\n"
+        )
 
     def _on_create(self, plural: str, obj: dict[str, Any]) -> None:
         if plural == "pods":
