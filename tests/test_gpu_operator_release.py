@@ -161,6 +161,9 @@ async def test_an_installed_older_operator_is_not_upgraded_unless_confirmed(tmp_
     # ... merged into the user's values, none of which is removed:
     assert not [line for line in removed if "time-slicing" in line or "site-gpu-critical" in line]
     assert "name: time-slicing" in diff.diff and "priorityClassName: site-gpu-critical" in diff.diff
+    # The blast radius is in the diff too (a front end may show only the diffs in full).
+    assert "+# upgrades gpu-operator/gpu-operator-1764547200" in diff.diff
+    assert "gpu-h100-01" in diff.diff
     assert outcome.summary.results[(STEP, "cluster")].value == "skipped"
 
 

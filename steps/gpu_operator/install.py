@@ -10,6 +10,7 @@ with the blast radius spelled out, and nothing happens without the operator's co
 from __future__ import annotations
 
 import tempfile
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -84,10 +85,19 @@ def helm_command(site: Site) -> str:
     return helm_line(site, *upgrade_args(site, VALUES_PATH))
 
 
-def values_document(version: str | None, status: str | None, values: dict[str, Any]) -> str:
-    """One side of the review's diff: the chart version and state, then the values."""
+def values_document(
+    version: str | None, status: str | None, values: dict[str, Any], note: str = ""
+) -> str:
+    """One side of the review's diff: the chart version and state, a note (the blast
+    radius, on the desired side of a change: every front end shows the diff in full), then
+    the values."""
     head = f"# chart {CHART} {version or '(none)'}, release {status or 'not installed'}\n"
-    return head + yaml.safe_dump(values, sort_keys=True)
+    wrapped = (
+        textwrap.wrap(note, 92, break_on_hyphens=False, break_long_words=False) if note else []
+    )
+    return (
+        head + "".join(f"# {line}\n" for line in wrapped) + yaml.safe_dump(values, sort_keys=True)
+    )
 
 
 def tolerates(tolerations: list[dict[str, Any]] | None, taint: dict[str, str]) -> bool:
@@ -195,19 +205,24 @@ class InstallGpuOperator(Step):
         ctx.data["release"] = state.as_data()
         wanted = self._wanted(ctx)
         merged = merge_values(state.user_values, wanted) if state.installed else wanted
-        desired = Artifact(
-            VALUES_PATH,
-            values_document(ctx.site.versions.gpu_operator, "deployed", merged),
-            Target.HELM_VALUES,
-            f"helm release {state.label}",
-            "GPU Operator chart values: the live user values with the wizard's merged in",
-        )
+        pinned = ctx.site.versions.gpu_operator
         live = (
             values_document(state.chart_version, state.status, state.user_values)
             if state.installed
             else None
         )
-        changes = [Change(desired, live, blast_radius(state, ctx.site, merged))]
+        note = blast_radius(state, ctx.site, merged)
+        document = values_document(pinned, "deployed", merged)
+        if document != live:
+            document = values_document(pinned, "deployed", merged, note)
+        desired = Artifact(
+            VALUES_PATH,
+            document,
+            Target.HELM_VALUES,
+            f"helm release {state.label}",
+            "GPU Operator chart values: the live user values with the wizard's merged in",
+        )
+        changes = [Change(desired, live, note)]
         if ctx.site.versions.nvidia_driver_crd:
             changes.append(self._driver_change(ctx.site, state))
         return changes
