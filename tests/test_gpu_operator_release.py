@@ -101,6 +101,7 @@ def test_tolerations_follow_the_kubernetes_rule():
     )
     assert not tolerates([{"key": "nvidia.com/gpu", "operator": "Exists"}], taint)
     assert not tolerates(None, taint)
+    assert not tolerates([{"key": "accelerator", "operator": "Gt", "value": "nvidia-b300"}], taint)
 
 
 def test_blast_radius_names_every_gpu_node_when_the_driver_may_restart():
@@ -317,3 +318,37 @@ async def test_with_the_driver_crd_the_nvidiadriver_is_applied_and_covers_the_no
     assert checks["T01.covers-node"].severity is Severity.PASS, checks["T01.covers-node"].message
     policy = lab.cluster.get("nvidia.com/v1", "clusterpolicies", "", "cluster-policy")
     assert "kernelModuleType" not in policy["spec"]["driver"]  # the CR carries it
+
+
+async def test_a_second_operator_release_refuses_the_install(tmp_path):
+    def second(lab: Lab) -> None:
+        lab.releases["ml/gpu-operator"] = {"name": "gpu-operator", "namespace": "ml",
+            "chart": "nvidia/gpu-operator", "version": "v26.7.0", "values": {}, "revision": 1,
+            "status": "deployed"}  # fmt: skip
+
+    outcome, lab = await run_in_lab(
+        tmp_path,
+        Reviewer(Answer.PROCEED),
+        "operator-preinstalled",
+        phases=K8S_PHASES,
+        prepare=second,
+    )
+    refusal = findings_of(outcome, STEP)["T01.release"]
+    assert refusal.severity is Severity.FAIL
+    assert "ml/gpu-operator" in refusal.message and PREINSTALLED in refusal.message
+    assert lab.releases[PREINSTALLED]["revision"] == 1  # nothing was upgraded
+
+
+async def test_an_operator_installed_without_helm_is_not_installed_again(tmp_path):
+    def olm(lab: Lab) -> None:
+        lab.cluster.put(
+            "nvidia.com/v1",
+            "clusterpolicies",
+            {"metadata": {"name": "gpu-cluster-policy"}, "spec": {}},
+        )
+
+    frontend = Reviewer(Answer.PROCEED)
+    outcome, lab = await run_in_lab(tmp_path, frontend, phases=K8S_PHASES, prepare=olm)
+    refusal = findings_of(outcome, STEP)["T01.release"]
+    assert refusal.severity is Severity.FAIL and "gpu-cluster-policy" in refusal.message
+    assert frontend.reviews == [] and not lab.releases

@@ -110,7 +110,7 @@ def tolerates(tolerations: list[dict[str, Any]] | None, taint: dict[str, str]) -
         if t.get("key") and t["key"] != taint["key"]:
             continue
         operator = t.get("operator") or "Equal"
-        if operator == "Exists" or t.get("value", "") == taint["value"]:
+        if operator == "Exists" or (operator == "Equal" and t.get("value", "") == taint["value"]):
             return True
     return False
 

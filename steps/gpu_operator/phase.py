@@ -55,7 +55,7 @@ class OperatorPreflight(Step):
         foreign = [
             f"{d['metadata']['namespace']}/{d['metadata']['name']}"
             for d in nfd_workers(await kube.daemonsets())
-            if not belongs_to(d, state)
+            if not belongs_to(d, state, any_release=True)
         ]
         nfd_crds = sorted(c for c in crds if c.endswith("." + NFD_API_GROUP))
         operator_crds = [c for c in nfd_crds if c.startswith("nodefeaturediscoveries.")]

@@ -44,6 +44,8 @@ class ReleaseState:
     status: str | None = None
     user_values: dict[str, Any] = field(default_factory=dict)
     others: list[str] = field(default_factory=list)  # further releases of the chart
+    # (namespace, name) of every release of the chart, this one first
+    releases: list[tuple[str, str]] = field(default_factory=list)
     cluster_policies: list[dict[str, Any]] = field(default_factory=list)
     nvidia_drivers: list[dict[str, Any]] = field(default_factory=list)
     gpu_nodes: list[str] = field(default_factory=list)  # nodes the operator's driver runs on
@@ -89,6 +91,7 @@ async def read_state(ctx: Any) -> ReleaseState:
         state.chart_version = chart_version(first)
         state.status = str(first.get("status", ""))
         state.others = [f"{r['namespace']}/{r['name']}" for r in ours[1:]]
+        state.releases = [(str(r["namespace"]), str(r["name"])) for r in ours]
         state.user_values = await helm.get_values(state.name, state.namespace) or {}
     state.cluster_policies = await kube.custom_objects("nvidia.com", "v1", "clusterpolicies")
     state.nvidia_drivers = await kube.custom_objects("nvidia.com", "v1alpha1", "nvidiadrivers")
@@ -118,16 +121,18 @@ def nfd_workers(daemonsets: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [d for d in daemonsets if is_nfd_worker(d)]
 
 
-def belongs_to(daemonset: dict[str, Any], state: ReleaseState) -> bool:
-    """Whether a DaemonSet is the GPU Operator release's own (its bundled NFD): Helm labels
-    what it renders with ``app.kubernetes.io/instance: <release>`` (NFD chart _helpers.tpl)."""
+def belongs_to(
+    daemonset: dict[str, Any], state: ReleaseState, *, any_release: bool = False
+) -> bool:
+    """Whether a DaemonSet is the GPU Operator release's own (its bundled NFD), or with
+    ``any_release`` that of any release of the chart (two operators are refused apart):
+    Helm labels what it renders ``app.kubernetes.io/instance: <release>`` (NFD chart
+    _helpers.tpl)."""
     meta = daemonset.get("metadata", {})
     labels = meta.get("labels") or {}
-    return (
-        state.installed
-        and meta.get("namespace") == state.namespace
-        and labels.get("app.kubernetes.io/instance") == state.name
-    )
+    owner = (meta.get("namespace"), labels.get("app.kubernetes.io/instance"))
+    releases = state.releases if any_release else state.releases[:1]
+    return state.installed and owner in releases
 
 
 def gpu_node_names(nodes: list[dict[str, Any]], site: Site) -> list[str]:
