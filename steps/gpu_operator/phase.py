@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from steps.common import node_pod, q
-from steps.gpu_operator.install import InstallGpuOperator
+from steps.gpu_operator.install import InstallGpuOperator, helm_line
 from steps.gpu_operator.release import belongs_to, nfd_workers, read_state
 from steps.gpu_operator.runtime import config_path, evaluate_runtime
 from steps.gpu_operator.runtime import read_lines as runtime_read_lines
@@ -25,6 +25,7 @@ from wizard.model import Finding, StepKind
 from wizard.plan import Phase, Scope, Step, StepContext
 from wizard.probe import Report
 from wizard.site import Node, Site
+from wizard.transports.helm import LIST_ARGS
 
 # The API group of NFD's own resources (NodeFeature, NodeFeatureRule, NodeFeatureGroup in the
 # NFD chart's crds/nfd-api-crds.yaml; NodeFeatureDiscovery is the NFD Operator's).
@@ -44,6 +45,13 @@ class OperatorPreflight(Step):
         "dcgmExporter.serviceMonitor. For an E810 the Network Operator is not installed: its "
         "NICs are ConnectX/BlueField only and its DOCA-OFED driver must never target an E810."
     )
+
+    def commands(self, site: Site, node: Node | None) -> list[str]:
+        return [
+            helm_line(site, *LIST_ARGS) + "; a release of chart gpu-operator, any name",
+            "kubectl get daemonsets -A -o wide  # from the jump host; any nfd-worker, any name",
+            "kubectl get crd | grep -e nfd.k8s-sigs.io -e monitoring.coreos.com  # from the jump host",
+        ]
 
     async def verify(self, ctx: StepContext) -> list[Finding]:
         report = Report("T01")
