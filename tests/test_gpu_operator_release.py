@@ -7,6 +7,8 @@ from __future__ import annotations
 import io
 
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from steps import build_plan
 from steps.gpu_operator.install import tolerates
@@ -352,3 +354,52 @@ async def test_an_operator_installed_without_helm_is_not_installed_again(tmp_pat
     refusal = findings_of(outcome, STEP)["T01.release"]
     assert refusal.severity is Severity.FAIL and "gpu-cluster-policy" in refusal.message
     assert frontend.reviews == [] and not lab.releases
+
+
+_KEYS = st.sampled_from(["driver", "version", "env", "tolerations", "a", "b", "c"])
+_LEAVES = st.one_of(st.integers(0, 3), st.sampled_from(["x", "y"]), st.booleans())
+_VALUES = st.recursive(
+    _LEAVES, lambda inner: st.dictionaries(_KEYS, inner, max_size=4), max_leaves=12
+).filter(lambda v: isinstance(v, dict))
+
+
+def _leaves(data, prefix=()):
+    """(path, value) of every leaf; an empty mapping sets nothing (as in Helm's coalescing)."""
+    for key, value in data.items():
+        if isinstance(value, dict):
+            yield from _leaves(value, (*prefix, key))
+        else:
+            yield (*prefix, key), value
+
+
+@settings(max_examples=200, deadline=None)
+@given(live=_VALUES, wanted=_VALUES)
+def test_a_merge_never_drops_a_user_value_the_wizard_does_not_set(live, wanted):
+    merged = merge_values(live, wanted)
+
+    def paths(data, prefix=()):
+        for key, value in data.items():
+            yield (*prefix, key)
+            if isinstance(value, dict):
+                yield from paths(value, (*prefix, key))
+
+    wanted_paths = set(paths(wanted))
+
+    def get(data, path):
+        for part in path:
+            data = data[part]
+        return data
+
+    for path, value in _leaves(wanted):
+        assert get(merged, path) == value  # everything the wizard needs is there
+    for path, value in _leaves(live):
+        # A user value stays unless the wizard sets that very key, one below it, or one
+        # above it to something that is not a mapping (a mapping above merges).
+        below = any(w[: len(path)] == path for w in wanted_paths)
+        above = any(
+            path[: len(w)] == w and not isinstance(get(wanted, w), dict) for w in wanted_paths
+        )
+        touched = below or above
+        if not touched:
+            assert get(merged, path) == value
+    assert covers(merged, wanted)
