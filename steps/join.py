@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 from typing import Any
 
 from steps.common import q
+from steps.kubespray import (
+    KubesprayError,
+    checkout_problems,
+    count_tasks,
+    merged_group_vars,
+    merged_inventory,
+    run_playbook,
+)
+from wizard import journal
 from wizard.artifacts import Artifact, Target, k8s_object, k8s_yaml, render
+from wizard.events import Notice, OutputLine
 from wizard.model import Finding, StepKind
-from wizard.plan import Change, Phase, Scope, Step, StepContext
+from wizard.plan import CLUSTER, Change, Phase, Scope, Step, StepContext
 from wizard.probe import Report
 from wizard.site import Node, Site
 from wizard.support import support_for
@@ -29,6 +41,18 @@ SCALE_PLAYBOOK = "scale.yml"
 TOOLKIT_DROP_IN = "/etc/containerd/conf.d/99-nvidia.toml"
 TOOLKIT_IMPORTS = "/etc/containerd/conf.d/*.toml"
 GROUP_VARS_PATH = "cluster/kubespray/group_vars/all/containerd.yml"
+INVENTORY_ARTIFACT = "cluster/kubespray/hosts.yaml"
+MEMBERSHIP_ARTIFACT = "cluster/kubespray/join"
+
+
+def _write_atomically(path: Path, content: str) -> None:
+    """Replace a file of the operator's inventory: temp file beside it, same mode, rename."""
+    mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.gnw-tmp")
+    tmp.write_text(content)
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
 
 
 def evaluate_joined(site: Site, nodes: dict[str, dict[str, Any]], report: Report) -> None:
@@ -137,12 +161,126 @@ class KubesprayJoin(Step):
         ]
 
     def instructions(self, site: Site, node: Node | None) -> str:
+        if site.cluster.kubespray is not None:
+            ks = site.cluster.kubespray
+            return (
+                f"The wizard runs the join itself from the Kubespray checkout {ks.checkout} "
+                f"with the inventory {ks.inventory}: it shows the inventory and group_vars "
+                "changes first, then runs:\n  " + "\n  ".join(self.commands(site, node))
+            )
         return (
             "Merge cluster/kubespray/hosts-fragment.yaml (from `gpu-node-wizard export`) into "
             f"the Kubespray inventory and {GROUP_VARS_PATH} into its group_vars, then run, "
             f"from the Kubespray {KUBESPRAY_VERSION} checkout:\n  "
             + "\n  ".join(self.commands(site, node))
         )
+
+    # -- with cluster.kubespray: the wizard runs the join itself (steps/kubespray.py) --------
+
+    def runs_itself(self, site: Site) -> bool:
+        return site.cluster.kubespray is not None
+
+    def _paths(self, site: Site) -> tuple[Path, Path, Path]:
+        """(checkout, inventory, containerd group_vars) as the site file names them."""
+        ks = site.cluster.kubespray
+        assert ks is not None
+        inventory = site.resolve_path(ks.inventory)
+        return (
+            site.resolve_path(ks.checkout),
+            inventory,
+            inventory.parent / "group_vars" / "all" / "containerd.yml",
+        )
+
+    async def preconditions(self, ctx: StepContext) -> list[Finding]:
+        report = Report("T00")
+        checkout, inventory, _ = self._paths(ctx.site)
+        problems = checkout_problems(checkout, KUBESPRAY_VERSION, (FACTS_PLAYBOOK, SCALE_PLAYBOOK))
+        if not inventory.is_file():
+            problems.append(f"the inventory {inventory} does not exist")
+        if problems:
+            report.fail(
+                "kubespray-checkout",
+                f"the Kubespray checkout {checkout} cannot run the join: {'; '.join(problems)}",
+                f"point cluster.kubespray at a Kubespray {KUBESPRAY_VERSION} checkout and its "
+                "inventory, or remove cluster.kubespray and run the join by hand",
+            )
+        return report.findings
+
+    async def changes(self, ctx: StepContext) -> list[Change]:
+        site = ctx.site
+        _, inventory, group_vars = self._paths(site)
+        try:
+            live_inventory = inventory.read_text()
+            live_vars = group_vars.read_text() if group_vars.is_file() else None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise KubesprayError(f"cannot read the Kubespray inventory: {exc}") from None
+        imports = f'imports = ["{TOOLKIT_IMPORTS}"]'
+        joined = {n["metadata"]["name"] for n in await ctx.services.kube.nodes()}
+        membership = "".join(f"{n.name}: in the cluster\n" for n in site.nodes)
+        live_membership = "".join(
+            f"{n.name}: {'in the cluster' if n.name in joined else 'not joined'}\n"
+            for n in site.nodes
+        )
+        limit = ",".join(n.name for n in site.nodes)
+        return [
+            Change(
+                Artifact(INVENTORY_ARTIFACT, merged_inventory(live_inventory, list(site.nodes)),
+                         Target.INVENTORY, str(inventory), "the node(s) in all.hosts and kube_node"),
+                live_inventory,
+            ),
+            Change(
+                Artifact(GROUP_VARS_PATH, merged_group_vars(live_vars, imports), Target.INVENTORY,
+                         str(group_vars), "containerd_extra_args keeps the toolkit's drop-in imported"),
+                live_vars,
+            ),
+            Change(
+                Artifact(MEMBERSHIP_ARTIFACT, membership, Target.DOCUMENT, "the cluster's nodes",
+                         f"{FACTS_PLAYBOOK}, then {SCALE_PLAYBOOK} --limit={limit}"),
+                live_membership,
+                f"runs {FACTS_PLAYBOOK} over the whole inventory, then {SCALE_PLAYBOOK} "
+                f"--limit={limit} from the checkout (other nodes are only read)",
+            ),
+        ]  # fmt: skip
+
+    async def apply(self, ctx: StepContext, changes: list[Change]) -> None:
+        """Write the reviewed inventory files, then the two playbooks; a failed or
+        unreachable host in a PLAY RECAP stops the join, naming it."""
+        checkout, inventory, _ = self._paths(ctx.site)
+        for change in changes:
+            if change.artifact.target is Target.INVENTORY:
+                path = Path(change.artifact.destination)
+                intent = journal.begin({"target": "kubespray", "write": str(path)})
+                _write_atomically(path, change.artifact.content)
+                journal.end(intent, {"written": len(change.artifact.content)})
+        limit = ",".join(n.name for n in ctx.site.nodes)
+        for playbook, only in ((FACTS_PLAYBOOK, None), (SCALE_PLAYBOOK, limit)):
+            total = await count_tasks(checkout, inventory, playbook, only)
+            step = max(1, total // 10) if total else 25
+
+            def progress(
+                done: int, name: str, playbook: str = playbook, total: int = total, step: int = step
+            ) -> None:
+                if done % step == 0 or done == total:
+                    of = f"/{total}" if total else ""
+                    ctx.engine.emit(Notice(f"{playbook}: task {done}{of} ({name})", CLUSTER))
+
+            lines = ctx.engine.frontend.wants_output_lines
+            run = await run_playbook(
+                checkout, inventory, playbook, limit=only,
+                on_line=(lambda line: ctx.engine.emit(OutputLine("ansible", line))) if lines else None,
+                on_task=progress,
+            )  # fmt: skip
+            ctx.engine.journal({"target": "kubespray", "step": self.id, "playbook": playbook,
+                                "exit": run.exit_status, "recap": run.recap, "tasks": run.tasks,
+                                "output_tail": run.tail})  # fmt: skip
+            bad = run.bad_hosts()
+            if bad or run.exit_status != 0:
+                named = ", ".join(f"{h} {why}" for h, why in sorted(bad.items()))
+                raise KubesprayError(
+                    f"{playbook} failed (exit {run.exit_status})"
+                    + (f": {named}" if named else "")
+                    + "; fix the host(s) and run the step again (Kubespray runs twice safely)"
+                )
 
     async def verify(self, ctx: StepContext) -> list[Finding]:
         report = Report("T00")

@@ -604,7 +604,7 @@ class Engine:
             except NotAutomated:
                 return self._not_automated(step, ctx)
             return self._finish(ctx, _state_for(findings), findings)
-        if kind == StepKind.MANUAL:
+        if kind == StepKind.MANUAL and not step.runs_itself(self.site):
             text = step.instructions(self.site, ctx.node)
             reply = await self._ask(
                 Decision(DecisionKind.MANUAL_DONE, step.id, step.title, ctx.target, text)

@@ -118,6 +118,11 @@ class Step:
         """For manual steps: what the operator does outside the wizard."""
         return ""
 
+    def runs_itself(self, site: Site) -> bool:
+        """For manual steps: whether this site lets the wizard do the step itself (then the
+        engine runs it as an apply step: changes, review, apply, verify)."""
+        return False
+
     def rollback(self, site: Site, node: Node | None) -> str | None:
         """For maintenance steps: how to undo the change (the dry-run form, for the export)."""
         return None

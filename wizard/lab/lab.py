@@ -27,6 +27,7 @@ from wizard.lab.effects import EffectLog
 from wizard.lab.faults import check_faults
 from wizard.lab.host import LabHost
 from wizard.lab.kubeapi import ClusterState, KubeApiServer
+from wizard.lab.kubespray import JOIN_PATH, write_checkout
 from wizard.lab.perf import Broker, nccl_job_log
 from wizard.lab.shell import LabShell
 from wizard.lab.sshd import LabSshServer
@@ -55,6 +56,7 @@ class Lab:
     kill_control: Path | None = None
     effects: EffectLog | None = None
     shell: LabShell | None = None  # the hosts' /bin/sh for scripts (wizard/lab/shell.py)
+    kubespray_inventory: Path | None = None  # the stand-in checkout's (fault not-joined)
 
     def __post_init__(self) -> None:
         check_faults(self.faults)
@@ -114,6 +116,13 @@ class Lab:
         self.api.start()
         self._write_kubeconfig()
         helm = self._write_helm()
+        if "not-joined" in self.faults:
+            self.api.add_lab_handler("POST", JOIN_PATH, self._kubespray_join)
+            existing = [("cp-1", "10.10.1.1"), ("cpu-worker-1", "10.10.1.11"),
+                        ("cpu-worker-2", "10.10.1.12")]  # fmt: skip
+            self.kubespray_inventory = write_checkout(
+                self.directory / "kubespray", self.api.url, existing
+            )
         self._write_site(key_path, helm)
         return self.site_path
 
@@ -219,6 +228,16 @@ class Lab:
                 "kubeconfig": "kubeconfig",
                 "kubernetes_version": "1.33",
                 "helm": str(helm),
+                **(
+                    {
+                        "kubespray": {
+                            "checkout": "kubespray",
+                            "inventory": str(self.kubespray_inventory.relative_to(self.directory)),
+                        }
+                    }
+                    if self.kubespray_inventory
+                    else {}
+                ),
             },
             "nodes": nodes,
             "aistor": {"peers": peers},
@@ -306,6 +325,8 @@ class Lab:
             )
             self.cluster.put("v1", "nodes", node)
         for host in self.gpu_hosts():
+            if "not-joined" in self.faults:
+                break  # they join when the stand-in Kubespray's scale.yml runs
             self.cluster.put(
                 "v1",
                 "nodes",
@@ -372,6 +393,19 @@ class Lab:
             "daemonsets": {"priorityClassName": "site-gpu-critical"},
         },
     }
+
+    def _kubespray_join(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """The stand-in scale.yml's join: the GPU host of that name becomes a cluster node
+        (Ready, as the lab's seeded nodes are); a node already in the cluster is unchanged."""
+        name = str((body or {}).get("name", ""))
+        host = self.hosts.get(name)
+        if host is None or host.role != "gpu":
+            return 200, {"changed": False, "skipped": f"{name} is not a lab GPU node"}
+        if self.cluster.node(name) is not None:
+            return 200, {"changed": False}
+        node = self._node_object(name, host.rdma_ip, control_plane=False, gpu_host=host)
+        self.cluster.put("v1", "nodes", node)
+        return 200, {"changed": True}
 
     def _preinstall_operator(self) -> None:
         other = self._node_object("gpu-h100-01", "10.10.1.40", control_plane=False, gpu_host=None)
