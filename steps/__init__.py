@@ -50,5 +50,8 @@ PHASE_MODULES = (
 @cache
 def build_plan() -> Plan:
     from steps.ansible import ansible_artifacts
+    from steps.mirror import mirror_artifacts
 
-    return Plan(tuple(module.PHASE for module in PHASE_MODULES), (ansible_artifacts,))
+    return Plan(
+        tuple(module.PHASE for module in PHASE_MODULES), (ansible_artifacts, mirror_artifacts)
+    )

@@ -2,18 +2,57 @@
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 from typing import Any
 
 from steps.common import q
+from steps.kubespray import (
+    KubesprayError,
+    checkout_problems,
+    count_tasks,
+    merged_group_vars,
+    merged_inventory,
+    run_playbook,
+)
+from wizard import journal
 from wizard.artifacts import Artifact, Target, k8s_object, k8s_yaml, render
+from wizard.events import Notice, OutputLine
 from wizard.model import Finding, StepKind
-from wizard.plan import Change, Phase, Scope, Step, StepContext
+from wizard.plan import CLUSTER, Change, Phase, Scope, Step, StepContext
 from wizard.probe import Report
 from wizard.site import Node, Site
 from wizard.support import support_for
 
 _RUNTIME = re.compile(r"^containerd://v?(\d+)\.(\d+)\.(\d+)")
+
+KUBESPRAY_VERSION = "v2.29.1"
+# Kubespray v2.29.1 has playbooks/facts.yml and no top-level facts.yml (scale.yml is at the
+# top and imports playbooks/scale.yml).
+FACTS_PLAYBOOK = "playbooks/facts.yml"
+SCALE_PLAYBOOK = "scale.yml"
+# The container toolkit's drop-in for containerd (nvidia-container-toolkit v1.20.0,
+# cmd/nvidia-ctk-installer/container/runtime/containerd/containerd.go DefaultDropInConfig)
+# and the imports line it adds to config.toml for it (its config_test.go expects
+# `imports = ["<dir>/conf.d/*.toml"]`). Kubespray v2.29.1's containerd config.toml.j2 has no
+# imports line; its containerd_extra_args (roles/container-engine/containerd/defaults:
+# "Extra config to be put in config.toml literally") lands at the top level of the file.
+TOOLKIT_DROP_IN = "/etc/containerd/conf.d/99-nvidia.toml"
+TOOLKIT_IMPORTS = "/etc/containerd/conf.d/*.toml"
+GROUP_VARS_PATH = "cluster/kubespray/group_vars/all/containerd.yml"
+INVENTORY_ARTIFACT = "cluster/kubespray/hosts.yaml"
+MEMBERSHIP_ARTIFACT = "cluster/kubespray/join"
+
+
+def _write_atomically(path: Path, content: str) -> None:
+    """Replace a file of the operator's inventory: temp file beside it, same mode, rename."""
+    mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.gnw-tmp")
+    tmp.write_text(content)
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
 
 
 def evaluate_joined(site: Site, nodes: dict[str, dict[str, Any]], report: Report) -> None:
@@ -26,7 +65,7 @@ def evaluate_joined(site: Site, nodes: dict[str, dict[str, Any]], report: Report
             report.fail(
                 f"joined-{node.name}",
                 f"{node.name} is not in the cluster",
-                "run facts.yml and scale.yml --limit=<node> from the Kubespray checkout "
+                f"run {FACTS_PLAYBOOK} and {SCALE_PLAYBOOK} --limit=<node> from the Kubespray checkout "
                 "(see cluster/kubespray/ in the export), then verify again",
             )
             continue
@@ -73,10 +112,12 @@ class KubesprayJoin(Step):
     # verify compares each node with: the cluster's version, the chart's containerd minimum.
     reads = ("node.name", "node.host", "node.ssh", "node.rdma_ip", "cluster", "versions")
     explain = (
-        "The operator adds the node to kube_node in the Kubespray inventory, runs facts.yml "
-        "over the whole inventory (one unreachable host blocks scaling), then scale.yml "
-        "limited to the new node. The wizard then verifies each node is Ready with the "
-        "expected kubelet version and a containerd >= 2.0 runtime."
+        "The operator adds the node to kube_node in the Kubespray inventory and the "
+        "containerd group_vars fragment (it keeps the GPU Operator toolkit's nvidia runtime "
+        "drop-in imported across Kubespray runs), runs playbooks/facts.yml over the whole "
+        "inventory (one unreachable host blocks scaling), then scale.yml limited to the new "
+        "node. The wizard then verifies each node is Ready with the expected kubelet "
+        "version and a containerd >= 2.0 runtime."
     )
 
     def artifacts(self, site: Site, node: Node | None) -> list[Artifact]:
@@ -96,21 +137,150 @@ class KubesprayJoin(Step):
                 "Kubespray inventory.ini (merge by hand)",
                 "inventory entries for the new GPU node(s), INI form",
             ),
+            Artifact(
+                GROUP_VARS_PATH,
+                render(
+                    "kubespray/containerd-group-vars.yml.j2",
+                    nodes=nodes,
+                    kubespray_version=KUBESPRAY_VERSION,
+                    drop_in=TOOLKIT_DROP_IN,
+                    imports_glob=TOOLKIT_IMPORTS,
+                ),
+                Target.INVENTORY,
+                "Kubespray inventory group_vars/all/containerd.yml (merge by hand)",
+                "keeps the container toolkit's nvidia runtime drop-in imported by containerd",
+            ),
         ]
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
         limit = ",".join(n.name for n in site.nodes)
         return [
-            "ansible-playbook -i inventory/<cluster>/hosts.yaml -b facts.yml",
-            f"ansible-playbook -i inventory/<cluster>/hosts.yaml -b scale.yml --limit={q(limit)}",
+            f"ansible-playbook -i inventory/<cluster>/hosts.yaml -b {FACTS_PLAYBOOK}",
+            f"ansible-playbook -i inventory/<cluster>/hosts.yaml -b {SCALE_PLAYBOOK} "
+            f"--limit={q(limit)}",
         ]
 
     def instructions(self, site: Site, node: Node | None) -> str:
+        if site.cluster.kubespray is not None:
+            ks = site.cluster.kubespray
+            return (
+                f"The wizard runs the join itself from the Kubespray checkout {ks.checkout} "
+                f"with the inventory {ks.inventory}: it shows the inventory and group_vars "
+                "changes first, then runs:\n  " + "\n  ".join(self.commands(site, node))
+            )
         return (
             "Merge cluster/kubespray/hosts-fragment.yaml (from `gpu-node-wizard export`) into "
-            "the Kubespray inventory, then run, from the Kubespray checkout:\n  "
+            f"the Kubespray inventory and {GROUP_VARS_PATH} into its group_vars, then run, "
+            f"from the Kubespray {KUBESPRAY_VERSION} checkout:\n  "
             + "\n  ".join(self.commands(site, node))
         )
+
+    # -- with cluster.kubespray: the wizard runs the join itself (steps/kubespray.py) --------
+
+    def runs_itself(self, site: Site) -> bool:
+        return site.cluster.kubespray is not None
+
+    def _paths(self, site: Site) -> tuple[Path, Path, Path]:
+        """(checkout, inventory, containerd group_vars) as the site file names them."""
+        ks = site.cluster.kubespray
+        assert ks is not None
+        inventory = site.resolve_path(ks.inventory)
+        return (
+            site.resolve_path(ks.checkout),
+            inventory,
+            inventory.parent / "group_vars" / "all" / "containerd.yml",
+        )
+
+    async def preconditions(self, ctx: StepContext) -> list[Finding]:
+        report = Report("T00")
+        checkout, inventory, _ = self._paths(ctx.site)
+        problems = checkout_problems(checkout, KUBESPRAY_VERSION, (FACTS_PLAYBOOK, SCALE_PLAYBOOK))
+        if not inventory.is_file():
+            problems.append(f"the inventory {inventory} does not exist")
+        if problems:
+            report.fail(
+                "kubespray-checkout",
+                f"the Kubespray checkout {checkout} cannot run the join: {'; '.join(problems)}",
+                f"point cluster.kubespray at a Kubespray {KUBESPRAY_VERSION} checkout and its "
+                "inventory, or remove cluster.kubespray and run the join by hand",
+            )
+        return report.findings
+
+    async def changes(self, ctx: StepContext) -> list[Change]:
+        site = ctx.site
+        _, inventory, group_vars = self._paths(site)
+        try:
+            live_inventory = inventory.read_text()
+            live_vars = group_vars.read_text() if group_vars.is_file() else None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise KubesprayError(f"cannot read the Kubespray inventory: {exc}") from None
+        imports = f'imports = ["{TOOLKIT_IMPORTS}"]'
+        joined = {n["metadata"]["name"] for n in await ctx.services.kube.nodes()}
+        membership = "".join(f"{n.name}: in the cluster\n" for n in site.nodes)
+        live_membership = "".join(
+            f"{n.name}: {'in the cluster' if n.name in joined else 'not joined'}\n"
+            for n in site.nodes
+        )
+        limit = ",".join(n.name for n in site.nodes)
+        return [
+            Change(
+                Artifact(INVENTORY_ARTIFACT, merged_inventory(live_inventory, list(site.nodes)),
+                         Target.INVENTORY, str(inventory), "the node(s) in all.hosts and kube_node"),
+                live_inventory,
+            ),
+            Change(
+                Artifact(GROUP_VARS_PATH, merged_group_vars(live_vars, imports), Target.INVENTORY,
+                         str(group_vars), "containerd_extra_args keeps the toolkit's drop-in imported"),
+                live_vars,
+            ),
+            Change(
+                Artifact(MEMBERSHIP_ARTIFACT, membership, Target.DOCUMENT, "the cluster's nodes",
+                         f"{FACTS_PLAYBOOK}, then {SCALE_PLAYBOOK} --limit={limit}"),
+                live_membership,
+                f"runs {FACTS_PLAYBOOK} over the whole inventory, then {SCALE_PLAYBOOK} "
+                f"--limit={limit} from the checkout (other nodes are only read)",
+            ),
+        ]  # fmt: skip
+
+    async def apply(self, ctx: StepContext, changes: list[Change]) -> None:
+        """Write the reviewed inventory files, then the two playbooks; a failed or
+        unreachable host in a PLAY RECAP stops the join, naming it."""
+        checkout, inventory, _ = self._paths(ctx.site)
+        for change in changes:
+            if change.artifact.target is Target.INVENTORY:
+                path = Path(change.artifact.destination)
+                intent = journal.begin({"target": "kubespray", "write": str(path)})
+                _write_atomically(path, change.artifact.content)
+                journal.end(intent, {"written": len(change.artifact.content)})
+        limit = ",".join(n.name for n in ctx.site.nodes)
+        for playbook, only in ((FACTS_PLAYBOOK, None), (SCALE_PLAYBOOK, limit)):
+            total = await count_tasks(checkout, inventory, playbook, only)
+            step = max(1, total // 10) if total else 25
+
+            def progress(
+                done: int, name: str, playbook: str = playbook, total: int = total, step: int = step
+            ) -> None:
+                if done % step == 0 or done == total:
+                    of = f"/{total}" if total else ""
+                    ctx.engine.emit(Notice(f"{playbook}: task {done}{of} ({name})", CLUSTER))
+
+            lines = ctx.engine.frontend.wants_output_lines
+            run = await run_playbook(
+                checkout, inventory, playbook, limit=only,
+                on_line=(lambda line: ctx.engine.emit(OutputLine("ansible", line))) if lines else None,
+                on_task=progress,
+            )  # fmt: skip
+            ctx.engine.journal({"target": "kubespray", "step": self.id, "playbook": playbook,
+                                "exit": run.exit_status, "recap": run.recap, "tasks": run.tasks,
+                                "output_tail": run.tail})  # fmt: skip
+            bad = run.bad_hosts()
+            if bad or run.exit_status != 0:
+                named = ", ".join(f"{h} {why}" for h, why in sorted(bad.items()))
+                raise KubesprayError(
+                    f"{playbook} failed (exit {run.exit_status})"
+                    + (f": {named}" if named else "")
+                    + "; fix the host(s) and run the step again (Kubespray runs twice safely)"
+                )
 
     async def verify(self, ctx: StepContext) -> list[Finding]:
         report = Report("T00")

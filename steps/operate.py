@@ -146,6 +146,7 @@ class Reboot(Step):
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
         from steps.bond import lacp_reads
+        from steps.gpu_operator.runtime import read_lines as runtime_read_lines
         from steps.irdma import irdma_enable_verify_lines, rdma_reads
         from steps.qos import verify_lines
 
@@ -159,11 +160,13 @@ class Reboot(Step):
             shown(REBOOT),
             shown(read_file_command(BOOT_ID), "until it differs"),
             "# then what was done before the reboot must hold after it (irdma.enable, "
-            "irdma.verify, bond.lacp, qos.apply; gpu-operator.verify reads the cluster):",
+            "irdma.verify, bond.lacp, qos.apply; gpu-operator.verify reads the cluster and "
+            "containerd's nvidia runtime):",
             *irdma_enable_verify_lines(node),
             *read_lines(rdma_reads(node)),
             *read_lines(lacp_reads(node)),
             *verify_lines(node),
+            *runtime_read_lines(site),
             f"kubectl uncordon {name}  # from the jump host",
         ]
 

@@ -297,3 +297,15 @@ def test_the_exported_mpijobs_pass_the_operators_validation_and_their_pods_kuber
         kubernetes_validate.validate(yaml.safe_load(path.read_text()), "1.33.0", strict=True)
     for path in out.glob("nodes/*/k8s/*perftest-pod.yaml"):
         kubernetes_validate.validate(yaml.safe_load(path.read_text()), "1.33.0", strict=True)
+
+
+def test_the_mpijobs_images_are_in_the_air_gap_list():
+    from steps.mirror import object_images
+    from steps.nccl.manifests import mpijob
+    from tests.conftest import MINIMAL_SITE
+    from wizard.site import parse_site
+
+    site = parse_site(MINIMAL_SITE + "measurements: {nccl_tests_image: example.org/nccl/tests:9}\n")
+    assert object_images(mpijob(site, ["a", "b"], 8, None, True), site) == {
+        "example.org/nccl/tests:9"
+    }

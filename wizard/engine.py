@@ -91,7 +91,7 @@ class DecisionRequired(WizardError):
         self.decision = decision
         super().__init__(
             f"stopped at step {decision.step} on {decision.target}: "
-            f"{decision.kind.value} needs an answer ({how})"
+            f"{decision.kind.value} needs an answer ({how}): {decision.summary}"
         )
 
 
@@ -618,7 +618,7 @@ class Engine:
             except NotAutomated:
                 return self._not_automated(step, ctx)
             return self._finish(ctx, _state_for(findings), findings)
-        if kind == StepKind.MANUAL:
+        if kind == StepKind.MANUAL and not step.runs_itself(self.site):
             text = step.instructions(self.site, ctx.node)
             reply = await self._ask(
                 Decision(DecisionKind.MANUAL_DONE, step.id, step.title, ctx.target, text)
@@ -656,7 +656,8 @@ class Engine:
             step.id,
             step.title,
             ctx.target,
-            f"{len(pending)} change(s) on {ctx.target}",
+            f"{len(pending)} change(s) on {ctx.target}"
+            + "".join(f"; {c.note}" for c in pending if c.note),
             diffs=tuple(_diff(c) for c in changes),
             other_nodes=self._other_nodes(step, ctx.target),
         )

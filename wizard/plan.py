@@ -57,6 +57,9 @@ class Change:
 
     artifact: Artifact
     live: str | None
+    # What applying it touches beyond the artifact itself (a Helm upgrade that restarts the
+    # driver on every GPU node): shown in the review, with the diff.
+    note: str = ""
 
     @property
     def changed(self) -> bool:
@@ -123,6 +126,11 @@ class Step:
     def instructions(self, site: Site, node: Node | None) -> str:
         """For manual steps: what the operator does outside the wizard."""
         return ""
+
+    def runs_itself(self, site: Site) -> bool:
+        """For manual steps: whether this site lets the wizard do the step itself (then the
+        engine runs it as an apply step: changes, review, apply, verify)."""
+        return False
 
     def rollback(self, site: Site, node: Node | None) -> str | None:
         """For maintenance steps: how to undo the change (the dry-run form, for the export)."""

@@ -139,6 +139,13 @@ class AIStor(Strict):
     )
 
 
+class Kubespray(Strict):
+    """The operator's Kubespray checkout: with it the wizard runs the join itself."""
+
+    checkout: str = Field(description="the Kubespray checkout folder (v2.29.1)")
+    inventory: str = Field(description="the cluster's inventory hosts.yaml (YAML form)")
+
+
 class Cluster(Strict):
     kubeconfig: str = "~/.kube/config"
     context: str | None = Field(None, pattern=r"^[^\s]{1,253}$")
@@ -154,6 +161,9 @@ class Cluster(Strict):
     existing_workers: list[K8sName] = Field(
         default_factory=list,
         description="CPU workers to compare kernel/OS with; empty: every other Ready worker",
+    )
+    kubespray: Kubespray | None = Field(
+        None, description="the Kubespray checkout and inventory; unset: the join is manual"
     )
 
 

@@ -17,6 +17,12 @@ FAULTS: dict[str, str] = {
     "slow-ssh": "every command on the GPU node takes a second longer",
     "ssh-drop": "the SSH connection to the GPU node drops in the middle of a command",
     "pfc-not-applied": "the second E810 port acknowledges `dcb pfc set` but keeps PFC off",
+    "not-joined": "the GPU nodes are not in the cluster yet; the site names the lab's stand-in "
+    "Kubespray checkout and the wizard runs the join with ansible-playbook",
+    "operator-preinstalled": "GPU Operator v26.3.3 already runs (release gpu-operator-1764547200, "
+    "user values) with another GPU node, gpu-h100-01, in the cluster",
+    "containerd-imports-dropped": "a later Kubespray run re-templated config.toml without the "
+    "toolkit's imports line: the nvidia runtime drop-in is ignored",
     "operator-crashloop": "the gpu-operator controller pod is in CrashLoopBackOff",
     "plugin-missing-resource": "the RDMA device plugin runs but advertises no resource",
     "peer-qos-missing": "the AIStor peer's NIC has no DSCP 24 -> priority 3 map and no PFC",

@@ -93,8 +93,14 @@ def main(args: list[str]) -> int:
               else "USER-SUPPLIED VALUES:\n" + yaml.safe_dump(release["values"]))  # fmt: skip
         return 0
     if args[0] == "list":
-        print(json.dumps([{"name": r["name"], "namespace": r["namespace"], "chart": r["chart"],
-                           "app_version": r["version"], "status": "deployed"} for r in releases.values()]))  # fmt: skip
+        # helm 3 `list -o json` (cmd/helm/list.go): "chart" is <chart name>-<chart version>
+        # (formatChartname), app_version the chart's appVersion; -A lists every namespace.
+        every = "-A" in args or "--all-namespaces" in args
+        print(json.dumps([{"name": r["name"], "namespace": r["namespace"], "revision": str(r["revision"]),
+                           "updated": "2026-11-30 00:00:00.000000000 +0000 UTC", "status": r["status"],
+                           "chart": f"{r['chart'].rsplit('/', 1)[-1]}-{r['version']}",
+                           "app_version": r["version"]}
+                          for r in releases.values() if every or r["namespace"] == namespace]))  # fmt: skip
         return 0
     if args[0] == "upgrade" and "--install" in args:
         positional = _positional(args[1:])

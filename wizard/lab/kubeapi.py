@@ -36,6 +36,7 @@ KINDS = {
     "poddisruptionbudgets": ("PodDisruptionBudget", True),
     "customresourcedefinitions": ("CustomResourceDefinition", False),
     "nvidiadrivers": ("NVIDIADriver", False),
+    "clusterpolicies": ("ClusterPolicy", False),
     "nicclusterpolicies": ("NicClusterPolicy", False),
     "mpijobs": ("MPIJob", True),
 }

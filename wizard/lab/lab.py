@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shlex
@@ -26,6 +27,7 @@ from wizard.lab.effects import EffectLog
 from wizard.lab.faults import check_faults
 from wizard.lab.host import LabHost
 from wizard.lab.kubeapi import ClusterState, KubeApiServer
+from wizard.lab.kubespray import JOIN_PATH, write_checkout
 from wizard.lab.nccl import inter_node_log, single_node_log
 from wizard.lab.perf import PERFTEST, Broker, PerftestArgs, PerftestUsageError, client_output
 from wizard.lab.shell import LabShell
@@ -57,6 +59,7 @@ class Lab:
     kill_control: Path | None = None
     effects: EffectLog | None = None
     shell: LabShell | None = None  # the hosts' /bin/sh for scripts (wizard/lab/shell.py)
+    kubespray_inventory: Path | None = None  # the stand-in checkout's (fault not-joined)
 
     def __post_init__(self) -> None:
         check_faults(self.faults)
@@ -109,11 +112,20 @@ class Lab:
             "/lab/v1/hosts",
             lambda _: (200, {n: h.snapshot() for n, h in self.hosts.items()}),
         )
+        if "operator-preinstalled" in self.faults:
+            self._preinstall_operator()
         self.cluster.pod_logs = self._pod_logs
         self.cluster.on_create.append(self._on_create)
         self.api.start()
         self._write_kubeconfig()
         helm = self._write_helm()
+        if "not-joined" in self.faults:
+            self.api.add_lab_handler("POST", JOIN_PATH, self._kubespray_join)
+            existing = [("cp-1", "10.10.1.1"), ("cpu-worker-1", "10.10.1.11"),
+                        ("cpu-worker-2", "10.10.1.12")]  # fmt: skip
+            self.kubespray_inventory = write_checkout(
+                self.directory / "kubespray", self.api.url, existing
+            )
         self._write_site(key_path, helm)
         return self.site_path
 
@@ -219,6 +231,16 @@ class Lab:
                 "kubeconfig": "kubeconfig",
                 "kubernetes_version": "1.33",
                 "helm": str(helm),
+                **(
+                    {
+                        "kubespray": {
+                            "checkout": "kubespray",
+                            "inventory": str(self.kubespray_inventory.relative_to(self.directory)),
+                        }
+                    }
+                    if self.kubespray_inventory
+                    else {}
+                ),
             },
             "nodes": nodes,
             "aistor": {"peers": peers},
@@ -306,6 +328,8 @@ class Lab:
             )
             self.cluster.put("v1", "nodes", node)
         for host in self.gpu_hosts():
+            if "not-joined" in self.faults:
+                break  # they join when the stand-in Kubespray's scale.yml runs
             self.cluster.put(
                 "v1",
                 "nodes",
@@ -362,7 +386,86 @@ class Lab:
         self.releases[key] = release
         if body["chart"].endswith("gpu-operator"):
             self._gpu_operator_appears(body["namespace"])
+            self._gpu_operator_objects(body["name"], body["namespace"], body["values"])
         return 200, release
+
+    # A release of an older GPU Operator that the operator of the site installed by hand
+    # (NVIDIA's install guide uses `helm install --generate-name`, hence the name), with user
+    # values, and a GPU node of another generation that its driver runs on.
+    PREINSTALLED = {
+        "name": "gpu-operator-1764547200",
+        "namespace": "gpu-operator",
+        "chart": "nvidia/gpu-operator",
+        "version": "v26.3.3",
+        "values": {
+            "driver": {"version": "580.126.20"},
+            "devicePlugin": {"config": {"name": "time-slicing", "default": "any"}},
+            "daemonsets": {"priorityClassName": "site-gpu-critical"},
+        },
+    }
+
+    def _kubespray_join(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """The stand-in scale.yml's join: the GPU host of that name becomes a cluster node
+        (Ready, as the lab's seeded nodes are); a node already in the cluster is unchanged."""
+        name = str((body or {}).get("name", ""))
+        host = self.hosts.get(name)
+        if host is None or host.role != "gpu":
+            return 200, {"changed": False, "skipped": f"{name} is not a lab GPU node"}
+        if self.cluster.node(name) is not None:
+            return 200, {"changed": False}
+        node = self._node_object(name, host.rdma_ip, control_plane=False, gpu_host=host)
+        self.cluster.put("v1", "nodes", node)
+        return 200, {"changed": True}
+
+    def _preinstall_operator(self) -> None:
+        other = self._node_object("gpu-h100-01", "10.10.1.40", control_plane=False, gpu_host=None)
+        other["metadata"]["labels"]["nvidia.com/gpu.present"] = "true"
+        other["status"]["capacity"]["nvidia.com/gpu"] = "8"
+        other["status"]["allocatable"]["nvidia.com/gpu"] = "8"
+        self.cluster.put("v1", "nodes", other)
+        self._helm_upgrade(copy.deepcopy(self.PREINSTALLED))
+
+    def _gpu_operator_objects(self, release: str, namespace: str, values: dict[str, Any]) -> None:
+        """The ClusterPolicy and the NFD worker DaemonSet the chart renders, as far as the
+        wizard reads them: tolerations from the values or the chart's defaults (v26.7.0
+        templates/clusterpolicy.yaml `daemonsets.tolerations`; the NFD subchart's
+        templates/worker.yaml `worker.tolerations`; defaults from values.yaml), and the
+        driver settings the ClusterPolicy carries only without the NVIDIADriver CRD."""
+        operand_default = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+        worker_default = [
+            {"key": "node-role.kubernetes.io/control-plane", "operator": "Equal", "value": "",
+             "effect": "NoSchedule"},
+            *operand_default,
+        ]  # fmt: skip
+        driver_values = values.get("driver") or {}
+        crd = bool((driver_values.get("nvidiaDriverCRD") or {}).get("enabled"))
+        driver: dict[str, Any] = {"enabled": True, "useNvidiaDriverCRD": crd}
+        if not crd:
+            driver["kernelModuleType"] = driver_values.get("kernelModuleType", "auto")
+        policy = {
+            "apiVersion": "nvidia.com/v1",
+            "kind": "ClusterPolicy",
+            "metadata": {"name": "cluster-policy", "labels": {"app.kubernetes.io/instance": release}},
+            "spec": {
+                "daemonsets": {"tolerations": (values.get("daemonsets") or {}).get("tolerations", operand_default)},
+                "driver": driver,
+            },
+        }  # fmt: skip
+        self.cluster.put("nvidia.com/v1", "clusterpolicies", policy)
+        # The NFD subchart's fullname: the release name, suffixed with the chart name unless
+        # it already contains it (node-feature-discovery templates/_helpers.tpl).
+        chart = "node-feature-discovery"
+        full = release if chart in release else f"{release}-{chart}"
+        nfd = values.get(chart) or {}
+        worker = {
+            "metadata": {"name": f"{full}-worker", "namespace": namespace,
+                         "labels": {"app.kubernetes.io/instance": release, "app.kubernetes.io/name": chart}},
+            "spec": {"selector": {"matchLabels": {"role": "worker"}}, "template": {
+                "metadata": {"labels": {"role": "worker"}},
+                "spec": {"tolerations": (nfd.get("worker") or {}).get("tolerations", worker_default),
+                         "containers": [{"name": "worker", "image": "lab", "command": ["nfd-worker"]}]}}},
+        }  # fmt: skip
+        self.cluster.put("apps/v1", "daemonsets", worker)
 
     def _gpu_operator_appears(self, namespace: str) -> None:
         if self.cluster.get("v1", "namespaces", "", namespace) is None:
@@ -384,6 +487,7 @@ class Lab:
             self.cluster.put("v1", "pods", self._pod(namespace, f"nvidia-cuda-validator-{suffix}", host.name,
                                                      owner="Job", phase="Succeeded", ready=False))  # fmt: skip
             host.gpu_driver = True
+            self._toolkit_configures(host)
             with self.cluster.lock:
                 node = self.cluster.node(host.name)
                 if node is not None:
@@ -391,6 +495,33 @@ class Lab:
                     node["status"]["capacity"]["nvidia.com/gpu"] = count
                     node["status"]["allocatable"]["nvidia.com/gpu"] = count
                     node["metadata"]["labels"]["nvidia.com/gpu.present"] = "true"
+
+    def _toolkit_configures(self, host: LabHost) -> None:
+        """containerd's config as Kubespray v2.29.1 templates it (version 3, no imports
+        line: roles/container-engine/containerd/templates/config.toml.j2) after the
+        container toolkit ran: the toolkit (v1.20.0, cmd/nvidia-ctk-installer .../containerd)
+        writes the nvidia runtime into /etc/containerd/conf.d/99-nvidia.toml and prepends
+        ``imports = ["/etc/containerd/conf.d/*.toml"]`` to config.toml. The fault
+        containerd-imports-dropped is a later Kubespray run without the wizard's group_vars:
+        config.toml templated again, the imports line gone, the drop-in left behind."""
+        base = (
+            'version = 3\nroot = "/var/lib/containerd"\nstate = "/run/containerd"\noom_score = 0\n\n'
+            '[plugins]\n  [plugins."io.containerd.cri.v1.runtime".containerd]\n'
+            '    default_runtime_name = "runc"\n'
+            '    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]\n'
+            '      runtime_type = "io.containerd.runc.v2"\n'
+        )
+        imports = 'imports = ["/etc/containerd/conf.d/*.toml"]\n'
+        dropped = "containerd-imports-dropped" in self.faults
+        host.files["/etc/containerd/config.toml"] = base if dropped else imports + base
+        host.files["/etc/containerd/conf.d/99-nvidia.toml"] = (
+            "version = 3\n\n"
+            '[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.nvidia]\n'
+            '  runtime_type = "io.containerd.runc.v2"\n\n'
+            '[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.nvidia.options]\n'
+            '  BinaryName = "/usr/local/nvidia/toolkit/nvidia-container-runtime"\n'
+            "  SystemdCgroup = true\n"
+        )
 
     def _on_create(self, plural: str, obj: dict[str, Any]) -> None:
         if plural == "pods":

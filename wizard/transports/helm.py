@@ -35,6 +35,11 @@ def get_values_args(release: str, namespace: str) -> list[str]:
     return ["get", "values", release, "--namespace", namespace, "-o", "json"]
 
 
+# Every release in every namespace, whatever its state (`--all`: pending and failed ones
+# too, which an upgrade would otherwise trip over), as JSON.
+LIST_ARGS = ["list", "--all-namespaces", "--all", "-o", "json"]
+
+
 class HelmCli:
     def __init__(self, binary: str, kubeconfig: str, context: str | None = None) -> None:
         self.binary = binary
@@ -98,6 +103,22 @@ class HelmCli:
         if int(match.group(1)) < 3:
             raise HelmError(f"helm {match.group(0)} is too old: Helm 3 is required")
         return match.group(0)
+
+    async def list_releases(self) -> list[dict[str, Any]]:
+        """Every release (``helm list -A -a -o json``). Helm 3 prints one object per release
+        with ``name``, ``namespace``, ``revision``, ``status``, ``chart`` as
+        ``<chart name>-<chart version>`` and ``app_version`` (helm cmd/helm/list.go,
+        ``formatChartname``: ``fmt.Sprintf("%s-%s", c.Name(), c.Metadata.Version)``)."""
+        result = await self.run(*LIST_ARGS)
+        if result.exit_status != 0:
+            raise HelmError(f"`helm list` failed: {result.stderr.strip()}")
+        try:
+            releases = json.loads(result.stdout or "[]") or []
+        except json.JSONDecodeError as exc:
+            raise HelmError(f"`helm list -o json` printed no JSON: {exc}") from None
+        if not isinstance(releases, list):
+            raise HelmError("`helm list -o json` printed no list of releases")
+        return [r for r in releases if isinstance(r, dict)]
 
     async def get_values(self, release: str, namespace: str) -> dict[str, Any] | None:
         """The release's user-supplied values, or None when it is not installed."""

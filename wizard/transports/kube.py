@@ -144,6 +144,19 @@ class KubeClient:
         )
         return [c["metadata"]["name"] for c in result["items"]]
 
+    async def custom_objects(self, group: str, version: str, plural: str) -> list[dict[str, Any]]:
+        """Every object of a cluster-wide custom resource; none when its CRD is not installed
+        (the API server answers 404 for an unknown resource)."""
+        try:
+            result = await self.request(
+                "GET", f"/apis/{group}/{version}/{plural}", what=f"list {plural}.{group}"
+            )
+        except KubeError as exc:
+            if exc.status == 404:
+                return []
+            raise
+        return result.get("items") or []
+
     async def configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
         return await self._get_or_none(
             f"/api/v1/namespaces/{namespace}/configmaps/{name}", f"get configmap {namespace}/{name}"

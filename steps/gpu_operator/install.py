@@ -1,0 +1,359 @@
+"""The GPU Operator release: safe by default on a cluster that already runs it.
+
+The step reads the release state first (``steps.gpu_operator.release``). Installed and
+healthy at the pinned version with values that already hold what the wizard needs: no
+change at all, the verification checks that the operator covers the new node. Otherwise
+the review shows the merged values (live user values + the wizard's) against the live ones,
+with the blast radius spelled out, and nothing happens without the operator's confirmation.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from steps.common import shown
+from steps.gpu_operator.release import (
+    ReleaseState,
+    blast_radius,
+    changed_keys,
+    covers,
+    merge_values,
+    read_state,
+)
+from steps.gpu_operator.values import (
+    CHART,
+    NAMESPACE,
+    RELEASE,
+    VALUES_PATH,
+    build_values,
+    nvidia_driver_resource,
+    site_toleration,
+    values_yaml,
+)
+from wizard.artifacts import Artifact, Target, k8s_object, k8s_yaml, render
+from wizard.model import Finding, StepKind
+from wizard.plan import Change, Scope, Step, StepContext
+from wizard.probe import Report
+from wizard.site import Node, Site
+from wizard.transports.helm import LIST_ARGS, get_values_args, helm_argv
+
+NVIDIADRIVERS = "/apis/nvidia.com/v1alpha1/nvidiadrivers"
+NVIDIADRIVER_PATH = "cluster/k8s/nvidiadriver.yaml"
+
+
+def upgrade_args(
+    site: Site, values_file: str, release: str = RELEASE, namespace: str = NAMESPACE
+) -> list[str]:
+    """``helm upgrade --install`` of the pinned chart with the reviewed values, waiting.
+
+    ``--reset-values``: the release's values become exactly the reviewed file (which holds
+    every live user value, merged), never a mix with values helm would reuse unseen
+    (helm upgrade --help: "reset the values to the ones built into the chart").
+    """
+    return [
+        "upgrade",
+        "--install",
+        release,
+        CHART,
+        "--namespace",
+        namespace,
+        "--create-namespace",
+        "--version",
+        site.versions.gpu_operator,
+        "--values",
+        values_file,
+        "--reset-values",
+        "--wait",
+        "--timeout",
+        "20m",
+    ]
+
+
+def helm_line(site: Site, *args: str) -> str:
+    """A helm command as the runbook shows it: the site's helm binary and cluster, as written
+    in the site file (the wizard resolves them relative to it)."""
+    c = site.cluster
+    return shown(helm_argv(c.helm, c.kubeconfig, c.context, *args), "from the jump host")
+
+
+def helm_command(site: Site) -> str:
+    return helm_line(site, *upgrade_args(site, VALUES_PATH))
+
+
+def values_document(
+    version: str | None, status: str | None, values: dict[str, Any], note: str = ""
+) -> str:
+    """One side of the review's diff: the chart version and state, a note (the blast
+    radius, on the desired side of a change: every front end shows the diff in full), then
+    the values."""
+    head = f"# chart {CHART} {version or '(none)'}, release {status or 'not installed'}\n"
+    wrapped = (
+        textwrap.wrap(note, 92, break_on_hyphens=False, break_long_words=False) if note else []
+    )
+    return (
+        head + "".join(f"# {line}\n" for line in wrapped) + yaml.safe_dump(values, sort_keys=True)
+    )
+
+
+def tolerates(tolerations: list[dict[str, Any]] | None, taint: dict[str, str]) -> bool:
+    """Kubernetes' rule (k8s.io/api core/v1 toleration.go, ``ToleratesTaint``): an empty
+    effect matches every effect, an empty key every key; ``Exists`` ignores the value and
+    ``Equal`` (the default) needs the same value."""
+    for t in tolerations or []:
+        if t.get("effect") and t["effect"] != taint["effect"]:
+            continue
+        if t.get("key") and t["key"] != taint["key"]:
+            continue
+        operator = t.get("operator") or "Equal"
+        if operator == "Exists" or (operator == "Equal" and t.get("value", "") == taint["value"]):
+            return True
+    return False
+
+
+class InstallGpuOperator(Step):
+    id = "gpu-operator.install"
+    title = "GPU Operator release"
+    kind = StepKind.APPLY
+    gates = ("T01",)
+    scope = Scope.CLUSTER
+    requires = ("gpu-operator.preflight",)
+    reads = ("versions", "registry", "cluster", "taint", "labels", "node.name")
+    explain = (
+        "The release state is read first (helm list -A, the chart version, helm get values, "
+        "the ClusterPolicy and NVIDIADriver resources). Already installed and healthy at the "
+        "pinned version with the values the site needs: nothing changes, the step verifies "
+        "that the operator covers the new node. Otherwise the review shows the merged values "
+        "(every live user value kept) and the blast radius: a chart or driver change restarts "
+        "the driver on every GPU node. driver.kernelModuleType is open (DMA-BUF GPUDirect), "
+        "driver.rdma.enabled false (legacy peermem), the bundled NFD is the only NFD, and "
+        "every image comes from the site's mirror with its pull secret."
+    )
+
+    def artifacts(self, site: Site, node: Node | None) -> list[Artifact]:
+        files = [
+            Artifact(
+                VALUES_PATH,
+                render(
+                    "helm/gpu-operator-values.yaml.j2",
+                    site=site,
+                    values=values_yaml(site, prometheus_crds=False),
+                    dry_run=True,
+                ),
+                Target.HELM_VALUES,
+                f"helm release {NAMESPACE}/{RELEASE}",
+                "GPU Operator chart values (merge into the live release's values)",
+            )
+        ]
+        if site.versions.nvidia_driver_crd:
+            files.append(self._driver_artifact(site))
+        return files
+
+    def _driver_artifact(self, site: Site) -> Artifact:
+        return k8s_object(
+            NVIDIADRIVER_PATH,
+            nvidia_driver_resource(site),
+            "NVIDIADriver (cluster scope)",
+            "the driver for the GPU nodes, managed by the NVIDIADriver CRD",
+        )
+
+    def commands(self, site: Site, node: Node | None) -> list[str]:
+        return [
+            helm_line(site, *LIST_ARGS) + "; the release of chart gpu-operator, any namespace",
+            helm_line(site, *get_values_args(RELEASE, NAMESPACE))
+            + "; merge the exported values into these, keep every user value",
+            helm_command(site) + "; with the live release's name and namespace",
+        ]
+
+    def _wanted(self, ctx: StepContext) -> dict[str, Any]:
+        prometheus = bool(ctx.recorded("gpu-operator.preflight").get("prometheus_crds", False))
+        return build_values(ctx.site, prometheus_crds=prometheus)
+
+    async def preconditions(self, ctx: StepContext) -> list[Finding]:
+        report = Report("T01")
+        state = await read_state(ctx)
+        if state.others:
+            report.fail(
+                "release",
+                f"more than one release of the GPU Operator chart: {state.label}, "
+                f"{', '.join(state.others)}; two operators fight over every GPU node",
+                "uninstall all but one (helm uninstall), then run this step again",
+            )
+        elif not state.installed and state.cluster_policies:
+            names = ", ".join(p["metadata"]["name"] for p in state.cluster_policies)
+            report.fail(
+                "release",
+                f"a ClusterPolicy ({names}) exists without a Helm release of the chart: the "
+                "GPU Operator was installed another way (OLM, manifests)",
+                "manage it where it was installed; the wizard will not install a second one",
+            )
+        elif state.status and state.status.startswith("pending"):
+            report.fail(
+                "release",
+                f"release {state.label} is {state.status}: another helm operation is running "
+                "or was interrupted",
+                f"wait for it, or `helm rollback {state.name} -n {state.namespace}`, then retry",
+            )
+        return report.findings
+
+    async def changes(self, ctx: StepContext) -> list[Change]:
+        state = await read_state(ctx)
+        ctx.data["release"] = state.as_data()
+        wanted = self._wanted(ctx)
+        merged = merge_values(state.user_values, wanted) if state.installed else wanted
+        pinned = ctx.site.versions.gpu_operator
+        live = (
+            values_document(state.chart_version, state.status, state.user_values)
+            if state.installed
+            else None
+        )
+        note = blast_radius(state, ctx.site, merged)
+        document = values_document(pinned, "deployed", merged)
+        if document != live:
+            document = values_document(pinned, "deployed", merged, note)
+        desired = Artifact(
+            VALUES_PATH,
+            document,
+            Target.HELM_VALUES,
+            f"helm release {state.label}",
+            "GPU Operator chart values: the live user values with the wizard's merged in",
+        )
+        changes = [Change(desired, live, note)]
+        if ctx.site.versions.nvidia_driver_crd:
+            changes.append(self._driver_change(ctx.site, state))
+        return changes
+
+    def _driver_change(self, site: Site, state: ReleaseState) -> Change:
+        """The wizard's NVIDIADriver against the live one, reduced to the keys it sets."""
+        artifact = self._driver_artifact(site)
+        desired = nvidia_driver_resource(site)
+        name = desired["metadata"]["name"]
+        live = next((d for d in state.nvidia_drivers if d["metadata"]["name"] == name), None)
+        current = None
+        if live is not None:
+            spec = live.get("spec") or {}
+            current = k8s_yaml(
+                {
+                    "apiVersion": live.get("apiVersion"),
+                    "kind": live.get("kind"),
+                    "metadata": {"name": name},
+                    "spec": {k: spec[k] for k in desired["spec"] if k in spec},
+                }
+            )
+        labels = ", ".join(f"{k}={v}" for k, v in site.labels.items())
+        return Change(artifact, current, f"the NVIDIADriver selects only nodes with {labels}")
+
+    async def apply(self, ctx: StepContext, changes: list[Change]) -> None:
+        state = await read_state(ctx)
+        for change in changes:
+            if change.artifact.path == VALUES_PATH:
+                await self._upgrade(ctx, state, change.artifact.content)
+        for change in changes:
+            if change.artifact.path == NVIDIADRIVER_PATH:
+                body = yaml.safe_load(change.artifact.content)
+                await ctx.services.kube.apply(NVIDIADRIVERS, body)
+
+    async def _upgrade(self, ctx: StepContext, state: ReleaseState, content: str) -> None:
+        """Exactly the reviewed values, to the release as it is named on the cluster."""
+        helm = ctx.services.helm
+        with tempfile.TemporaryDirectory(prefix="gnw-helm-") as tmp:
+            values_file = Path(tmp) / "gpu-operator-values.yaml"
+            values_file.write_text(content)
+            values_file.chmod(0o600)
+            result = await helm.run(
+                *upgrade_args(ctx.site, str(values_file), state.name, state.namespace),
+                on_line=lambda stream, line: ctx.engine.emit(_output(line, stream)),
+            )
+        ctx.engine.journal(
+            {
+                "target": "helm",
+                "step": self.id,
+                "command": result.command,
+                "exit": result.exit_status,
+                "stdout": result.stdout,
+                "stderr": result.stderr,
+            }
+        )
+        if result.exit_status != 0:
+            from wizard.transports.base import CommandFailedError
+
+            raise CommandFailedError(result)
+
+    async def verify(self, ctx: StepContext) -> list[Finding]:
+        report = Report("T01")
+        state = await read_state(ctx)
+        pinned = ctx.site.versions.gpu_operator
+        wanted = self._wanted(ctx)
+        if not state.installed:
+            report.fail("release", f"release {state.label} is not installed", "apply this step")
+            return report.findings
+        if state.chart_version != pinned or state.status != "deployed":
+            report.fail(
+                "release",
+                f"release {state.label} is chart {state.chart_version} ({state.status}); the "
+                f"site pins {pinned}",
+                "review the upgrade (and its blast radius) and apply this step again",
+            )
+        elif not covers(state.user_values, wanted):
+            missing = changed_keys(state.user_values, merge_values(state.user_values, wanted))
+            report.fail(
+                "release",
+                f"release {state.label} lacks values the site needs: {', '.join(missing)}",
+                "review the diff and apply this step again",
+            )
+        else:
+            kept = len(changed_keys(wanted, state.user_values))
+            report.ok(
+                "release",
+                f"release {state.label} runs chart {pinned} with the site's values"
+                + (f" (and {kept} user value(s) of its own, kept)" if kept else ""),
+            )
+        self._coverage(ctx, state, report)
+        return report.findings
+
+    def _coverage(self, ctx: StepContext, state: ReleaseState, report: Report) -> None:
+        """Whether the running operator reaches the new node(s): a tainted node needs the
+        ClusterPolicy's operands and the NFD worker to tolerate the taint, and with the
+        NVIDIADriver CRD an NVIDIADriver must select the node and tolerate it too."""
+        taint = site_toleration(ctx.site)
+        if taint is None:
+            return
+        gaps = []
+        for policy in state.cluster_policies:
+            operands = policy.get("spec", {}).get("daemonsets", {}).get("tolerations")
+            if not tolerates(operands, taint):
+                gaps.append(f"ClusterPolicy {policy['metadata']['name']} operands")
+        if ctx.site.versions.nvidia_driver_crd:
+            selected = [
+                d
+                for d in state.nvidia_drivers
+                if (d.get("spec", {}).get("nodeSelector") or {}).items()
+                <= dict(ctx.site.labels).items()
+            ]
+            if not any(tolerates(d["spec"].get("tolerations"), taint) for d in selected):
+                gaps.append("no NVIDIADriver that selects the node tolerates it")
+        for worker in state.nfd_workers:
+            spec = worker.get("spec", {}).get("template", {}).get("spec", {})
+            if not tolerates(spec.get("tolerations"), taint):
+                meta = worker["metadata"]
+                gaps.append(f"the NFD worker {meta['namespace']}/{meta['name']}")
+        text = f"{taint['key']}={taint['value']}:{taint['effect']}"
+        if gaps:
+            report.fail(
+                "covers-node",
+                f"the taint {text} is not tolerated by: {'; '.join(gaps)}; the operator "
+                "will not reach the new node",
+                "review and apply this step (the site's values add the toleration)",
+            )
+        else:
+            report.ok("covers-node", f"the operator's operands tolerate the taint {text}")
+
+
+def _output(line: str, stream: str):
+    from wizard.events import OutputLine
+
+    return OutputLine("helm", line, stream)

@@ -1,0 +1,272 @@
+"""The GPU Operator steps: preflight, the Helm release, and the proof that GPUs schedule.
+
+The values come from ``steps.gpu_operator.values``; the release is diffed against
+``helm get values`` of the deployed release and installed with ``helm upgrade --install``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from steps.common import node_pod, q
+from steps.gpu_operator.install import InstallGpuOperator, helm_line
+from steps.gpu_operator.release import belongs_to, nfd_workers, read_state
+from steps.gpu_operator.runtime import config_path, evaluate_runtime
+from steps.gpu_operator.runtime import read_lines as runtime_read_lines
+from steps.gpu_operator.values import (
+    NAMESPACE,
+    SERVICE_MONITOR_CRD,
+    mirrored,
+)
+from steps.join import TOOLKIT_DROP_IN
+from wizard.artifacts import Artifact, k8s_object
+from wizard.facts import ParseError, parse
+from wizard.model import Finding, StepKind
+from wizard.plan import Phase, Scope, Step, StepContext
+from wizard.probe import Report
+from wizard.site import Node, Site
+from wizard.transports.helm import LIST_ARGS
+
+# The API group of NFD's own resources (NodeFeature, NodeFeatureRule, NodeFeatureGroup in the
+# NFD chart's crds/nfd-api-crds.yaml; NodeFeatureDiscovery is the NFD Operator's).
+NFD_API_GROUP = "nfd.k8s-sigs.io"
+
+
+class OperatorPreflight(Step):
+    id = "gpu-operator.preflight"
+    title = "Cluster ready for the GPU Operator (one NFD, monitoring CRDs, NIC profile)"
+    kind = StepKind.CHECK
+    gates = ("T01",)
+    scope = Scope.CLUSTER
+    reads = ("versions", "nic")
+    explain = (
+        "Exactly one NFD: the GPU Operator's bundled one; a node-feature-discovery already "
+        "running elsewhere fails the check (never two). The Prometheus Operator CRDs decide "
+        "dcgmExporter.serviceMonitor. For an E810 the Network Operator is not installed: its "
+        "NICs are ConnectX/BlueField only and its DOCA-OFED driver must never target an E810."
+    )
+
+    def commands(self, site: Site, node: Node | None) -> list[str]:
+        return [
+            helm_line(site, *LIST_ARGS) + "; a release of chart gpu-operator, any name",
+            "kubectl get daemonsets -A -o wide  # from the jump host; any nfd-worker, any name",
+            "kubectl get crd | grep -e nfd.k8s-sigs.io -e monitoring.coreos.com  # from the jump host",
+        ]
+
+    async def verify(self, ctx: StepContext) -> list[Finding]:
+        report = Report("T01")
+        kube = ctx.services.kube
+        state = await read_state(ctx)
+        crds = await kube.crd_names()
+        # Any NFD worker, under any name and in any namespace, that is not the GPU
+        # Operator release's own bundled one; the NFD API's CRDs show an NFD too.
+        foreign = [
+            f"{d['metadata']['namespace']}/{d['metadata']['name']}"
+            for d in nfd_workers(await kube.daemonsets())
+            if not belongs_to(d, state, any_release=True)
+        ]
+        nfd_crds = sorted(c for c in crds if c.endswith("." + NFD_API_GROUP))
+        operator_crds = [c for c in nfd_crds if c.startswith("nodefeaturediscoveries.")]
+        if foreign or operator_crds:
+            what = ", ".join(foreign) or f"the NFD Operator ({', '.join(operator_crds)})"
+            report.fail(
+                "single-nfd",
+                f"another NFD already runs: {what}; the GPU Operator would add a second and "
+                "the two fight over node labels",
+                "remove that NFD (or set nfd.enabled=false deliberately and accept its labels); "
+                "never run two",
+            )
+        elif nfd_crds and not state.installed:
+            report.warn(
+                "single-nfd",
+                f"NFD's CRDs are present ({', '.join(nfd_crds)}) but no NFD worker runs and no "
+                "GPU Operator release owns them: an NFD was installed before (Helm keeps CRDs)",
+                "check that no NFD is meant to run here; the GPU Operator's NFD reuses the CRDs",
+            )
+        elif state.installed:
+            report.ok("single-nfd", f"the only NFD is the one of the GPU Operator {state.label}")
+        else:
+            report.ok("single-nfd", "no other node-feature-discovery in the cluster")
+        ctx.data["prometheus_crds"] = SERVICE_MONITOR_CRD in crds
+        report.ok(
+            "service-monitor",
+            "Prometheus Operator CRDs present: dcgm-exporter ServiceMonitor on"
+            if ctx.data["prometheus_crds"]
+            else "no Prometheus Operator CRDs: dcgm-exporter ServiceMonitor off (it would fail)",
+        )
+        if ctx.site.nic.profile == "intel-e810":
+            report.ok(
+                "network-operator",
+                "NIC profile intel-e810: no Network Operator, Multus or RDMA CNI (ConnectX/BlueField "
+                "only; DOCA-OFED must never target an E810); the shared RDMA device plugin is used",
+            )
+        return report.findings
+
+
+def evaluate_pods(pods: list[dict[str, Any]], report: Report) -> None:
+    """Every pod Running with all containers ready, or Completed; name the broken ones."""
+    broken = []
+    for pod in pods:
+        phase = pod.get("status", {}).get("phase")
+        statuses = pod.get("status", {}).get("containerStatuses") or []
+        if phase == "Succeeded":
+            continue
+        ready = phase == "Running" and statuses and all(s.get("ready") for s in statuses)
+        if not ready:
+            restarts = sum(s.get("restartCount", 0) for s in statuses)
+            waiting = [
+                s.get("state", {}).get("waiting", {}).get("reason")
+                for s in statuses
+                if s.get("state", {}).get("waiting")
+            ]
+            state = waiting[0] if waiting else phase
+            broken.append(f"{pod['metadata']['name']} ({state}, {restarts} restarts)")
+    if not pods:
+        report.fail(
+            "pods", f"no pods in {NAMESPACE}", "check the helm release and the operator logs"
+        )
+    elif broken:
+        report.fail(
+            "pods",
+            f"{len(broken)} of {len(pods)} pods in {NAMESPACE} are not healthy: {', '.join(broken)}",
+            f"kubectl -n {NAMESPACE} describe pod <name> and kubectl logs --previous; fix the cause "
+            "(image pull from the mirror, driver build, containerd config)",
+        )
+    else:
+        report.ok("pods", f"all {len(pods)} pods in {NAMESPACE} are Running or Completed")
+
+
+def gpu_test_pod(site: Site, node: Node) -> dict[str, Any]:
+    """A pod asking for every GPU of the node that runs nvidia-smi -L (and tolerates the taint)."""
+    image = f"{mirrored('nvcr.io/nvidia', site.registry.mirror)}/cuda:12.9.1-base-ubi9"
+    container = {
+        "name": "nvidia-smi",
+        "image": image,
+        "command": ["nvidia-smi", "-L"],
+        "resources": {"limits": {"nvidia.com/gpu": node.gpu_count}},
+    }
+    return node_pod(site, node, f"gnw-gpu-test-{node.name}", NAMESPACE, container)
+
+
+async def run_test_pod(
+    ctx: StepContext, pod: dict[str, Any], *, timeout: float = 300
+) -> tuple[str | None, str]:
+    """Create the pod, wait for it to finish, return (logs, phase); the pod is removed after."""
+    import asyncio
+    import time
+
+    kube = ctx.services.kube
+    namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+    await kube.delete_pod(namespace, name)
+    await kube.create_pod(namespace, pod)
+    deadline = time.monotonic() + timeout
+    phase = "Pending"
+    try:
+        while time.monotonic() < deadline:
+            live = await kube.pod(namespace, name)
+            phase = (live or {}).get("status", {}).get("phase", "Pending")
+            if phase in ("Succeeded", "Failed"):
+                return await kube.pod_log(namespace, name), phase
+            await asyncio.sleep(1)
+        return None, f"still {phase} after {timeout:g}s"
+    finally:
+        await kube.delete_pod(namespace, name)
+
+
+class VerifyGpuOperator(Step):
+    id = "gpu-operator.verify"
+    title = "GPU Operator pods, allocatable GPUs and a test pod"
+    kind = StepKind.CHECK
+    gates = ("T01",)
+    requires = ("gpu-operator.install",)
+    reads = ("node.gpu_count", "taint", "registry", "cluster")
+    explain = (
+        "Every pod in gpu-operator is Running with containers ready or Completed; containerd "
+        "on the node has the nvidia runtime (in config.toml, or in the toolkit's drop-in that "
+        "config.toml still imports after Kubespray runs); node allocatable nvidia.com/gpu "
+        "equals the expected count; a test pod requesting the node's GPUs runs nvidia-smi -L "
+        "and lists them. The validator alone is not proof."
+    )
+
+    def commands(self, site: Site, node: Node | None) -> list[str]:
+        name = q(node.name) if node else "<node>"
+        return [
+            f"kubectl get pods -n {NAMESPACE} -o wide",
+            *runtime_read_lines(site),
+            f"kubectl get node {name} -o jsonpath='{{.status.allocatable}}'  # nvidia.com/gpu",
+            f"kubectl -n {NAMESPACE} apply -f gpu-test-pod.yaml && kubectl -n {NAMESPACE} logs gnw-gpu-test-{name}",
+        ]
+
+    def artifacts(self, site: Site, node: Node | None) -> list[Artifact]:
+        if node is None:
+            return []
+        return [
+            k8s_object(
+                f"nodes/{node.name}/k8s/gpu-test-pod.yaml",
+                gpu_test_pod(site, node),
+                f"Pod {NAMESPACE}/gnw-gpu-test-{node.name}",
+                "runs nvidia-smi -L on every GPU of the node",
+            )
+        ]
+
+    async def verify(self, ctx: StepContext) -> list[Finding]:
+        assert ctx.node is not None
+        report = Report("T01")
+        kube = ctx.services.kube
+        pods = await kube.pods(NAMESPACE)
+        evaluate_pods(pods, report)
+        config_file = config_path(ctx.site)
+        evaluate_runtime(
+            ctx.node.name,
+            config_file,
+            await ctx.read_file(config_file),
+            await ctx.read_file(TOOLKIT_DROP_IN),
+            report,
+        )
+        node = await kube.node(ctx.node.name) or {}
+        allocatable = node.get("status", {}).get("allocatable", {}).get("nvidia.com/gpu")
+        if allocatable == str(ctx.node.gpu_count):
+            report.ok("allocatable", f"{ctx.node.name} allocatable nvidia.com/gpu = {allocatable}")
+        else:
+            report.fail(
+                "allocatable",
+                f"{ctx.node.name} allocatable nvidia.com/gpu = {allocatable or 'absent'}, "
+                f"expected {ctx.node.gpu_count}",
+                "check the device plugin pod on the node and `nvidia-smi` in the driver pod",
+            )
+            return report.findings
+        logs, phase = await run_test_pod(ctx, gpu_test_pod(ctx.site, ctx.node))
+        if logs is None:
+            report.fail(
+                "test-pod",
+                f"the nvidia-smi test pod did not finish: {phase}",
+                "kubectl describe the pod",
+            )
+            return report.findings
+        try:
+            listed = len(parse("nvidia-smi-l", logs).gpus)
+        except ParseError as exc:
+            report.fail(
+                "test-pod",
+                f"the test pod ({phase}) printed no GPU list: {exc.reason}",
+                "read its logs",
+            )
+            return report.findings
+        if listed == ctx.node.gpu_count:
+            report.ok("test-pod", f"a pod on {ctx.node.name} sees {listed} GPUs with nvidia-smi -L")
+        else:
+            report.fail(
+                "test-pod",
+                f"the test pod sees {listed} GPUs, expected {ctx.node.gpu_count}",
+                "check the driver pod logs and `nvidia-smi -q` on the node",
+            )
+        return report.findings
+
+
+PHASE = Phase(
+    id="gpu-operator",
+    number=8,
+    title="GPU Operator 26.7",
+    summary="Install the pinned GPU Operator with Helm and prove the GPUs are schedulable.",
+    steps=(OperatorPreflight(), InstallGpuOperator(), VerifyGpuOperator()),
+)
