@@ -4,6 +4,7 @@ evidence, an error panel for hosts that cannot be used, and the live command log
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 
@@ -15,8 +16,9 @@ from textual.content import Content
 from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import DataTable, Footer, Header, Label, Log, ProgressBar, Static
+from textual.widgets import DataTable, Footer, Header, Label, ProgressBar, Static
 
+from screens.logview import FollowLog, LogScreen
 from wizard.events import (
     CommandFinished,
     CommandStarted,
@@ -65,8 +67,10 @@ Delivery = Event | Callable[[], object]
 
 class MainScreen(Screen[None]):
     BINDINGS = [
-        Binding("l", "focus('log')", "Log"),
-        Binding("f", "focus('findings')", "Findings"),
+        # Named actions of this screen: a bare `focus('log')` resolved to the screen's own
+        # `focus` method with "log" as a CSS query, and the app crashed on the first press.
+        Binding("l", "show_log", "Log"),
+        Binding("f", "focus_findings", "Findings"),
         Binding("r", "app.report", "Report"),
         Binding("m", "app.measurements", "Measurements"),
         Binding("n", "nodes", "Nodes"),
@@ -94,6 +98,12 @@ class MainScreen(Screen[None]):
         self._inbox_posted = False
         self._pending_lines: list[str] = []
         self._covered_drain: Timer | None = None
+        # Elapsed times: the run's, and each step's on each target since it started.
+        self.clock = time.monotonic  # a snapshot test sets a fixed clock
+        self._run_started = self.clock()
+        self._started: dict[tuple[str, str], float] = {}
+        self._current: tuple[str, str, str] | None = None  # title, step, target shown now
+        self._run_ended = False
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False)
@@ -108,7 +118,7 @@ class MainScreen(Screen[None]):
                 yield DataTable(id="findings", cursor_type="row", zebra_stripes=True)
                 yield Static("Select a finding to see its remediation and evidence.", id="detail")
                 yield Label("Live log", classes="pane-title")
-                yield Log(id="log", max_lines=20_000)
+                yield FollowLog(id="log", max_lines=20_000)
         yield Footer()
 
     def on_mount(self) -> None:
@@ -137,6 +147,27 @@ class MainScreen(Screen[None]):
         findings.add_column("check", key="check", width=26)
         findings.add_column("message", key="message")
         self.query_one("#error-panel", Static).display = False
+        self.set_interval(1.0, self._tick)
+
+    def _tick(self) -> None:
+        """Once a second: the running step's elapsed time and the run's."""
+        now = self.clock()
+        if not self._run_ended:
+            self.sub_title = f"site {self.site.name} · run {elapsed(now - self._run_started)}"
+        if self._current is not None:
+            title, step, target = self._current
+            since = self._started.get((step, target))
+            if since is not None:
+                self.query_one("#step-title", Label).update(
+                    f"{title}  ({step} on {target})  {elapsed(now - since)}"
+                )
+
+    def run_ended(self) -> None:
+        """The run is over: the run's time stops."""
+        self._run_ended = True
+        self.sub_title = (
+            f"site {self.site.name} · run took {elapsed(self.clock() - self._run_started)}"
+        )
 
     # -- engine events --------------------------------------------------------------------------
 
@@ -192,13 +223,19 @@ class MainScreen(Screen[None]):
                 self._log(f"== {title}")
             case StepStarted(step=step, target=target, title=title):
                 self.states[(step, target)] = StepState.RUNNING
+                self._started[(step, target)] = self.clock()
+                self._current = (title, step, target)
                 self.query_one("#step-title", Label).update(f"{title}  ({step} on {target})")
                 self._refresh_phase(step)
             case StepFinished(step=step, target=target, state=state, message=msg, findings=fs):
                 self.states[(step, target)] = state
                 self._refresh_phase(step)
                 self.query_one("#progress", ProgressBar).advance(1)
-                self._log(f"{target}: {step}: {state.value}{f' - {msg}' if msg else ''}")
+                since = self._started.pop((step, target), None)
+                took = f" ({elapsed(self.clock() - since)})" if since is not None else ""
+                self._log(f"{target}: {step}: {state.value}{f' - {msg}' if msg else ''}{took}")
+                if self._current is not None and self._current[1:] == (step, target):
+                    self._current = None
                 for finding in fs:
                     self._add_finding(step, target, finding)
             case CommandStarted(target=target, command=command):
@@ -219,7 +256,7 @@ class MainScreen(Screen[None]):
     def _flush_log(self) -> None:
         """One write for the lines of a drain, not one refresh per line."""
         if self._pending_lines:
-            self.query_one("#log", Log).write_lines(self._pending_lines)
+            self.query_one("#log", FollowLog).write_lines(self._pending_lines)
             self._pending_lines = []
 
     def _refresh_phase(self, step_id: str) -> None:
@@ -297,6 +334,13 @@ class MainScreen(Screen[None]):
                 parts.append(evidence.excerpt)
         self.query_one("#detail", Static).update(Content("\n".join(parts)))
 
+    def action_show_log(self) -> None:
+        """Every command and its output, full screen, with a search."""
+        self.app.push_screen(LogScreen(self.transcript))
+
+    def action_focus_findings(self) -> None:
+        self.query_one("#findings", DataTable).focus()
+
     def action_nodes(self) -> None:
         """The fleet view: every node's state per phase (the sidebar shows six)."""
         from screens.fleet import FleetScreen
@@ -311,6 +355,16 @@ class MainScreen(Screen[None]):
 
     def worst_severity(self) -> Severity:
         return worst([f for _, _, f in self.findings])
+
+
+def elapsed(seconds: float) -> str:
+    """``4.2s``, ``3:07``, ``1:02:03``: short enough for a title line."""
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    whole = int(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
 def _short(name: str) -> str:

@@ -687,6 +687,7 @@ class Engine:
             rollback=self._rollback_text(step, ctx, capture),
             confirm_text=ctx.target,
             actions=tuple(self._actions(step, ctx)),
+            reversible=step.reversible,
         )
         # One screen for a maintenance change: the window gate shows the ordered actions,
         # the diffs and the rollback computed from the capture; no second review.
@@ -736,6 +737,7 @@ class Engine:
             rollback=self._rollback_text(step, ctx, capture),
             confirm_text=ctx.target,
             actions=tuple(self._actions(step, ctx)),
+            reversible=step.reversible,
         )
         if stage == "rolling-back" or await self._ask(resume) is Answer.SKIP:
             # An interrupted rollback is finished, not turned into the change again.

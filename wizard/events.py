@@ -121,6 +121,9 @@ class Decision:
     actions: tuple[str, ...] = ()
     # A rollback offer: the failing checks it is offered for, with their evidence.
     findings: tuple[Finding, ...] = ()
+    # A maintenance window: False when the change cannot be undone (a reboot), so the
+    # window gate shows no rollback plan.
+    reversible: bool = True
 
 
 @dataclass(frozen=True)
