@@ -278,7 +278,7 @@ class MainScreen(Screen[None]):
                 for n in self.node_names
             ]
             counts = " ".join(
-                f"{g}{glyphs.count(g)}" for g in ("✔", "✖", "…", "⊘") if glyphs.count(g)
+                f"{g}{glyphs.count(g)}" for g in ("✔", "↷", "✖", "…", "⊘") if glyphs.count(g)
             )
             table.update_cell(phase.id, "fleet", counts or GLYPHS[StepState.PENDING])
 
@@ -381,6 +381,7 @@ def phase_glyph(states: list[StepState | None]) -> str:
             return GLYPHS[state]
     if len(known) < len(states):
         return GLYPHS[StepState.RUNNING]
-    if all(s is StepState.SKIPPED for s in known):
+    if StepState.SKIPPED in known:
+        # A phase with a skipped step is not done: its change (or its proof) is missing.
         return GLYPHS[StepState.SKIPPED]
     return GLYPHS[StepState.DONE]
