@@ -133,6 +133,12 @@ class ReviewScreen(AnswerScreen):
                 f"{d.step} on {d.target}: {d.summary}. Nothing is applied before you confirm."
             )
             with VerticalScroll(id="diffs"):
+                if d.actions:
+                    yield Label(
+                        "Commands (ctrl+c copies them with the diffs)", classes="diff-title"
+                    )
+                    yield Static("\n".join(d.actions), id="commands", classes="actions",
+                                 markup=False)  # fmt: skip
                 for diff in d.diffs:
                     state = "changes" if diff.changed else "no change"
                     yield Label(f"{diff.destination}  ({state})", classes="diff-title")

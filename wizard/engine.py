@@ -648,6 +648,8 @@ class Engine:
             f"{len(pending)} change(s) on {ctx.target}",
             diffs=tuple(_diff(c) for c in changes),
             other_nodes=self._other_nodes(step, ctx.target),
+            # The exact commands with the diff (for a Helm release: chart, version, values).
+            actions=tuple(step.actions(self.site, ctx.node)),
         )
         if not await self._confirmed(step, decision):
             return self._skipped(step, ctx, "skipped by the operator at the review")

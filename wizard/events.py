@@ -117,7 +117,8 @@ class Decision:
     confirm_text: str | None = None
     # Other nodes of this step, not done yet, that an approval of "the same change" could cover.
     other_nodes: int = 0
-    # A maintenance window: the ordered actions (cordon, drain, each command, uncordon).
+    # The ordered actions: a maintenance window's (cordon, drain, each command, uncordon);
+    # a review's, the commands the step runs (a Helm release: chart, version, values file).
     actions: tuple[str, ...] = ()
     # A rollback offer: the failing checks it is offered for, with their evidence.
     findings: tuple[Finding, ...] = ()
