@@ -70,6 +70,18 @@ class CommandFinished(Event):
 
 
 @dataclass(frozen=True)
+class Waiting(Event):
+    """A step waits for something outside the wizard (a node coming back from a reboot),
+    for at most ``timeout_s`` from now: a front end shows a countdown. It ends with the
+    step's StepFinished."""
+
+    step: str
+    target: str
+    message: str
+    timeout_s: float
+
+
+@dataclass(frozen=True)
 class Notice(Event):
     """Something the operator should read that is not a finding (resume, waiver...)."""
 
