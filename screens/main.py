@@ -17,7 +17,9 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Header, Label, ProgressBar, Static
+from textual.widgets.data_table import ColumnKey
 
+from screens import layout
 from screens.logview import FollowLog, LogScreen
 from wizard.events import (
     CommandFinished,
@@ -28,6 +30,7 @@ from wizard.events import (
     PhaseStarted,
     StepFinished,
     StepStarted,
+    Waiting,
 )
 from wizard.fleet import is_fleet
 from wizard.model import Finding, Severity, StepState, worst
@@ -66,14 +69,18 @@ Delivery = Event | Callable[[], object]
 
 
 class MainScreen(Screen[None]):
+    HORIZONTAL_BREAKPOINTS = layout.HORIZONTAL
+    VERTICAL_BREAKPOINTS = layout.VERTICAL
+
     BINDINGS = [
         # Named actions of this screen: a bare `focus('log')` resolved to the screen's own
         # `focus` method with "log" as a CSS query, and the app crashed on the first press.
         Binding("l", "show_log", "Log"),
         Binding("f", "focus_findings", "Findings"),
         Binding("r", "app.report", "Report"),
-        Binding("m", "app.measurements", "Measurements"),
+        Binding("m", "app.measurements", "Measure"),
         Binding("n", "nodes", "Nodes"),
+        Binding("p", "toggle_phases", "Phases"),
         Binding("question_mark", "app.help", "Help"),
         Binding("q", "app.quit", "Quit"),
     ]
@@ -103,6 +110,8 @@ class MainScreen(Screen[None]):
         self._run_started = self.clock()
         self._started: dict[tuple[str, str], float] = {}
         self._current: tuple[str, str, str] | None = None  # title, step, target shown now
+        # What steps wait for (a node's reboot) and until when: a countdown each second.
+        self._waiting: dict[tuple[str, str], tuple[str, float]] = {}
         self._run_ended = False
 
     def compose(self) -> ComposeResult:
@@ -113,13 +122,16 @@ class MainScreen(Screen[None]):
                 yield DataTable(id="phases", cursor_type="row", zebra_stripes=False)
             with Vertical(id="main"):
                 yield Label("Starting...", id="step-title")
-                yield ProgressBar(total=self.total, id="progress", show_eta=False)
+                with Horizontal(id="progress-line"):
+                    yield ProgressBar(total=self.total, id="progress", show_eta=False)
+                    yield Label("", id="elapsed")
                 yield Static("", id="error-panel")
                 yield DataTable(id="findings", cursor_type="row", zebra_stripes=True)
                 yield Static("Select a finding to see its remediation and evidence.", id="detail")
                 yield Label("Live log", classes="pane-title")
                 yield FollowLog(id="log", max_lines=20_000)
-        yield Footer()
+        # Compact, without the palette hint: every key fits in 80 columns.
+        yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         self.title = "gpu-node-wizard"
@@ -146,28 +158,49 @@ class MainScreen(Screen[None]):
         findings.add_column("target", key="target", width=12)
         findings.add_column("check", key="check", width=26)
         findings.add_column("message", key="message")
+        self._fit_findings()
         self.query_one("#error-panel", Static).display = False
         self.set_interval(1.0, self._tick)
 
+    def on_resize(self) -> None:
+        self._fit_findings()
+
+    def _fit_findings(self) -> None:
+        """Narrow the target and check columns on a narrow table, so the message keeps at
+        least a third of it (the detail below shows every name in full)."""
+        table = self.query_one("#findings", DataTable)
+        width = table.size.width or self.size.width
+        target, check = (12, 26) if width >= 100 else (10, 18) if width >= 70 else (8, 14)
+        columns = table.columns
+        for key, value in (("target", target), ("check", check)):
+            column = columns.get(ColumnKey(key))
+            if column is not None and column.width != value:
+                column.width = value
+                table._require_update_dimensions = True
+        table.refresh()
+
     def _tick(self) -> None:
-        """Once a second: the running step's elapsed time and the run's."""
+        """Once a second: the running step's elapsed time and the run's. In a label of
+        this screen, not the header's sub-title: the header re-renders a changed title
+        from a callback that can race the screen's teardown when the app quits."""
         now = self.clock()
-        if not self._run_ended:
-            self.sub_title = f"site {self.site.name} · run {elapsed(now - self._run_started)}"
+        if self._run_ended:
+            return
+        parts = [f"run {elapsed(now - self._run_started)}"]
+        for message, until in self._waiting.values():
+            parts.insert(0, f"⧗ {message}: at most {elapsed(max(0.0, until - now))} left")
         if self._current is not None:
-            title, step, target = self._current
+            _title, step, target = self._current
             since = self._started.get((step, target))
             if since is not None:
-                self.query_one("#step-title", Label).update(
-                    f"{title}  ({step} on {target})  {elapsed(now - since)}"
-                )
+                parts.insert(0, f"{step} on {target}: {elapsed(now - since)}")
+        self.query_one("#elapsed", Label).update(" · ".join(parts))
 
     def run_ended(self) -> None:
         """The run is over: the run's time stops."""
         self._run_ended = True
-        self.sub_title = (
-            f"site {self.site.name} · run took {elapsed(self.clock() - self._run_started)}"
-        )
+        took = elapsed(self.clock() - self._run_started)
+        self.query_one("#elapsed", Label).update(f"the run took {took}")
 
     # -- engine events --------------------------------------------------------------------------
 
@@ -231,6 +264,7 @@ class MainScreen(Screen[None]):
                 self.states[(step, target)] = state
                 self._refresh_phase(step)
                 self.query_one("#progress", ProgressBar).advance(1)
+                self._waiting.pop((step, target), None)
                 since = self._started.pop((step, target), None)
                 took = f" ({elapsed(self.clock() - since)})" if since is not None else ""
                 self._log(f"{target}: {step}: {state.value}{f' - {msg}' if msg else ''}{took}")
@@ -238,6 +272,10 @@ class MainScreen(Screen[None]):
                     self._current = None
                 for finding in fs:
                     self._add_finding(step, target, finding)
+            case Waiting(step=step, target=target, message=text, timeout_s=timeout):
+                self._waiting[(step, target)] = (text, self.clock() + timeout)
+                self._log(f"{target}: {step}: {text} (at most {elapsed(timeout)})")
+                self._tick()
             case CommandStarted(target=target, command=command):
                 self._log(f"{target}$ {command}")
             case OutputLine(target=target, line=line):
@@ -337,6 +375,10 @@ class MainScreen(Screen[None]):
     def action_show_log(self) -> None:
         """Every command and its output, full screen, with a search."""
         self.app.push_screen(LogScreen(self.transcript))
+
+    def action_toggle_phases(self) -> None:
+        """Show or hide the phases sidebar (hidden by default below 100 columns)."""
+        self.toggle_class("-phases-shown" if self.has_class("-narrow") else "-phases-hidden")
 
     def action_focus_findings(self) -> None:
         self.query_one("#findings", DataTable).focus()

@@ -16,6 +16,7 @@ from textual.highlight import HighlightTheme, highlight
 from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Input, Label, Static
 
+from screens import layout
 from wizard.events import Answer, Decision, Reply
 from wizard.model import Finding
 
@@ -33,6 +34,9 @@ DIALOG_BINDINGS = [
 class Dialog(ModalScreen[Reply]):
     """A decision dialog: its own keys in its footer, help, quit, the diff scrolled from
     any focus, and the shown text copied to the clipboard."""
+
+    HORIZONTAL_BREAKPOINTS = layout.HORIZONTAL
+    VERTICAL_BREAKPOINTS = layout.VERTICAL
 
     def action_scroll_diffs(self, how: str) -> None:
         for scroll in self.query("#diffs").results(VerticalScroll):
@@ -117,7 +121,7 @@ class ReviewScreen(AnswerScreen):
 
     BINDINGS = [
         Binding("a", "answer('proceed')", "Apply"),
-        Binding("A", "answer('proceed-same')", "Apply, and on nodes with the same change"),
+        Binding("A", "answer('proceed-same')", "Apply + alike"),
         Binding("s", "answer('skip')", "Skip"),
         Binding("escape", "answer('skip')", "Skip", show=False),
         Binding("ctrl+x", "answer('abort')", "Abort run"),
@@ -126,11 +130,13 @@ class ReviewScreen(AnswerScreen):
 
     def compose(self) -> ComposeResult:
         d = self.decision
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)
         with Vertical(id="dialog", classes="review"):
             yield Label(f"Review: {d.title}", classes="dialog-title")
-            yield Label(
-                f"{d.step} on {d.target}: {d.summary}. Nothing is applied before you confirm."
+            yield Static(
+                f"{d.step} on {d.target}: {d.summary}. Nothing is applied before you confirm.",
+                classes="summary",
+                markup=False,
             )
             with VerticalScroll(id="diffs"):
                 if d.actions:
@@ -150,8 +156,9 @@ class ReviewScreen(AnswerScreen):
                 yield Button("Apply", id="proceed", variant="primary")
                 if d.other_nodes:
                     yield Button(
-                        f"Apply, and on other nodes with this same change ({d.other_nodes})",
+                        f"Apply + {d.other_nodes} alike",
                         id="proceed_same",
+                        tooltip=f"Apply, and on the {d.other_nodes} other nodes with this same change",
                     )
                 yield Button("Skip", id="skip")
                 yield Button("Abort run", id="abort", variant="error")
@@ -177,7 +184,7 @@ class RollbackScreen(AnswerScreen):
 
     def compose(self) -> ComposeResult:
         d = self.decision
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)
         with Vertical(id="dialog", classes="maintenance"):
             yield Label(f"Roll back? {d.title}", classes="dialog-title danger")
             yield Static(d.summary, classes="summary", markup=False)
@@ -219,7 +226,7 @@ class MaintenanceScreen(Dialog):
 
     def compose(self) -> ComposeResult:
         d = self.decision
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)
         with Vertical(id="dialog", classes="maintenance"):
             yield Label(f"Maintenance window: {d.title}", classes="dialog-title danger")
             yield Static(d.summary, classes="summary", markup=False)
@@ -296,7 +303,7 @@ class ManualScreen(AnswerScreen):
 
     def compose(self) -> ComposeResult:
         d = self.decision
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)
         with Vertical(id="dialog"):
             yield Label(f"Your turn: {d.title}", classes="dialog-title")
             with VerticalScroll(id="diffs"):
@@ -318,6 +325,8 @@ class QuitScreen(ModalScreen[bool]):
     """
 
     AUTO_FOCUS = "#stay"
+    HORIZONTAL_BREAKPOINTS = layout.HORIZONTAL
+    VERTICAL_BREAKPOINTS = layout.VERTICAL
 
     BINDINGS = [
         Binding("escape,n", "dismiss(False)", "Stay"),
@@ -330,7 +339,7 @@ class QuitScreen(ModalScreen[bool]):
         self.in_flight = in_flight
 
     def compose(self) -> ComposeResult:
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)
         with Vertical(id="dialog", classes="quit"):
             yield Label("A maintenance change is in flight", classes="dialog-title danger")
             with VerticalScroll(id="in-flight"):
@@ -382,10 +391,12 @@ Every dialog:      pageup/pagedown scroll the diff   ctrl+c copy its commands an
 
 
 class HelpScreen(ModalScreen[None]):
+    HORIZONTAL_BREAKPOINTS = layout.HORIZONTAL
+    VERTICAL_BREAKPOINTS = layout.VERTICAL
     BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close")]
 
     def compose(self) -> ComposeResult:
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)
         with Vertical(id="dialog"):
             yield Label("gpu-node-wizard help", classes="dialog-title")
             yield Static(HELP)

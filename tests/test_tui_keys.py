@@ -39,6 +39,7 @@ from wizard.events import (
     OutputLine,
     StepFinished,
     StepStarted,
+    Waiting,
 )
 from wizard.model import Evidence, Finding, Severity, StepState
 from wizard.site import parse_site
@@ -277,13 +278,29 @@ async def test_step_and_run_elapsed_times_are_shown():
         await pilot.pause(0.1)
         now[0] = 1012.5
         main._tick()
-        assert "Host preflight  (preflight.host on gpu-1)  12.5s" in str(
-            main.query_one("#step-title").content
+        assert (
+            str(main.query_one("#elapsed").content) == "preflight.host on gpu-1: 12.5s · run 1:52"
         )
-        assert main.sub_title == "site lab · run 1:52"
         main.deliver(StepFinished("preflight.host", "gpu-1", StepState.DONE))
         await pilot.pause(0.1)
         assert main.transcript[-1] == "gpu-1: preflight.host: done (12.5s)"
+        # A reboot: a countdown from the step's own limit, gone when the step ends.
+        main.deliver(StepStarted("operate.reboot", "gpu-1", "Reboot"))
+        main.deliver(Waiting("operate.reboot", "gpu-1", "waiting for gpu-1 to come back", 900.0))
+        await pilot.pause(0.1)
+        now[0] = 1072.5
+        main._tick()
+        assert str(main.query_one("#elapsed").content) == (
+            "operate.reboot on gpu-1: 1:00 · ⧗ waiting for gpu-1 to come back: at most 14:00 left"
+            " · run 2:52"
+        )
+        main.deliver(StepFinished("operate.reboot", "gpu-1", StepState.DONE))
+        await pilot.pause(0.1)
+        main._tick()
+        assert "waiting" not in str(main.query_one("#elapsed").content)
+        now[0] = 1100.0
+        main.run_ended()
+        assert str(main.query_one("#elapsed").content) == "the run took 3:20"
 
 
 async def test_rollback_dialog_names_the_failing_check_with_its_evidence():
