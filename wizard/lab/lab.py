@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import json
 import os
-import pickle
 import shlex
 import stat
 import sys
@@ -62,6 +61,7 @@ class Lab:
     # ports, keys, hosts and cluster when started again (wizard/lab/persist.py).
     persist: bool = False
     _saver: asyncio.Task | None = field(default=None, repr=False)
+    _client_key: asyncssh.SSHKey | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         check_faults(self.faults)
@@ -138,53 +138,17 @@ class Lab:
         self._write_kubeconfig()
         helm = self._write_helm()
         self._write_site(key_path, helm)
+        self._client_key = client_key
         if self.persist:
-            self._client_key = client_key
             self.save()
-            self._saver = asyncio.create_task(self._save_often())
+            self._saver = asyncio.create_task(persist.keep_saving(self, SAVE_EVERY_S))
         return self.site_path
 
     # -- kept across restarts (persist) ---------------------------------------------------------
 
     def save(self) -> None:
         """Write what this lab is now into its directory (see wizard/lab/persist.py)."""
-        assert self.api is not None
-        with self.cluster.lock:
-            objects = pickle.loads(pickle.dumps(self.cluster.objects))  # a consistent copy
-            version = self.cluster._rv
-        persist.save(
-            self.directory,
-            persist.Saved(
-                nodes=self.nodes,
-                peers=self.peers,
-                faults=tuple(self.faults),
-                client_key=self._client_key.export_private_key(),
-                host_keys={n: s.host_key.export_private_key() for n, s in self.servers.items()},
-                ssh_ports={n: s.port for n, s in self.servers.items()},
-                api_port=int(self.api.httpd.server_address[1]),
-                hosts=dict(self.hosts),
-                objects=objects,
-                resource_version=version,
-                releases=dict(self.releases),
-            ),
-        )
-
-    async def _save_often(self) -> None:
-        """Save whenever the simulated state changed, so a killed demo loses at most the
-        last second (a host command, an API write, a helm release)."""
-        last = None
-        while True:
-            await asyncio.sleep(SAVE_EVERY_S)
-            mark = (
-                sum(len(h.commands) for h in self.hosts.values()),
-                self.cluster._rv,
-                len(self.releases),
-                tuple(h.boot_id for h in self.hosts.values()),
-            )
-            if mark != last:
-                last = mark
-                with contextlib.suppress(OSError):  # a full disk: the next change tries again
-                    self.save()
+        persist.save(self.directory, persist.capture(self))
 
     async def _serve(
         self,

@@ -17,14 +17,18 @@ the lab then starts fresh, and the wizard's identity checks reset what it record
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wizard.lab.host import LabHost
+
+if TYPE_CHECKING:
+    from wizard.lab.lab import Lab
 
 SAVED = "lab-state.pickle"
 FORMAT = 1  # bump when the saved shape changes: an older file starts a fresh lab
@@ -80,3 +84,42 @@ def save(directory: Path, saved: Saved) -> None:
         out.flush()
         os.fsync(out.fileno())
     os.replace(tmp, path)
+
+
+def capture(lab: Lab) -> Saved:
+    """What ``lab`` is now (the cluster copied under its lock: the API thread writes it)."""
+    assert lab.api is not None and lab._client_key is not None
+    with lab.cluster.lock:
+        objects = pickle.loads(pickle.dumps(lab.cluster.objects))
+        version = lab.cluster._rv
+    return Saved(
+        nodes=lab.nodes,
+        peers=lab.peers,
+        faults=tuple(lab.faults),
+        client_key=lab._client_key.export_private_key(),
+        host_keys={n: s.host_key.export_private_key() for n, s in lab.servers.items()},
+        ssh_ports={n: s.port for n, s in lab.servers.items()},
+        api_port=int(lab.api.httpd.server_address[1]),
+        hosts=dict(lab.hosts),
+        objects=objects,
+        resource_version=version,
+        releases=dict(lab.releases),
+    )
+
+
+async def keep_saving(lab: Lab, every_s: float) -> None:
+    """Save whenever the simulated state changed (checked every ``every_s``), so that a
+    killed demo loses at most that much: a host command, an API write, a helm release."""
+    last = None
+    while True:
+        await asyncio.sleep(every_s)
+        mark = (
+            sum(len(h.commands) for h in lab.hosts.values()),
+            lab.cluster._rv,
+            len(lab.releases),
+            tuple(h.boot_id for h in lab.hosts.values()),
+        )
+        if mark != last:
+            last = mark
+            with contextlib.suppress(OSError):  # a full disk: the next change tries again
+                lab.save()
