@@ -1009,7 +1009,11 @@ class Engine:
     def _skipped(self, step: Step, ctx: StepContext, why: str) -> tuple[StepState, list[Finding]]:
         """The step did not run: recorded with who/why as a skip finding on each of its
         gates, so no gate it belongs to can pass without it (``model.verdict``)."""
-        remedy = f"run the wizard again and let {step.id} run on {ctx.target} (Start over, or `run --step {step.id}`)"
+        # A skip is settled: a resume keeps it; starting over asks again.
+        remedy = (
+            f"a resume keeps this skip: to let {step.id} run on {ctx.target}, start over "
+            "(the start screen's Start over, or `run SITE --start-over`)"
+        )
         findings = [skipped_finding(step.id, gate, ctx.target, why, remedy) for gate in step.gates]
         return self._finish(ctx, StepState.SKIPPED, findings, why)
 
