@@ -2,8 +2,8 @@
 full-screen log view (``l``) with a search that keeps only the matching lines.
 
 Textual's ``Log`` follows only while its scroll position is exactly at the end when a
-write arrives. A burst written before the widget had its size (or while a modal covered
-the screen) leaves it one line short of the end, and from then on it never follows
+write arrives. A burst written before the widget had its size, or the log shrinking as
+the panes above it grow, leaves it short of the end, and from then on it never follows
 again: the operator saw the first preflight lines for the whole run. Here following is
 the operator's choice instead: scrolling up stops it, scrolling back to the end (or
 ``end``) resumes it.
@@ -39,6 +39,12 @@ class FollowLog(Log):
     def _to_end(self) -> None:
         if self.follow:
             self.scroll_end(animate=False, immediate=True, x_axis=False)
+
+    def on_resize(self, event: events.Resize) -> None:
+        # The log shrinks when the panes above it grow (a finding's detail, the error
+        # panel): the end moves down without a write, and a follower goes with it.
+        if self.follow:
+            self.call_after_refresh(self._to_end)
 
     def _stop_following(self) -> None:
         self.follow = False

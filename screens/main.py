@@ -33,7 +33,7 @@ from wizard.events import (
     Waiting,
 )
 from wizard.fleet import is_fleet
-from wizard.model import Finding, Severity, StepState, worst
+from wizard.model import Finding, Severity, StepState, is_skipped_step, worst
 from wizard.plan import Plan
 from wizard.site import Site
 
@@ -77,6 +77,7 @@ class MainScreen(Screen[None]):
         # `focus` method with "log" as a CSS query, and the app crashed on the first press.
         Binding("l", "show_log", "Log"),
         Binding("f", "focus_findings", "Findings"),
+        Binding("F", "problems_only", "Problems", show=False),
         Binding("r", "app.report", "Report"),
         Binding("m", "app.measurements", "Measure"),
         Binding("n", "nodes", "Nodes"),
@@ -94,6 +95,7 @@ class MainScreen(Screen[None]):
         self.transcript: list[str] = []
         self.node_names = [n.name for n in site.nodes]
         self.fleet = is_fleet(len(self.node_names))
+        self.problems_only = False  # F: the findings table lists only what needs attention
         # A fleet gets one count column instead of a column per node, so that the phase
         # titles stay in view; the fleet view (n) has a row per node.
         self.node_columns = [] if self.fleet else self.node_names
@@ -322,23 +324,16 @@ class MainScreen(Screen[None]):
 
     def _add_finding(self, step: str, target: str, finding: Finding) -> None:
         self.findings.append((step, target, finding))
-        if self.fleet and finding.severity in (Severity.PASS, Severity.SKIP) and not finding.waived:
-            # On a fleet the table lists what needs attention (thousands of passes would
-            # bury it); the fleet view, the report and the checkpoint keep every finding.
-            return
-        severity = Severity.WARN if finding.waived else finding.severity
-        label = "waived" if finding.waived else severity.value
-        table = self.query_one("#findings", DataTable)
-        table.add_row(
-            Content.styled(label, SEVERITY_STYLE[severity]),
-            target,
-            finding.check,
-            finding.message,
-            key=str(len(self.findings) - 1),
-        )
-        if finding.severity is not Severity.PASS:
-            table.move_cursor(row=table.row_count - 1)
-            self._show_detail(len(self.findings) - 1)
+        index = len(self.findings) - 1
+        if self._shows(finding):
+            if self.problems_only:
+                self._fill_findings()  # failures first: the new one takes its place
+            else:
+                self._add_row(index)
+            if finding.severity is not Severity.PASS:
+                table = self.query_one("#findings", DataTable)
+                table.move_cursor(row=table.get_row_index(str(index)))
+                self._show_detail(index)
         if finding.check.endswith((".reachable", ".timeout")) and finding.severity is Severity.FAIL:
             panel = self.query_one("#error-panel", Static)
             panel.update(
@@ -353,6 +348,50 @@ class MainScreen(Screen[None]):
                 )
             )
             panel.display = True
+
+    def _shows(self, finding: Finding) -> bool:
+        """Whether the findings table lists ``finding``. On a fleet, or with problems only
+        (F), it lists what needs attention: thousands of passes would bury it; the fleet
+        view, the report and the checkpoint keep every finding."""
+        if finding.waived or finding.severity in (Severity.WARN, Severity.FAIL):
+            return True
+        if is_skipped_step(finding):
+            return True  # a change or proof that is missing needs attention too
+        if self.problems_only:
+            return False
+        return not (self.fleet and finding.severity in (Severity.PASS, Severity.SKIP))
+
+    def _add_row(self, index: int) -> None:
+        _step, target, finding = self.findings[index]
+        severity = Severity.WARN if finding.waived else finding.severity
+        label = "waived" if finding.waived else severity.value
+        self.query_one("#findings", DataTable).add_row(
+            Content.styled(label, SEVERITY_STYLE[severity]),
+            target,
+            finding.check,
+            finding.message,
+            key=str(index),
+        )
+
+    def _fill_findings(self) -> None:
+        """The table anew: every finding it shows, failures first with problems only."""
+        table = self.query_one("#findings", DataTable)
+        table.clear()
+        shown = [i for i, (_, _, f) in enumerate(self.findings) if self._shows(f)]
+        if self.problems_only:
+            order = {Severity.FAIL: 0, Severity.WARN: 1, Severity.SKIP: 2, Severity.PASS: 3}
+            shown.sort(key=lambda i: (order[_shown_severity(self.findings[i][2])], i))
+        for index in shown:
+            self._add_row(index)
+
+    def action_problems_only(self) -> None:
+        """Only failures, warnings, waivers and skipped steps, failures first (F again: all)."""
+        self.problems_only = not self.problems_only
+        self._fill_findings()
+        self.notify(
+            "findings: problems only, failures first" if self.problems_only else "findings: all",
+            timeout=3,
+        )
 
     @on(DataTable.RowHighlighted, "#findings")
     def highlighted(self, event: DataTable.RowHighlighted) -> None:
@@ -397,6 +436,10 @@ class MainScreen(Screen[None]):
 
     def worst_severity(self) -> Severity:
         return worst([f for _, _, f in self.findings])
+
+
+def _shown_severity(finding: Finding) -> Severity:
+    return Severity.WARN if finding.waived else finding.severity
 
 
 def elapsed(seconds: float) -> str:

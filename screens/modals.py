@@ -373,7 +373,9 @@ Keys
   q        quit (the checkpoint keeps everything; run again to resume)
   r        the T00-T17 report so far     m   the measurements (bars vs line rate)
   l        the log, full screen: / searches (only matching lines), end follows again
-  f        focus the findings        the live log follows new lines unless scrolled up
+  f        focus the findings        F   problems only (failures first) / all
+  p        show or hide the phases sidebar (hidden below 100 columns)
+           the live log follows new lines unless you scroll up (end: follow again)
   n        nodes: every GPU node's state per phase and its first problem (p: problems only)
   enter    on a finding: show its evidence
   ctrl+p   command palette

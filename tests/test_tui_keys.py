@@ -329,3 +329,51 @@ async def test_maintenance_gate_shows_the_ordered_actions_and_no_rollback_for_a_
         assert "Rollback plan" not in " ".join(
             str(label.content) for label in app.screen.query(".diff-title")
         )
+
+
+async def test_problems_only_lists_failures_first_and_f_again_shows_all():
+    app = IdleApp()
+    async with app.run_test(size=(120, 40)) as pilot:
+        main = await show(app, pilot, "main")
+        findings = (
+            Finding("T00.os", "T00", Severity.PASS, "RHEL 10.2"),
+            Finding("T00.kernel", "T00", Severity.WARN, "kernel differs"),
+            Finding("T00.gpu-count", "T00", Severity.FAIL, "7 GPUs, expected 8"),
+            Finding("qos.apply.skipped", "T08", Severity.SKIP, "skipped by the operator"),
+            Finding("T02.not-configured", "T02", Severity.SKIP, "nothing to check"),
+        )
+        main.deliver(StepFinished("preflight.host", "gpu-1", StepState.FAILED, "", findings))
+        await pilot.pause(0.1)
+        table = main.query_one("#findings")
+
+        def checks():
+            return [str(table.get_row_at(i)[2]) for i in range(table.row_count)]
+
+        assert len(checks()) == 5
+        await pilot.press("F")
+        await pilot.pause(0.1)
+        assert checks() == ["T00.gpu-count", "T00.kernel", "qos.apply.skipped"]
+        await pilot.press("F")
+        await pilot.pause(0.1)
+        assert len(checks()) == 5
+
+
+async def test_the_live_log_stays_at_the_end_when_the_panes_above_it_grow():
+    app = IdleApp()
+    async with app.run_test(size=(100, 30)) as pilot:
+        main = await show(app, pilot, "main")
+        log = main.query_one("#log", FollowLog)
+        for n in range(100):
+            main.deliver(CommandStarted("gpu-1", f"cmd {n}"))
+        await wait_for(pilot, lambda: log.max_scroll_y > 0 and log.scroll_y == log.max_scroll_y, 5)
+        evidence = tuple(Evidence(f"probe {n}", "line\nline") for n in range(4))
+        big = Finding("T00.iommu", "T00", Severity.WARN, "translated", "passthrough", evidence)
+        small = Finding("T00.gpu-count", "T00", Severity.FAIL, "7 GPUs")
+        main.deliver(StepFinished("preflight.gpus", "gpu-1", StepState.FAILED, "", (big, small)))
+        await wait_for(pilot, lambda: log.scroll_y == log.max_scroll_y, 5)
+        height = log.size.height
+        table = main.query_one("#findings")
+        table.move_cursor(row=0)  # the big detail: the log shrinks, and nothing is written
+        await wait_for(pilot, lambda: log.size.height < height, 5)
+        await pilot.pause(0.2)
+        assert log.scroll_y == log.max_scroll_y

@@ -77,6 +77,9 @@ async def fill(app: IdleApp, pilot) -> None:
     await wait_for(pilot, lambda: not main._inbox and not main._inbox_posted, 5)
     main.query_one("#findings").focus()  # one focus, whatever the mount order did
     main._tick()
+    log = main.query_one("#log")
+    # The log follows after a refresh: on a loaded machine that can be a while.
+    await wait_for(pilot, lambda: log.max_scroll_y > 0 and log.scroll_y == log.max_scroll_y, 10)
     await pilot.pause(0.2)
     await pilot.wait_for_scheduled_animations()
 
