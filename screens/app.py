@@ -341,6 +341,8 @@ class WizardApp(App[int]):
     def _run_ended(self, summary: RunSummary) -> None:
         self.summary = summary
         self.finished = True
+        if self.main_screen is not None:
+            self.main_screen.run_ended()
         recorded = Failure.recorded(summary, self.journal_path)
         if recorded is not None:
             self.run_worker(self._show_failure(recorded))

@@ -14,6 +14,7 @@ from textual.content import Content
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Label, Static
 
+from screens import layout
 from screens.main import GLYPHS, SEVERITY_STYLE, MainScreen, phase_glyph
 from wizard.model import Severity, StepState
 
@@ -22,6 +23,9 @@ _PROBLEM_GLYPHS = (GLYPHS[StepState.FAILED], GLYPHS[StepState.BLOCKED])
 
 
 class FleetScreen(Screen[None]):
+    HORIZONTAL_BREAKPOINTS = layout.HORIZONTAL
+    VERTICAL_BREAKPOINTS = layout.VERTICAL
+
     BINDINGS = [
         Binding("escape,n", "app.pop_screen", "Back"),
         Binding("p", "toggle_problems", "Problems only"),

@@ -4,6 +4,7 @@ evidence, an error panel for hosts that cannot be used, and the live command log
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 
@@ -15,8 +16,11 @@ from textual.content import Content
 from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import DataTable, Footer, Header, Label, Log, ProgressBar, Static
+from textual.widgets import DataTable, Footer, Header, Label, ProgressBar, Static
+from textual.widgets.data_table import ColumnKey
 
+from screens import layout
+from screens.logview import FollowLog, LogScreen
 from wizard.events import (
     CommandFinished,
     CommandStarted,
@@ -26,9 +30,10 @@ from wizard.events import (
     PhaseStarted,
     StepFinished,
     StepStarted,
+    Waiting,
 )
 from wizard.fleet import is_fleet
-from wizard.model import Finding, Severity, StepState, worst
+from wizard.model import Finding, Severity, StepState, is_skipped_step, worst
 from wizard.plan import Plan
 from wizard.site import Site
 
@@ -64,12 +69,19 @@ Delivery = Event | Callable[[], object]
 
 
 class MainScreen(Screen[None]):
+    HORIZONTAL_BREAKPOINTS = layout.HORIZONTAL
+    VERTICAL_BREAKPOINTS = layout.VERTICAL
+
     BINDINGS = [
-        Binding("l", "focus('log')", "Log"),
-        Binding("f", "focus('findings')", "Findings"),
+        # Named actions of this screen: a bare `focus('log')` resolved to the screen's own
+        # `focus` method with "log" as a CSS query, and the app crashed on the first press.
+        Binding("l", "show_log", "Log"),
+        Binding("f", "focus_findings", "Findings"),
+        Binding("F", "problems_only", "Problems", show=False),
         Binding("r", "app.report", "Report"),
-        Binding("m", "app.measurements", "Measurements"),
+        Binding("m", "app.measurements", "Measure"),
         Binding("n", "nodes", "Nodes"),
+        Binding("p", "toggle_phases", "Phases"),
         Binding("question_mark", "app.help", "Help"),
         Binding("q", "app.quit", "Quit"),
     ]
@@ -83,6 +95,7 @@ class MainScreen(Screen[None]):
         self.transcript: list[str] = []
         self.node_names = [n.name for n in site.nodes]
         self.fleet = is_fleet(len(self.node_names))
+        self.problems_only = False  # F: the findings table lists only what needs attention
         # A fleet gets one count column instead of a column per node, so that the phase
         # titles stay in view; the fleet view (n) has a row per node.
         self.node_columns = [] if self.fleet else self.node_names
@@ -94,6 +107,14 @@ class MainScreen(Screen[None]):
         self._inbox_posted = False
         self._pending_lines: list[str] = []
         self._covered_drain: Timer | None = None
+        # Elapsed times: the run's, and each step's on each target since it started.
+        self.clock = time.monotonic  # a snapshot test sets a fixed clock
+        self._run_started = self.clock()
+        self._started: dict[tuple[str, str], float] = {}
+        self._current: tuple[str, str, str] | None = None  # title, step, target shown now
+        # What steps wait for (a node's reboot) and until when: a countdown each second.
+        self._waiting: dict[tuple[str, str], tuple[str, float]] = {}
+        self._run_ended = False
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False)
@@ -103,13 +124,16 @@ class MainScreen(Screen[None]):
                 yield DataTable(id="phases", cursor_type="row", zebra_stripes=False)
             with Vertical(id="main"):
                 yield Label("Starting...", id="step-title")
-                yield ProgressBar(total=self.total, id="progress", show_eta=False)
+                with Horizontal(id="progress-line"):
+                    yield ProgressBar(total=self.total, id="progress", show_eta=False)
+                    yield Label("", id="elapsed")
                 yield Static("", id="error-panel")
                 yield DataTable(id="findings", cursor_type="row", zebra_stripes=True)
                 yield Static("Select a finding to see its remediation and evidence.", id="detail")
                 yield Label("Live log", classes="pane-title")
-                yield Log(id="log", max_lines=20_000)
-        yield Footer()
+                yield FollowLog(id="log", max_lines=20_000)
+        # Compact, without the palette hint: every key fits in 80 columns.
+        yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         self.title = "gpu-node-wizard"
@@ -136,7 +160,49 @@ class MainScreen(Screen[None]):
         findings.add_column("target", key="target", width=12)
         findings.add_column("check", key="check", width=26)
         findings.add_column("message", key="message")
+        self._fit_findings()
         self.query_one("#error-panel", Static).display = False
+        self.set_interval(1.0, self._tick)
+
+    def on_resize(self) -> None:
+        self._fit_findings()
+
+    def _fit_findings(self) -> None:
+        """Narrow the target and check columns on a narrow table, so the message keeps at
+        least a third of it (the detail below shows every name in full)."""
+        table = self.query_one("#findings", DataTable)
+        width = table.size.width or self.size.width
+        target, check = (12, 26) if width >= 100 else (10, 18) if width >= 70 else (8, 14)
+        columns = table.columns
+        for key, value in (("target", target), ("check", check)):
+            column = columns.get(ColumnKey(key))
+            if column is not None and column.width != value:
+                column.width = value
+                table._require_update_dimensions = True
+        table.refresh()
+
+    def _tick(self) -> None:
+        """Once a second: the running step's elapsed time and the run's. In a label of
+        this screen, not the header's sub-title: the header re-renders a changed title
+        from a callback that can race the screen's teardown when the app quits."""
+        now = self.clock()
+        if self._run_ended:
+            return
+        parts = [f"run {elapsed(now - self._run_started)}"]
+        for message, until in self._waiting.values():
+            parts.insert(0, f"⧗ {message}: at most {elapsed(max(0.0, until - now))} left")
+        if self._current is not None:
+            _title, step, target = self._current
+            since = self._started.get((step, target))
+            if since is not None:
+                parts.insert(0, f"{step} on {target}: {elapsed(now - since)}")
+        self.query_one("#elapsed", Label).update(" · ".join(parts))
+
+    def run_ended(self) -> None:
+        """The run is over: the run's time stops."""
+        self._run_ended = True
+        took = elapsed(self.clock() - self._run_started)
+        self.query_one("#elapsed", Label).update(f"the run took {took}")
 
     # -- engine events --------------------------------------------------------------------------
 
@@ -192,15 +258,26 @@ class MainScreen(Screen[None]):
                 self._log(f"== {title}")
             case StepStarted(step=step, target=target, title=title):
                 self.states[(step, target)] = StepState.RUNNING
+                self._started[(step, target)] = self.clock()
+                self._current = (title, step, target)
                 self.query_one("#step-title", Label).update(f"{title}  ({step} on {target})")
                 self._refresh_phase(step)
             case StepFinished(step=step, target=target, state=state, message=msg, findings=fs):
                 self.states[(step, target)] = state
                 self._refresh_phase(step)
                 self.query_one("#progress", ProgressBar).advance(1)
-                self._log(f"{target}: {step}: {state.value}{f' - {msg}' if msg else ''}")
+                self._waiting.pop((step, target), None)
+                since = self._started.pop((step, target), None)
+                took = f" ({elapsed(self.clock() - since)})" if since is not None else ""
+                self._log(f"{target}: {step}: {state.value}{f' - {msg}' if msg else ''}{took}")
+                if self._current is not None and self._current[1:] == (step, target):
+                    self._current = None
                 for finding in fs:
                     self._add_finding(step, target, finding)
+            case Waiting(step=step, target=target, message=text, timeout_s=timeout):
+                self._waiting[(step, target)] = (text, self.clock() + timeout)
+                self._log(f"{target}: {step}: {text} (at most {elapsed(timeout)})")
+                self._tick()
             case CommandStarted(target=target, command=command):
                 self._log(f"{target}$ {command}")
             case OutputLine(target=target, line=line):
@@ -219,7 +296,7 @@ class MainScreen(Screen[None]):
     def _flush_log(self) -> None:
         """One write for the lines of a drain, not one refresh per line."""
         if self._pending_lines:
-            self.query_one("#log", Log).write_lines(self._pending_lines)
+            self.query_one("#log", FollowLog).write_lines(self._pending_lines)
             self._pending_lines = []
 
     def _refresh_phase(self, step_id: str) -> None:
@@ -241,29 +318,22 @@ class MainScreen(Screen[None]):
                 for n in self.node_names
             ]
             counts = " ".join(
-                f"{g}{glyphs.count(g)}" for g in ("✔", "✖", "…", "⊘") if glyphs.count(g)
+                f"{g}{glyphs.count(g)}" for g in ("✔", "↷", "✖", "…", "⊘") if glyphs.count(g)
             )
             table.update_cell(phase.id, "fleet", counts or GLYPHS[StepState.PENDING])
 
     def _add_finding(self, step: str, target: str, finding: Finding) -> None:
         self.findings.append((step, target, finding))
-        if self.fleet and finding.severity in (Severity.PASS, Severity.SKIP) and not finding.waived:
-            # On a fleet the table lists what needs attention (thousands of passes would
-            # bury it); the fleet view, the report and the checkpoint keep every finding.
-            return
-        severity = Severity.WARN if finding.waived else finding.severity
-        label = "waived" if finding.waived else severity.value
-        table = self.query_one("#findings", DataTable)
-        table.add_row(
-            Content.styled(label, SEVERITY_STYLE[severity]),
-            target,
-            finding.check,
-            finding.message,
-            key=str(len(self.findings) - 1),
-        )
-        if finding.severity is not Severity.PASS:
-            table.move_cursor(row=table.row_count - 1)
-            self._show_detail(len(self.findings) - 1)
+        index = len(self.findings) - 1
+        if self._shows(finding):
+            if self.problems_only:
+                self._fill_findings()  # failures first: the new one takes its place
+            else:
+                self._add_row(index)
+            if finding.severity is not Severity.PASS:
+                table = self.query_one("#findings", DataTable)
+                table.move_cursor(row=table.get_row_index(str(index)))
+                self._show_detail(index)
         if finding.check.endswith((".reachable", ".timeout")) and finding.severity is Severity.FAIL:
             panel = self.query_one("#error-panel", Static)
             panel.update(
@@ -278,6 +348,50 @@ class MainScreen(Screen[None]):
                 )
             )
             panel.display = True
+
+    def _shows(self, finding: Finding) -> bool:
+        """Whether the findings table lists ``finding``. On a fleet, or with problems only
+        (F), it lists what needs attention: thousands of passes would bury it; the fleet
+        view, the report and the checkpoint keep every finding."""
+        if finding.waived or finding.severity in (Severity.WARN, Severity.FAIL):
+            return True
+        if is_skipped_step(finding):
+            return True  # a change or proof that is missing needs attention too
+        if self.problems_only:
+            return False
+        return not (self.fleet and finding.severity in (Severity.PASS, Severity.SKIP))
+
+    def _add_row(self, index: int) -> None:
+        _step, target, finding = self.findings[index]
+        severity = Severity.WARN if finding.waived else finding.severity
+        label = "waived" if finding.waived else severity.value
+        self.query_one("#findings", DataTable).add_row(
+            Content.styled(label, SEVERITY_STYLE[severity]),
+            target,
+            finding.check,
+            finding.message,
+            key=str(index),
+        )
+
+    def _fill_findings(self) -> None:
+        """The table anew: every finding it shows, failures first with problems only."""
+        table = self.query_one("#findings", DataTable)
+        table.clear()
+        shown = [i for i, (_, _, f) in enumerate(self.findings) if self._shows(f)]
+        if self.problems_only:
+            order = {Severity.FAIL: 0, Severity.WARN: 1, Severity.SKIP: 2, Severity.PASS: 3}
+            shown.sort(key=lambda i: (order[_shown_severity(self.findings[i][2])], i))
+        for index in shown:
+            self._add_row(index)
+
+    def action_problems_only(self) -> None:
+        """Only failures, warnings, waivers and skipped steps, failures first (F again: all)."""
+        self.problems_only = not self.problems_only
+        self._fill_findings()
+        self.notify(
+            "findings: problems only, failures first" if self.problems_only else "findings: all",
+            timeout=3,
+        )
 
     @on(DataTable.RowHighlighted, "#findings")
     def highlighted(self, event: DataTable.RowHighlighted) -> None:
@@ -297,6 +411,17 @@ class MainScreen(Screen[None]):
                 parts.append(evidence.excerpt)
         self.query_one("#detail", Static).update(Content("\n".join(parts)))
 
+    def action_show_log(self) -> None:
+        """Every command and its output, full screen, with a search."""
+        self.app.push_screen(LogScreen(self.transcript))
+
+    def action_toggle_phases(self) -> None:
+        """Show or hide the phases sidebar (hidden by default below 100 columns)."""
+        self.toggle_class("-phases-shown" if self.has_class("-narrow") else "-phases-hidden")
+
+    def action_focus_findings(self) -> None:
+        self.query_one("#findings", DataTable).focus()
+
     def action_nodes(self) -> None:
         """The fleet view: every node's state per phase (the sidebar shows six)."""
         from screens.fleet import FleetScreen
@@ -313,6 +438,20 @@ class MainScreen(Screen[None]):
         return worst([f for _, _, f in self.findings])
 
 
+def _shown_severity(finding: Finding) -> Severity:
+    return Severity.WARN if finding.waived else finding.severity
+
+
+def elapsed(seconds: float) -> str:
+    """``4.2s``, ``3:07``, ``1:02:03``: short enough for a title line."""
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    whole = int(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
 def _short(name: str) -> str:
     """A node's column label: the last part of its name (``gpu-b300-01`` -> ``01``)."""
     return name.rsplit("-", 1)[-1][:4]
@@ -327,6 +466,7 @@ def phase_glyph(states: list[StepState | None]) -> str:
             return GLYPHS[state]
     if len(known) < len(states):
         return GLYPHS[StepState.RUNNING]
-    if all(s is StepState.SKIPPED for s in known):
+    if StepState.SKIPPED in known:
+        # A phase with a skipped step is not done: its change (or its proof) is missing.
         return GLYPHS[StepState.SKIPPED]
     return GLYPHS[StepState.DONE]

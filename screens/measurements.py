@@ -11,6 +11,8 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Label, Static
 
+from screens import layout
+
 BAR_WIDTH = 40
 
 
@@ -39,6 +41,9 @@ def bandwidth_chart(measurements: list[dict[str, Any]]) -> str:
 
 
 class MeasurementsScreen(Screen[None]):
+    HORIZONTAL_BREAKPOINTS = layout.HORIZONTAL
+    VERTICAL_BREAKPOINTS = layout.VERTICAL
+
     BINDINGS = [Binding("escape,m", "app.pop_screen", "Back"), Binding("q", "app.quit", "Quit")]
 
     def __init__(self, measurements: list[dict[str, Any]]) -> None:

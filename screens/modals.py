@@ -14,9 +14,67 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.highlight import HighlightTheme, highlight
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, Static
+from textual.widgets import Button, Footer, Input, Label, Static
 
+from screens import layout
 from wizard.events import Answer, Decision, Reply
+from wizard.model import Finding
+
+# Every dialog: help and quit as on the main screen (quitting asks first while a
+# maintenance change is in flight), and the diff scrolls from whatever has the focus.
+DIALOG_BINDINGS = [
+    Binding("question_mark", "app.help", "Help"),
+    Binding("q", "app.quit", "Quit"),
+    Binding("pagedown", "scroll_diffs('page_down')", "Scroll down", show=False),
+    Binding("pageup", "scroll_diffs('page_up')", "Scroll up", show=False),
+    Binding("ctrl+c", "copy", "Copy", show=False),
+]
+
+
+class Dialog(ModalScreen[Reply]):
+    """A decision dialog: its own keys in its footer, help, quit, the diff scrolled from
+    any focus, and the shown text copied to the clipboard."""
+
+    HORIZONTAL_BREAKPOINTS = layout.HORIZONTAL
+    VERTICAL_BREAKPOINTS = layout.VERTICAL
+
+    def action_scroll_diffs(self, how: str) -> None:
+        for scroll in self.query("#diffs").results(VerticalScroll):
+            getattr(scroll, f"action_{how}")()
+
+    def copy_text(self) -> str:
+        """What ``ctrl+c`` copies: the commands and diffs shown (plain text)."""
+        return ""
+
+    def action_copy(self) -> None:
+        text = self.copy_text()
+        if text:
+            self.app.copy_to_clipboard(text)
+            self.notify("copied to the clipboard (OSC 52)", timeout=3)
+
+
+def decision_text(decision: Decision) -> str:
+    """A decision's commands, diffs and rollback as plain text, for the clipboard."""
+    parts = []
+    if decision.actions:
+        parts.append("\n".join(decision.actions))
+    parts += [f"# {d.destination}\n{d.diff}" for d in decision.diffs]
+    if decision.rollback:
+        parts.append(f"# rollback\n{decision.rollback}")
+    return "\n\n".join(parts)
+
+
+def findings_text(findings: tuple[Finding, ...]) -> str:
+    """Failing checks with their evidence (command and output excerpt)."""
+    lines = []
+    for finding in findings:
+        lines.append(f"{finding.check}: {finding.message}")
+        for evidence in finding.evidence:
+            lines.append(f"  $ {evidence.command}")
+            lines += [f"    {line}" for line in evidence.excerpt.splitlines()]
+        if finding.remediation:
+            lines.append(f"  fix: {finding.remediation}")
+    return "\n".join(lines)
 
 
 class DiffTheme(HighlightTheme):
@@ -37,7 +95,7 @@ def render_diff(diff: str) -> Static:
     )
 
 
-class AnswerScreen(ModalScreen[Reply]):
+class AnswerScreen(Dialog):
     """A dialog about one decision whose buttons are named after the answers (proceed/skip/abort)."""
 
     def __init__(self, decision: Decision) -> None:
@@ -52,6 +110,9 @@ class AnswerScreen(ModalScreen[Reply]):
     def action_answer(self, answer: str) -> None:
         self.dismiss(Reply(Answer(answer)))
 
+    def copy_text(self) -> str:
+        return decision_text(self.decision)
+
 
 class ReviewScreen(AnswerScreen):
     """The artifacts a step will apply, each as a diff of live against desired."""
@@ -60,20 +121,30 @@ class ReviewScreen(AnswerScreen):
 
     BINDINGS = [
         Binding("a", "answer('proceed')", "Apply"),
-        Binding("A", "answer('proceed-same')", "Apply, and on nodes with the same change"),
+        Binding("A", "answer('proceed-same')", "Apply + alike"),
         Binding("s", "answer('skip')", "Skip"),
         Binding("escape", "answer('skip')", "Skip", show=False),
         Binding("ctrl+x", "answer('abort')", "Abort run"),
+        *DIALOG_BINDINGS,
     ]
 
     def compose(self) -> ComposeResult:
         d = self.decision
+        yield Footer(compact=True, show_command_palette=False)
         with Vertical(id="dialog", classes="review"):
             yield Label(f"Review: {d.title}", classes="dialog-title")
-            yield Label(
-                f"{d.step} on {d.target}: {d.summary}. Nothing is applied before you confirm."
+            yield Static(
+                f"{d.step} on {d.target}: {d.summary}. Nothing is applied before you confirm.",
+                classes="summary",
+                markup=False,
             )
             with VerticalScroll(id="diffs"):
+                if d.actions:
+                    yield Label(
+                        "Commands (ctrl+c copies them with the diffs)", classes="diff-title"
+                    )
+                    yield Static("\n".join(d.actions), id="commands", classes="actions",
+                                 markup=False)  # fmt: skip
                 for diff in d.diffs:
                     state = "changes" if diff.changed else "no change"
                     yield Label(f"{diff.destination}  ({state})", classes="diff-title")
@@ -85,8 +156,9 @@ class ReviewScreen(AnswerScreen):
                 yield Button("Apply", id="proceed", variant="primary")
                 if d.other_nodes:
                     yield Button(
-                        f"Apply, and on other nodes with this same change ({d.other_nodes})",
+                        f"Apply + {d.other_nodes} alike",
                         id="proceed_same",
+                        tooltip=f"Apply, and on the {d.other_nodes} other nodes with this same change",
                     )
                 yield Button("Skip", id="skip")
                 yield Button("Abort run", id="abort", variant="error")
@@ -98,31 +170,55 @@ class ReviewScreen(AnswerScreen):
 
 
 class RollbackScreen(AnswerScreen):
-    """A change failed to verify: offer the rollback to the captured previous state."""
+    """A change failed to verify: which checks failed, with their evidence, and the
+    rollback to the captured previous state. The engine offers it only for a change that
+    can be undone (a reboot cannot: it never asks)."""
 
     AUTO_FOCUS = "#proceed"  # a failed change is rolled back unless the operator says otherwise
 
-    BINDINGS = [Binding("escape", "answer('skip')", "Leave as is")]
+    BINDINGS = [
+        Binding("r", "answer('proceed')", "Roll back"),
+        Binding("escape", "answer('skip')", "Leave as is"),
+        *DIALOG_BINDINGS,
+    ]
 
     def compose(self) -> ComposeResult:
         d = self.decision
+        yield Footer(compact=True, show_command_palette=False)
         with Vertical(id="dialog", classes="maintenance"):
             yield Label(f"Roll back? {d.title}", classes="dialog-title danger")
-            yield Static(d.summary, classes="summary")
+            yield Static(d.summary, classes="summary", markup=False)
             with VerticalScroll(id="diffs"):
-                yield Label("Rollback plan", classes="diff-title")
-                yield Static(d.rollback or "(none recorded)", classes="rollback")
+                yield Label(
+                    f"Failing checks ({len(d.findings)})" if d.findings else "Failing checks",
+                    classes="diff-title",
+                )
+                yield Static(
+                    findings_text(d.findings) or "(no check failed: the change broke off)",
+                    id="failing",
+                    classes="failing",
+                    markup=False,
+                )
+                yield Label("Rollback plan (from the state captured before the change)",
+                            classes="diff-title")  # fmt: skip
+                yield Static(d.rollback or "(none recorded)", classes="rollback", markup=False)
             with Horizontal(classes="buttons"):
                 yield Button("Roll back", id="proceed", variant="warning")
                 yield Button("Leave as is", id="skip")
 
+    def copy_text(self) -> str:
+        return "\n\n".join(p for p in (findings_text(self.decision.findings),
+                                       self.decision.rollback or "") if p)  # fmt: skip
 
-class MaintenanceScreen(ModalScreen[Reply]):
-    """The window gate: what is disrupted, the rollback, and the node name typed in."""
+
+class MaintenanceScreen(Dialog):
+    """The window gate, the one screen of a maintenance change: the ordered actions with
+    their commands, what is disrupted, the diffs, the rollback computed from the captured
+    live state, and the node name typed in. No second review follows."""
 
     AUTO_FOCUS = "#cancel"  # the safe choice
 
-    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+    BINDINGS = [Binding("escape", "cancel", "Cancel"), *DIALOG_BINDINGS]
 
     def __init__(self, decision: Decision) -> None:
         super().__init__()
@@ -130,21 +226,42 @@ class MaintenanceScreen(ModalScreen[Reply]):
 
     def compose(self) -> ComposeResult:
         d = self.decision
+        yield Footer(compact=True, show_command_palette=False)
         with Vertical(id="dialog", classes="maintenance"):
             yield Label(f"Maintenance window: {d.title}", classes="dialog-title danger")
-            yield Static(d.summary, classes="summary")
+            yield Static(d.summary, classes="summary", markup=False)
             with VerticalScroll(id="diffs"):
+                if d.actions:
+                    yield Label("What happens, in order", classes="diff-title")
+                    yield Static(
+                        "\n".join(f"{n:>2}. {a}" for n, a in enumerate(d.actions, 1)),
+                        id="actions",
+                        classes="actions",
+                        markup=False,
+                    )
                 for diff in d.diffs:
                     yield Label(diff.destination, classes="diff-title")
                     yield render_diff(diff.diff)
-                yield Label("Rollback plan", classes="diff-title")
-                yield Static(d.rollback or "(none recorded)", classes="rollback")
+                if d.reversible:
+                    yield Label("Rollback plan (from the state captured now)", classes="diff-title")
+                    yield Static(d.rollback or "(none recorded)", classes="rollback", markup=False)
+                else:
+                    yield Label("No rollback", classes="diff-title")
+                    yield Static(
+                        d.rollback or "This change cannot be undone.",
+                        id="no-rollback",
+                        classes="rollback",
+                        markup=False,
+                    )
             yield Label(f"Type the node name ({d.confirm_text}) to confirm the window is open:")
             yield Input(placeholder=d.confirm_text or "", id="node-name")
             yield Static("", id="mismatch", classes="error-text")
             with Horizontal(classes="buttons"):
                 yield Button("Cancel", id="cancel")
                 yield Button("Start maintenance", id="confirm", variant="error", disabled=True)
+
+    def copy_text(self) -> str:
+        return decision_text(self.decision)
 
     @on(Input.Changed, "#node-name")
     def typed(self, event: Input.Changed) -> None:
@@ -176,19 +293,29 @@ class ManualScreen(AnswerScreen):
 
     AUTO_FOCUS = "#proceed"  # "done, verify it": the wizard only verifies
 
-    BINDINGS = [Binding("escape", "answer('skip')", "Skip")]
+    BINDINGS = [
+        Binding("d", "answer('proceed')", "Done, verify it"),
+        Binding("s,escape", "answer('skip')", "Skip"),
+        Binding("ctrl+x", "answer('abort')", "Abort run"),
+        Binding("ctrl+c", "copy", "Copy instructions"),
+        *DIALOG_BINDINGS,
+    ]
 
     def compose(self) -> ComposeResult:
         d = self.decision
+        yield Footer(compact=True, show_command_palette=False)
         with Vertical(id="dialog"):
             yield Label(f"Your turn: {d.title}", classes="dialog-title")
             with VerticalScroll(id="diffs"):
-                yield Static(d.summary, classes="instructions")
+                yield Static(d.summary, classes="instructions", markup=False)
             yield Label("Press Done when it is done; the wizard then verifies it.")
             with Horizontal(classes="buttons"):
                 yield Button("Done, verify it", id="proceed", variant="primary")
                 yield Button("Skip", id="skip")
                 yield Button("Abort run", id="abort", variant="error")
+
+    def copy_text(self) -> str:
+        return self.decision.summary
 
 
 class QuitScreen(ModalScreen[bool]):
@@ -198,10 +325,13 @@ class QuitScreen(ModalScreen[bool]):
     """
 
     AUTO_FOCUS = "#stay"
+    HORIZONTAL_BREAKPOINTS = layout.HORIZONTAL
+    VERTICAL_BREAKPOINTS = layout.VERTICAL
 
     BINDINGS = [
         Binding("escape,n", "dismiss(False)", "Stay"),
         Binding("y", "dismiss(True)", "Quit anyway"),
+        Binding("question_mark", "app.help", "Help"),
     ]
 
     def __init__(self, in_flight: dict[str, str]) -> None:
@@ -209,6 +339,7 @@ class QuitScreen(ModalScreen[bool]):
         self.in_flight = in_flight
 
     def compose(self) -> ComposeResult:
+        yield Footer(compact=True, show_command_palette=False)
         with Vertical(id="dialog", classes="quit"):
             yield Label("A maintenance change is in flight", classes="dialog-title danger")
             with VerticalScroll(id="in-flight"):
@@ -241,7 +372,10 @@ Keys
   ?        this help
   q        quit (the checkpoint keeps everything; run again to resume)
   r        the T00-T17 report so far     m   the measurements (bars vs line rate)
-  l        focus the live log        f   focus the findings
+  l        the log, full screen: / searches (only matching lines), end follows again
+  f        focus the findings        F   problems only (failures first) / all
+  p        show or hide the phases sidebar (hidden below 100 columns)
+           the live log follows new lines unless you scroll up (end: follow again)
   n        nodes: every GPU node's state per phase and its first problem (p: problems only)
   enter    on a finding: show its evidence
   ctrl+p   command palette
@@ -249,14 +383,22 @@ Keys
 In a review:       a apply   s skip   ctrl+x abort the run
                    A apply, and on the step's other nodes whose change is the same
                      (any node whose diff differs is still shown; never for maintenance)
-In a maintenance:  type the node name, then Start maintenance (Cancel has the focus)
+In a maintenance:  the ordered actions, the diffs, the rollback; type the node name,
+                   then Start maintenance (Cancel has the focus)
+In a rollback:     r roll back   escape leave as is
+Your turn:         d done, verify it   s skip   ctrl+x abort the run
+Every dialog:      pageup/pagedown scroll the diff   ctrl+c copy its commands and diffs
+                   ? help   q quit
 """
 
 
 class HelpScreen(ModalScreen[None]):
+    HORIZONTAL_BREAKPOINTS = layout.HORIZONTAL
+    VERTICAL_BREAKPOINTS = layout.VERTICAL
     BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close")]
 
     def compose(self) -> ComposeResult:
+        yield Footer(compact=True, show_command_palette=False)
         with Vertical(id="dialog"):
             yield Label("gpu-node-wizard help", classes="dialog-title")
             yield Static(HELP)

@@ -10,6 +10,7 @@ from textual.content import Content
 from textual.screen import Screen
 from textual.widgets import Button, DataTable, Footer, Header, Label, Static
 
+from screens import layout
 from wizard.model import GATES, Finding, Severity
 from wizard.verdict import gate_verdicts
 
@@ -23,6 +24,9 @@ VERDICT_STYLE = {
 
 
 class ReportScreen(Screen[None]):
+    HORIZONTAL_BREAKPOINTS = layout.HORIZONTAL
+    VERTICAL_BREAKPOINTS = layout.VERTICAL
+
     BINDINGS = [
         Binding("q", "app.quit", "Quit"),
         Binding("escape", "back", "Back"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from steps.common import RDMA_LINKS, shown
 from steps.qos import dcqcn_commands, dcqcn_path, rdma_device
+from steps.qos.steps import QOS_VERIFIED
 from wizard.artifacts import Artifact, Target
 from wizard.model import Finding, StepKind
 from wizard.plan import Change, Phase, Step, StepContext
@@ -23,6 +24,8 @@ class EnableEcn(Step):
     kind = StepKind.APPLY
     gates = ("T08",)
     requires = ("qos.apply",)
+    # ECN on top of PFC only where qos.apply's PFC was verified (skipped with it otherwise).
+    needs = (("qos.apply", QOS_VERIFIED),)
     reads = ("qos",)
     explain = (
         "Only after PFC alone works (to isolate NIC / switch / PFC / ECN faults) and only when "

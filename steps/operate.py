@@ -217,6 +217,9 @@ class Reboot(Step):
 
     async def _wait_for_new_boot(self, ctx: StepContext) -> str | None:
         before = ctx.data["capture"]["boot_id"]
+        ctx.wait_begins(
+            f"waiting for {ctx.target} to come back with a new boot id", REBOOT_TIMEOUT_S
+        )
         deadline = time.monotonic() + REBOOT_TIMEOUT_S
         while time.monotonic() < deadline:
             try:

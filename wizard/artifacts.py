@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import json
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import cache
@@ -106,9 +107,56 @@ def unified_diff(live: str | None, desired: str, destination: str) -> str:
     """A unified diff of what is there now against what the wizard wants.
 
     ``live`` is None when the object does not exist yet: the diff then adds every line.
+    A ConfigMap's JSON values are diffed pretty-printed (``readable``), so that a changed
+    field is one line rather than one escaped string; when the two sides differ only in
+    how their JSON is spaced, the diff is of the text as it is.
     """
-    before = [] if live is None else live.splitlines(keepends=True)
-    after = desired.splitlines(keepends=True)
     label = f"live: {destination}" if live is not None else f"live: {destination} (absent)"
+    shown_live, shown_desired = (None if live is None else readable(live)), readable(desired)
+    if shown_live == shown_desired and live != desired:
+        shown_live, shown_desired = live, desired  # the difference is only the spacing
+    before = [] if shown_live is None else shown_live.splitlines(keepends=True)
+    after = shown_desired.splitlines(keepends=True)
     lines = difflib.unified_diff(before, after, fromfile=label, tofile=f"desired: {destination}")
     return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+
+
+class _BlockDumper(yaml.SafeDumper):
+    """Multi-line strings as YAML block scalars (``|``), not escaped one-liners."""
+
+
+def _str_block(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_BlockDumper.add_representer(str, _str_block)
+
+
+def readable(text: str) -> str:
+    """A ConfigMap (YAML) with each JSON value of ``data`` pretty-printed as a block
+    scalar, for reading a diff; any other text as it is. Only for showing: what is
+    applied and checksummed is the artifact's own content."""
+    try:
+        obj = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    if not isinstance(obj, dict) or obj.get("kind") != "ConfigMap":
+        return text
+    data = obj.get("data")
+    if not isinstance(data, dict):
+        return text
+    changed = False
+    for key, value in data.items():
+        if not isinstance(value, str):
+            continue
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            continue
+        if isinstance(parsed, dict | list):
+            data[key] = json.dumps(parsed, indent=2) + "\n"
+            changed = True
+    if not changed:
+        return text
+    return yaml.dump(obj, Dumper=_BlockDumper, sort_keys=False, allow_unicode=True)

@@ -12,6 +12,7 @@ from wizard.headless import HeadlessFrontEnd
 from wizard.lab.lab import Lab
 from wizard.model import GATES
 from wizard.runner import Outcome, run_engine
+from wizard.session import kept_lab_dir
 from wizard.site import load_site
 
 
@@ -28,7 +29,9 @@ async def run_demo_headless(
     """Run the whole plan in the lab, auto-approved; print the gates; 0 if every gate passes."""
     with tempfile.TemporaryDirectory(prefix="gnw-demo-") as tmp:
         directory = Path(tmp)
-        async with Lab(directory / "lab", nodes=nodes, faults=faults) as lab:
+        # With a state directory the lab is kept there too, so a second run resumes it.
+        where = kept_lab_dir(state_dir) if state_dir is not None else directory / "lab"
+        async with Lab(where, nodes=nodes, faults=faults, persist=state_dir is not None) as lab:
             site = load_site(lab.site_path)
             print(f"demo: lab with {nodes} GPU node(s), faults: {', '.join(faults) or 'none'}")
             frontend = HeadlessFrontEnd(
@@ -63,4 +66,5 @@ def run_demo_tui(faults: tuple[str, ...], nodes: int, state_dir: Path | None) ->
     from screens.app import run_tui
     from wizard.session import open_lab
 
-    return run_tui(lambda: open_lab(faults, nodes, state_dir))
+    # With --state-dir the lab is kept there: killed and started again, the demo resumes.
+    return run_tui(lambda: open_lab(faults, nodes, state_dir, keep=state_dir is not None))

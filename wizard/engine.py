@@ -53,7 +53,7 @@ from wizard.events import (
     StepFinished,
     StepStarted,
 )
-from wizard.model import Finding, Severity, StepKind, StepState, worst
+from wizard.model import Finding, Severity, StepKind, StepState, skipped_finding, worst
 from wizard.plan import (
     CLUSTER,
     Change,
@@ -538,6 +538,9 @@ class Engine:
             if still is not None:
                 return still
 
+        skipped = self._skipped_provider(step, target)
+        if skipped:
+            return self._skipped(step, ctx, skipped)
         blocker = self._blocker(step, target, explicit)
         if blocker:
             cp.set_step(step.id, target, StepState.BLOCKED, message=blocker)
@@ -624,7 +627,7 @@ class Engine:
                 Decision(DecisionKind.MANUAL_DONE, step.id, step.title, ctx.target, text)
             )
             if reply is Answer.SKIP:
-                return self._finish(ctx, StepState.SKIPPED, [], "skipped by the operator")
+                return self._skipped(step, ctx, "skipped by the operator (manual step not done)")
             return await self._check(step, ctx)
         return await self._apply(step, ctx)
 
@@ -660,9 +663,11 @@ class Engine:
             + "".join(f"; {c.note}" for c in pending if c.note),
             diffs=tuple(_diff(c) for c in changes),
             other_nodes=self._other_nodes(step, ctx.target),
+            # The exact commands with the diff (for a Helm release: chart, version, values).
+            actions=tuple(step.actions(self.site, ctx.node)),
         )
         if not await self._confirmed(step, decision):
-            return self._finish(ctx, StepState.SKIPPED, [], "skipped by the operator")
+            return self._skipped(step, ctx, "skipped by the operator at the review")
         self.checkpoint.set_step(step.id, ctx.target, StepState.RUNNING)
         try:
             with _effects(ctx):
@@ -702,11 +707,14 @@ class Engine:
             rollback=self._rollback_text(step, ctx, capture),
             confirm_text=ctx.target,
             actions=tuple(self._actions(step, ctx)),
+            reversible=step.reversible,
         )
         # One screen for a maintenance change: the window gate shows the ordered actions,
         # the diffs and the rollback computed from the capture; no second review.
         if await self._ask(window) is Answer.SKIP:
-            return self._finish(ctx, StepState.SKIPPED, [], "maintenance window not confirmed")
+            return self._skipped(
+                step, ctx, "skipped by the operator: the maintenance window was not confirmed"
+            )
         # Intent before effect: the capture is durable before the node is touched.
         self.checkpoint.set_step(
             step.id,
@@ -751,6 +759,7 @@ class Engine:
             rollback=self._rollback_text(step, ctx, capture),
             confirm_text=ctx.target,
             actions=tuple(self._actions(step, ctx)),
+            reversible=step.reversible,
         )
         if stage == "rolling-back" or await self._ask(resume) is Answer.SKIP:
             # An interrupted rollback is finished, not turned into the change again.
@@ -997,6 +1006,32 @@ class Engine:
                 )
         return None
 
+    def _skipped_provider(self, step: Step, target: str) -> str | None:
+        """A step whose needed result comes from a step that was skipped is skipped too,
+        with the reason: it must not act as though the change it builds on was made (the
+        boot unit re-applying a QoS nobody confirmed, a "with QoS" measurement without QoS).
+        A provider that failed or was refused blocks it instead (``_blocker``)."""
+        for provider, key in step.needs:
+            record = self.checkpoint.record(provider, target)
+            if record.get("state") == StepState.SKIPPED.value:
+                why = record.get("message") or "skipped"
+                return (
+                    f"skipped because {provider} ({self.plan.step(provider).title}) was "
+                    f"skipped ({why}); {step.id} needs its {key}"
+                )
+        return None
+
+    def _skipped(self, step: Step, ctx: StepContext, why: str) -> tuple[StepState, list[Finding]]:
+        """The step did not run: recorded with who/why as a skip finding on each of its
+        gates, so no gate it belongs to can pass without it (``model.verdict``)."""
+        # A skip is settled: a resume keeps it; starting over asks again.
+        remedy = (
+            f"a resume keeps this skip: to let {step.id} run on {ctx.target}, start over "
+            "(the start screen's Start over, or `run SITE --start-over`)"
+        )
+        findings = [skipped_finding(step.id, gate, ctx.target, why, remedy) for gate in step.gates]
+        return self._finish(ctx, StepState.SKIPPED, findings, why)
+
     def _earlier_steps(self, step: Step) -> list[str]:
         """Steps of earlier phases on the same target scope (phase order is the spine)."""
         current = self.plan.phase_of(step.id)
@@ -1038,6 +1073,13 @@ class Engine:
                 m.name: {"value": m.value, "unit": m.unit, "labels": m.labels}
                 for m in ctx.measurements
             }
+        if state is not StepState.DONE:
+            # What a step provides stands for its result: only a done step has one (the
+            # checkpoint merges extra, so an earlier run's value is dropped there too).
+            recorded = self.checkpoint.record(ctx.step.id, ctx.target).get("extra", {})
+            for key in ctx.step.provides:
+                ctx.data.pop(key, None)
+                recorded.pop(key, None)
         extra = dict(ctx.data)
         if ctx.target in self._boots and state is StepState.DONE:
             extra["verified_boot"] = self._boots[ctx.target]

@@ -70,6 +70,18 @@ class CommandFinished(Event):
 
 
 @dataclass(frozen=True)
+class Waiting(Event):
+    """A step waits for something outside the wizard (a node coming back from a reboot),
+    for at most ``timeout_s`` from now: a front end shows a countdown. It ends with the
+    step's StepFinished."""
+
+    step: str
+    target: str
+    message: str
+    timeout_s: float
+
+
+@dataclass(frozen=True)
 class Notice(Event):
     """Something the operator should read that is not a finding (resume, waiver...)."""
 
@@ -117,10 +129,14 @@ class Decision:
     confirm_text: str | None = None
     # Other nodes of this step, not done yet, that an approval of "the same change" could cover.
     other_nodes: int = 0
-    # A maintenance window: the ordered actions (cordon, drain, each command, uncordon).
+    # The ordered actions: a maintenance window's (cordon, drain, each command, uncordon);
+    # a review's, the commands the step runs (a Helm release: chart, version, values file).
     actions: tuple[str, ...] = ()
     # A rollback offer: the failing checks it is offered for, with their evidence.
     findings: tuple[Finding, ...] = ()
+    # A maintenance window: False when the change cannot be undone (a reboot), so the
+    # window gate shows no rollback plan.
+    reversible: bool = True
 
 
 @dataclass(frozen=True)

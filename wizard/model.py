@@ -112,6 +112,22 @@ class Finding:
         )
 
 
+# The check name's suffix of "this step was skipped" (by the operator, or because a step
+# whose result it needs was skipped): such a finding turns its gate's verdict to skip.
+SKIPPED_CHECK = ".skipped"
+
+
+def skipped_finding(step: str, gate: str, target: str, why: str, remedy: str) -> Finding:
+    """The record that ``step`` did not run on ``target``: its gate cannot pass without it."""
+    return Finding(
+        f"{step}{SKIPPED_CHECK}", gate, Severity.SKIP, f"{step} on {target}: {why}", remedy
+    )
+
+
+def is_skipped_step(finding: Finding) -> bool:
+    return finding.severity is Severity.SKIP and finding.check.endswith(SKIPPED_CHECK)
+
+
 def worst(findings: list[Finding]) -> Severity:
     """The most severe unwaived finding (a waived failure counts as a warning)."""
     result = Severity.SKIP if findings else Severity.PASS
@@ -119,6 +135,16 @@ def worst(findings: list[Finding]) -> Severity:
         severity = Severity.WARN if finding.waived else finding.severity
         if severity.rank > result.rank:
             result = severity
+    return result
+
+
+def verdict(findings: list[Finding]) -> Severity:
+    """A gate's verdict from its findings: the worst unwaived one, except that a gate
+    with a skipped step and nothing worse than passes is skipped, never passed: the
+    other checks passing does not make up for a change that was not made."""
+    result = worst(findings)
+    if result is Severity.PASS and any(is_skipped_step(f) for f in findings):
+        return Severity.SKIP
     return result
 
 

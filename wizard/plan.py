@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from wizard.artifacts import Artifact
 from wizard.errors import WizardError
-from wizard.events import CommandFinished, CommandStarted, OutputLine
+from wizard.events import CommandFinished, CommandStarted, OutputLine, Waiting
 from wizard.model import Finding, Measurement, StepKind, StepState
 from wizard.site import AIStorPeer, Node, Site
 from wizard.transports.base import (
@@ -368,6 +368,11 @@ class StepContext:
         self.engine.checkpoint.set_step(
             self.step.id, self.target, StepState.WAITING, message=message, extra=dict(self.data)
         )
+
+    def wait_begins(self, message: str, timeout_s: float) -> None:
+        """Tell the front end that this step now waits (at most ``timeout_s``) for
+        something outside the wizard, so that the operator sees a countdown, not a hang."""
+        self.engine.emit(Waiting(self.step.id, self.target, message, timeout_s))
 
     async def run(
         self,

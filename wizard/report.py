@@ -10,7 +10,7 @@ from typing import Any
 
 from wizard.errors import UsageError
 from wizard.fleet import group_targets, targets_text
-from wizard.model import GATES, Finding, Severity, worst
+from wizard.model import GATES, Finding, Severity, is_skipped_step, verdict
 from wizard.plan import Plan
 from wizard.redact import Redactor
 from wizard.site import Site
@@ -82,10 +82,7 @@ def build_report(state: dict[str, Any] | None, site: Site, plan: Plan) -> dict[s
             by_target.setdefault(target, []).append(finding)
         if findings:
             status = gate_verdicts(f for _, _, f in findings)[gate].value
-            order = {Severity.FAIL: 0, Severity.WARN: 1, Severity.PASS: 2, Severity.SKIP: 3}
-            headline = sorted(
-                findings, key=lambda x: order[Severity.WARN if x[2].waived else x[2].severity]
-            )[0]
+            headline = sorted(findings, key=lambda x: _headline_rank(x[2]))[0]
             evidence = f"{headline[1]}: {headline[2].check}: {headline[2].message}"
         else:
             status, evidence = "not run", ""
@@ -116,12 +113,21 @@ def build_report(state: dict[str, Any] | None, site: Site, plan: Plan) -> dict[s
     }
 
 
+def _headline_rank(finding: Finding) -> int:
+    """Which finding speaks for a gate: a failure, a warning, then a skipped step (who
+    skipped it and why: the reason the gate is skip), then a pass."""
+    if is_skipped_step(finding):
+        return 2
+    order = {Severity.FAIL: 0, Severity.WARN: 1, Severity.PASS: 3, Severity.SKIP: 4}
+    return order[Severity.WARN if finding.waived else finding.severity]
+
+
 def _targets_by_verdict(by_target: dict[str, list[Finding]]) -> str:
     """Which nodes got which verdict, worst first: 'fail on gpu-03; pass on 63 nodes (...)'.
     On a fleet the gate's status alone does not say which node to look at."""
     order = {"fail": 0, "warn": 1, "pass": 2, "skip": 3}
     verdicts = sorted(
-        ((worst(fs).value, target) for target, fs in by_target.items()),
+        ((verdict(fs).value, target) for target, fs in by_target.items()),
         key=lambda item: order[item[0]],
     )
     return "; ".join(f"{v} on {targets_text(ts)}" for v, ts in group_targets(verdicts))

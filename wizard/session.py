@@ -58,12 +58,33 @@ class LabSession(Session):
 
 
 async def open_lab(
-    faults: tuple[str, ...] = (), nodes: int = 1, state_dir: Path | None = None
+    faults: tuple[str, ...] = (),
+    nodes: int = 1,
+    state_dir: Path | None = None,
+    *,
+    keep: bool = False,
 ) -> LabSession:
     """Start the embedded lab in a temporary folder (removed on close; after an internal
-    error its state folder stays, see Session.keep_state)."""
+    error its state folder stays, see Session.keep_state).
+
+    ``keep`` (the demo with a state directory): the lab lives in ``state_dir/demo-lab``
+    and comes back there with the same ports, keys, hosts and cluster when started again
+    (wizard/lab/persist.py), so a killed demo resumes exactly where it stopped.
+    """
+    if keep and state_dir is not None:
+        directory = kept_lab_dir(state_dir)
+        lab = Lab(directory, nodes=nodes, faults=faults, persist=True)
+        await lab.start()
+        site = load_site(lab.site_path)
+        return LabSession(site, build_services(site), state_dir, lab=lab)
     tmp = Path(tempfile.mkdtemp(prefix="gnw-demo-"))
     lab = Lab(tmp / "lab", nodes=nodes, faults=faults)
     await lab.start()
     site = load_site(lab.site_path)
     return LabSession(site, build_services(site), state_dir or tmp / "state", lab=lab, _tmp=tmp)
+
+
+def kept_lab_dir(state_dir: Path) -> Path:
+    """Where the demo keeps its lab inside a state directory (0700, like the state)."""
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return state_dir / "demo-lab"

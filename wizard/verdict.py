@@ -9,17 +9,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from wizard.model import GATES, Finding, Severity, worst
+from wizard.model import GATES, Finding, Severity, verdict
 from wizard.plan import Plan
 
 
 def gate_verdicts(findings: Iterable[Finding]) -> dict[str, Severity | None]:
-    """Every gate's verdict: the worst unwaived finding (a waived failure is a warning);
-    None for a gate that nothing judged."""
+    """Every gate's verdict: the worst unwaived finding (a waived failure is a warning;
+    a skipped step makes an otherwise passing gate skip); None for a gate nothing judged."""
     by_gate: dict[str, list[Finding]] = {}
     for finding in findings:
         by_gate.setdefault(finding.gate, []).append(finding)
-    return {gate: (worst(by_gate[gate]) if gate in by_gate else None) for gate in GATES}
+    return {gate: (verdict(by_gate[gate]) if gate in by_gate else None) for gate in GATES}
 
 
 def checkpoint_findings(state: dict[str, Any] | None, plan: Plan) -> list[tuple[str, str, Finding]]:

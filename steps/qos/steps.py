@@ -58,6 +58,9 @@ from wizard.probe import Report, probe, read_all
 from wizard.site import Node, Site
 from wizard.transports.base import read_file_command
 
+# The key qos.apply records once its verification ran: the QoS it saw in place.
+QOS_VERIFIED = "qos_verified"
+
 UNITS = (DCB_UNIT, TOS_UNIT)
 IS_ENABLED = ["systemctl", "is-enabled", *UNITS]
 DAEMON_RELOAD = ["systemctl", "daemon-reload"]
@@ -173,6 +176,9 @@ class ApplyQos(Step):
     gates = ("T08", "T10")
     requires = ("qos.switch",)
     reads = ("qos", "node.bond", "node.oob_host")
+    # What the verification saw in place; only a done step keeps it (the engine drops it
+    # otherwise), so the steps that build on the change are skipped or blocked without it.
+    provides = (QOS_VERIFIED,)
     explain = (
         "Intel's RDMA-over-LAG needs identical QoS on both ports before bonding and refuses "
         "DCB changes while bonded. So: confirm the window and type the node name; refuse if "
@@ -433,6 +439,19 @@ class ApplyQos(Step):
             await asyncio.sleep(2)
 
     async def verify(self, ctx: StepContext) -> list[Finding]:
+        findings = await self._verify(ctx)
+        assert ctx.node is not None
+        qos = ctx.site.qos
+        ctx.data[QOS_VERIFIED] = {
+            "ports": list(ctx.node.bond.ports),
+            "dscp": qos.dscp,
+            "priority": qos.priority,
+            "traffic_class": qos.traffic_class,
+            "tos": qos.roce_tos,
+        }
+        return findings
+
+    async def _verify(self, ctx: StepContext) -> list[Finding]:
         assert ctx.node is not None
         node = ctx.node
         report = Report("T08")
@@ -559,6 +578,8 @@ class BootPersistence(Step):
     kind = StepKind.APPLY
     gates = ("T08", "T17")
     requires = ("qos.apply",)
+    # The boot units re-apply the QoS the window gate confirmed: never one nobody confirmed.
+    needs = (("qos.apply", QOS_VERIFIED),)
     reads = ("qos", "node.bond")
     explain = (
         "dcb and configfs settings do not survive a reboot. One oneshot unit, ordered before "
@@ -631,9 +652,14 @@ class QosMeasure(Step):
     title = "RDMA with QoS on, against the baseline; PFC counters before and after"
     kind = StepKind.MEASURE
     one_node_at_a_time = True  # against the shared AIStor peer
-    needs = (("irdma.verify", "rdma_device"), ("irdma.verify", "gid_index"))
     gates = ("T08",)
     requires = ("qos.apply",)
+    # "With QoS" is only true once qos.apply verified the QoS on the node.
+    needs = (
+        ("qos.apply", QOS_VERIFIED),
+        ("irdma.verify", "rdma_device"),
+        ("irdma.verify", "gid_index"),
+    )
     reads = ("qos", "aistor", "measurements")
     explain = (
         "The same perftest suite as the baseline, now through the connection manager with ToS 96 "
@@ -656,6 +682,7 @@ class QosMeasure(Step):
         from steps.perf import pause_counters, rdma_suite
 
         report = Report("T08")
+        verified = ctx.need(QOS_VERIFIED)
         before = await pause_counters(ctx)
         await rdma_suite(ctx, report, series="qos", qos=True)
         after = await pause_counters(ctx)
@@ -671,8 +698,9 @@ class QosMeasure(Step):
             ctx.record(f"qos.pause.{port}.prio{prio}", float(count), "frames")
         report.ok(
             "pfc-counters",
-            f"pause frames on priority {prio} during the load: "
-            + ", ".join(f"{p}: {c}" for p, c in delta.items()),
+            f"with the QoS qos.apply verified (DSCP {verified['dscp']} -> priority "
+            f"{verified['priority']}, ToS {verified['tos']}): pause frames on priority {prio} "
+            "during the load: " + ", ".join(f"{p}: {c}" for p, c in delta.items()),
         )
         baseline = ctx.engine.checkpoint.record("baseline.rdma", ctx.target).get("measurements", {})
         mine = {m.name: m.value for m in ctx.measurements}

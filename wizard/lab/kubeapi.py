@@ -325,10 +325,15 @@ class _Handler(BaseHTTPRequestHandler):
 class KubeApiServer:
     """Serves a ``ClusterState`` on 127.0.0.1 in a background thread."""
 
-    def __init__(self, state: ClusterState, address: str = "127.0.0.1") -> None:
+    def __init__(self, state: ClusterState, address: str = "127.0.0.1", port: int = 0) -> None:
         self.state = state
         handler = type("Handler", (_Handler,), {"state": state})
-        self.httpd = ThreadingHTTPServer((address, 0), handler)
+        try:  # a kept lab (wizard/lab/persist.py) asks for its earlier port
+            self.httpd = ThreadingHTTPServer((address, port), handler)
+        except OSError:
+            if not port:
+                raise
+            self.httpd = ThreadingHTTPServer((address, 0), handler)
         self.httpd.daemon_threads = True
         # A client that went away mid-request (a killed wizard) is no error worth a traceback.
         self.httpd.handle_error = lambda request, address: None  # type: ignore[method-assign]

@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import copy
 import json
 import os
@@ -23,6 +25,7 @@ from typing import Any
 import asyncssh
 import yaml
 
+from wizard.lab import persist
 from wizard.lab.effects import EffectLog
 from wizard.lab.faults import check_faults
 from wizard.lab.host import LabHost
@@ -60,6 +63,11 @@ class Lab:
     effects: EffectLog | None = None
     shell: LabShell | None = None  # the hosts' /bin/sh for scripts (wizard/lab/shell.py)
     kubespray_inventory: Path | None = None  # the stand-in checkout's (fault not-joined)
+    # Kept in ``directory`` across restarts (the demo with a state directory): the same
+    # ports, keys, hosts and cluster when started again (wizard/lab/persist.py).
+    persist: bool = False
+    _saver: asyncio.Task | None = field(default=None, repr=False)
+    _client_key: asyncssh.SSHKey | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         check_faults(self.faults)
@@ -80,7 +88,16 @@ class Lab:
     async def start(self) -> Path:
         self.directory.mkdir(parents=True, exist_ok=True)
         os.chmod(self.directory, 0o700)
-        client_key = asyncssh.generate_private_key("ssh-ed25519", comment="gpu-node-wizard-lab")
+        saved = (
+            persist.load(self.directory, self.nodes, self.peers, self.faults)
+            if self.persist
+            else None
+        )
+        if saved is not None:
+            client_key = asyncssh.import_private_key(saved.client_key)
+            self.releases.update(saved.releases)
+        else:
+            client_key = asyncssh.generate_private_key("ssh-ed25519", comment="gpu-node-wizard-lab")
         key_path = self.directory / "id_ed25519"
         key_path.write_bytes(client_key.export_private_key())
         os.chmod(key_path, 0o600)
@@ -93,17 +110,26 @@ class Lab:
             name = f"gpu-b300-{i + 1:02d}"
             host = LabHost(name, "gpu", f"10.10.0.{21 + i}", _rdma_ip(21 + i), faults=faults)
             known_hosts.append(
-                await self._serve(host, f"127.0.{2 + i // 250}.{1 + i % 250}", public)
+                await self._serve(
+                    _saved_host(saved, host), f"127.0.{2 + i // 250}.{1 + i % 250}", public, saved
+                )
             )
         for i in range(self.peers):
             name = f"aistor-{i + 1:02d}"
             peer_faults = {f for f in faults if f.startswith("peer-")}
             host = LabHost(name, "peer", f"10.20.0.{31 + i}", _rdma_ip(200 + i), gpu_count=0,
                            faults=peer_faults)  # fmt: skip
-            known_hosts.append(await self._serve(host, f"127.0.1.{1 + i}", public))
+            known_hosts.append(
+                await self._serve(_saved_host(saved, host), f"127.0.1.{1 + i}", public, saved)
+            )
         (self.directory / "known_hosts").write_text("".join(known_hosts))
-        self._seed_cluster()
-        self.api = KubeApiServer(self.cluster)
+        if saved is not None:
+            with self.cluster.lock:
+                self.cluster.objects.update(saved.objects)
+                self.cluster._rv = saved.resource_version
+        else:
+            self._seed_cluster()
+        self.api = KubeApiServer(self.cluster, port=saved.api_port if saved else 0)
         self.api.httpd.effects = self.effects  # type: ignore[attr-defined]
         self.api.add_lab_handler("GET", "/lab/v1/helm/releases", lambda _: (200, self.releases))
         self.api.add_lab_handler("POST", "/lab/v1/helm/upgrade", self._helm_upgrade)
@@ -127,10 +153,29 @@ class Lab:
                 self.directory / "kubespray", self.api.url, existing
             )
         self._write_site(key_path, helm)
+        self._client_key = client_key
+        if self.persist:
+            self.save()
+            self._saver = asyncio.create_task(persist.keep_saving(self, SAVE_EVERY_S))
         return self.site_path
 
-    async def _serve(self, host: LabHost, address: str, client_public: str) -> str:
-        host_key = asyncssh.generate_private_key("ssh-ed25519")
+    # -- kept across restarts (persist) ---------------------------------------------------------
+
+    def save(self) -> None:
+        """Write what this lab is now into its directory (see wizard/lab/persist.py)."""
+        persist.save(self.directory, persist.capture(self))
+
+    async def _serve(
+        self,
+        host: LabHost,
+        address: str,
+        client_public: str,
+        saved: persist.Saved | None = None,
+    ) -> str:
+        if saved is not None and host.name in saved.host_keys:
+            host_key = asyncssh.import_private_key(saved.host_keys[host.name])
+        else:
+            host_key = asyncssh.generate_private_key("ssh-ed25519")
         server = LabSshServer(
             host,
             address,
@@ -142,12 +187,19 @@ class Lab:
             effects=self.effects,
             shell=self.shell,
         )
-        port = await server.start()
+        port = await _listen(server, saved.ssh_ports.get(host.name, 0) if saved else 0)
         self.hosts[host.name] = host
         self.servers[host.name] = server
         return f"[{address}]:{port} {host_key.export_public_key().decode().strip()}\n"
 
     async def stop(self) -> None:
+        if self._saver is not None:
+            self._saver.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._saver
+            self._saver = None
+            with contextlib.suppress(OSError):
+                self.save()
         for server in self.servers.values():
             await server.stop()
         if self.shell is not None:
@@ -747,3 +799,24 @@ def _asks_for_rdma(limits: dict[str, Any]) -> bool:
 
 def _rdma_ip(last: int) -> str:
     return f"192.168.50.{last}"
+
+
+SAVE_EVERY_S = 1.0  # a kept lab saves at most this often, and only after a change
+
+
+def _saved_host(saved: persist.Saved | None, fresh: LabHost) -> LabHost:
+    """The host as saved (its files, modules, QoS, machine-id...), or the fresh one."""
+    if saved is not None and fresh.name in saved.hosts:
+        return saved.hosts[fresh.name]
+    return fresh
+
+
+async def _listen(server: LabSshServer, port: int) -> int:
+    """Listen on the saved port; if another program took it meanwhile, on a new one (the
+    wizard then sees a changed site file and says which steps it resets)."""
+    if port:
+        try:
+            return await server.start(port)
+        except OSError:
+            pass
+    return await server.start()

@@ -1,0 +1,164 @@
+"""The layout at a jump host's 80x24 and larger: snapshots of the main, fleet, review,
+maintenance and report screens at 80x24, 100x30 and 160x48, and the properties a snapshot
+alone would not hold: the maintenance gate's diff keeps a height at 80x24 (it had zero:
+the operator confirmed a disruptive change blind), the buttons and the footer fit."""
+
+from __future__ import annotations
+
+import pytest
+
+from screens.fleet import FleetScreen
+from screens.modals import MaintenanceScreen, ReviewScreen
+from screens.report import ReportScreen
+from tests.test_tui import maintenance_decision, wait_for
+from tests.test_tui_keys import IdleApp, show
+from wizard.events import (
+    ArtifactDiff,
+    Decision,
+    DecisionKind,
+    OutputLine,
+    StepFinished,
+    StepStarted,
+)
+from wizard.model import Finding, Severity, StepState
+
+SIZES = [(80, 24), (100, 30), (160, 48)]
+
+
+def gate_decision() -> Decision:
+    base = maintenance_decision()
+    actions = (
+        "kubectl cordon gpu-b300-01",
+        "kubectl drain gpu-b300-01 --ignore-daemonsets --delete-emptydir-data",
+        "leave bond1 through its manager (NetworkManager / networkd / ip)",
+        "ethtool --set-priv-flags ens5f0np0 fw-lldp-agent off",
+        "dcb app add dev ens5f0np0 dscp-prio 24:3",
+        "dcb pfc set dev ens5f0np0 prio-pfc 3:on",
+        "rejoin bond1; wait (at most 90 s) for LACP and the RDMA device",
+        "kubectl uncordon gpu-b300-01   (only once verified)",
+    )
+    return Decision(**{**base.__dict__, "actions": actions})
+
+
+def review_decision() -> Decision:
+    diff = (
+        "--- live: ConfigMap kube-system/rdma-devices\n+++ desired: ConfigMap kube-system/rdma-devices\n"
+        '@@ -8,7 +8,7 @@\n         {\n           "resourceName": "e810",\n'
+        '-          "rdmaHcaMax": 32,\n+          "rdmaHcaMax": 64,\n'
+    )
+    return Decision(
+        DecisionKind.CONFIRM_APPLY, "rdma-plugin.install", "The RDMA shared device plugin", "cluster",
+        "1 change(s) on cluster",
+        diffs=(ArtifactDiff("x", "ConfigMap kube-system/rdma-devices", diff, True),),
+        actions=("kubectl -n kube-system apply -f rdma-devices-configmap.yaml -f rdma-plugin-daemonset.yaml",),
+    )  # fmt: skip
+
+
+FINDINGS = [
+    Finding("T00.os", "T00", Severity.PASS, "RHEL 10.2 as expected"),
+    Finding("T00.containerd-version", "T00", Severity.PASS, "containerd 2.1.4 (>= 2.0)"),
+    Finding("T00.kernel", "T00", Severity.WARN, "kernel differs from the CPU workers: 6.12.0-124 vs 6.12.0-55",
+            "align the kernels before the join"),
+    Finding("qos.apply.skipped", "T08", Severity.SKIP,
+            "qos.apply on gpu-1: skipped by the operator: the maintenance window was not confirmed"),
+]  # fmt: skip
+
+
+async def fill(app: IdleApp, pilot) -> None:
+    """A main screen some way into a run, on a fixed clock."""
+    main = app.main()
+    main.clock = lambda: 100.0
+    main._run_started = 100.0
+    main.deliver(StepStarted("preflight.host", "gpu-1", "Host preflight"))
+    for n in range(30):
+        main.deliver(OutputLine("gpu-1", f"output line {n}"))
+    main.deliver(StepFinished("preflight.host", "gpu-1", StepState.DONE, "", tuple(FINDINGS[:3])))
+    main.deliver(StepStarted("preflight.containerd", "gpu-1", "containerd >= 2.0"))
+    await wait_for(pilot, lambda: not main._inbox and not main._inbox_posted, 5)
+    main.query_one("#findings").focus()  # one focus, whatever the mount order did
+    main._tick()
+    log = main.query_one("#log")
+    # The log follows after a refresh: on a loaded machine that can be a while.
+    await wait_for(pilot, lambda: log.max_scroll_y > 0 and log.scroll_y == log.max_scroll_y, 10)
+    await pilot.pause(0.2)
+    await pilot.wait_for_scheduled_animations()
+
+
+SCREENS = {
+    "main": None,
+    "fleet": lambda app: FleetScreen(app.main()),
+    "review": lambda app: ReviewScreen(review_decision()),
+    "maintenance": lambda app: MaintenanceScreen(gate_decision()),
+    "report": lambda app: ReportScreen([("preflight.host", "gpu-1", f) for f in FINDINGS], None),
+}
+
+
+async def shown(app: IdleApp, pilot, name: str):
+    await show(app, pilot, "main")
+    await fill(app, pilot)
+    if SCREENS[name] is not None:
+        screen = SCREENS[name](app)
+        await app.push_screen(screen)
+        await pilot.pause(0.3)
+    await pilot.pause()
+    return app.screen
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("name", list(SCREENS))
+async def test_screen_snapshot(name, size, snapshot):
+    app = IdleApp()
+    async with app.run_test(size=size) as pilot:
+        await shown(app, pilot, name)
+        assert app.export_screenshot() == snapshot
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_the_maintenance_gate_keeps_its_diff_and_buttons_in_view(size):
+    app = IdleApp()
+    async with app.run_test(size=size) as pilot:
+        screen = await shown(app, pilot, "maintenance")
+        width, height = size
+        diffs = screen.query_one("#diffs")
+        assert diffs.region.height >= 8  # never a zero-height diff and rollback area
+        for button in ("#cancel", "#confirm"):
+            region = screen.query_one(button).region
+            assert region.bottom <= height - 1 and region.right <= width  # above the footer
+        assert screen.query_one("#node-name").region.height == 3
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_main_screen_footer_and_findings_fit(size):
+    app = IdleApp()
+    async with app.run_test(size=size) as pilot:
+        main = await shown(app, pilot, "main")
+        width, _ = size
+        footer = main.query_one("Footer")
+        keys = [k for k in footer.query("FooterKey") if k.display]
+        assert keys and max(k.region.right for k in keys) <= width  # no key cut off
+        assert {k.key for k in keys} >= {"l", "f", "r", "m", "n", "question_mark", "q"}
+        table = main.query_one("#findings")
+        message = table.columns[next(k for k in table.columns if k.value == "message")]
+        used = sum(c.get_render_width(table) for c in table.columns.values() if c is not message)
+        assert table.size.width - used >= table.size.width // 3  # the message keeps its room
+        sidebar = main.query_one("#sidebar")
+        assert sidebar.display is (width >= 100)  # collapses below 100 columns
+
+
+async def test_the_sidebar_comes_back_on_p_when_narrow():
+    app = IdleApp()
+    async with app.run_test(size=(80, 24)) as pilot:
+        main = await shown(app, pilot, "main")
+        assert not main.query_one("#sidebar").display
+        await pilot.press("p")
+        await pilot.pause()
+        assert main.query_one("#sidebar").display
+
+
+async def test_the_report_shows_every_gate_t00_to_t17_at_140x45():
+    app = IdleApp()
+    async with app.run_test(size=(140, 45)) as pilot:
+        screen = await shown(app, pilot, "report")
+        table = screen.query_one("#gates")
+        assert table.row_count == 18
+        assert table.region.height >= 19 and table.max_scroll_y == 0  # T17 in view, no scrolling
