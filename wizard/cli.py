@@ -284,6 +284,7 @@ def _state_dir(args: argparse.Namespace) -> Path:
 def cmd_report(args: argparse.Namespace) -> int:
     from steps import build_plan
     from wizard.checkpoint import read_state, site_state_dir
+    from wizard.redact import Redactor
     from wizard.report import build_report, write_report
     from wizard.site import load_site
 
@@ -293,7 +294,12 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise UsageError(
             f"no checkpoint for site {site.name} yet: run `gpu-node-wizard check` or `run` first"
         )
-    paths = write_report(build_report(state, site, build_plan()), args.out, compare=args.compare)
+    paths = write_report(
+        build_report(state, site, build_plan()),
+        args.out,
+        compare=args.compare,
+        redactor=Redactor(site.secret_values()),
+    )
     for path in paths:
         print(f"wrote {path}")
     return EXIT_OK
@@ -517,11 +523,12 @@ def _crash_report(args: argparse.Namespace, exc: BaseException) -> str:
     import traceback
 
     from wizard.checkpoint import default_state_dir
+    from wizard.private import private_dir
 
     directory = getattr(args, "state_dir", None) or default_state_dir()
     text = "".join(traceback.format_exception(exc))
     try:
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private_dir(directory)
         fd, path = tempfile.mkstemp(prefix="crash-", suffix=".txt", dir=directory)
         with os.fdopen(fd, "w") as handle:  # mkstemp makes it 0600
             handle.write(text)
