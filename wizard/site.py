@@ -180,7 +180,12 @@ class Nic(Strict):
 class DevicePlugin(Strict):
     resource_name: Annotated[str, Field(pattern=r"^[a-z0-9.-]+/[A-Za-z0-9_.-]+$")] = "rdma/e810"
     rdma_hca_max: int = Field(64, ge=1, le=10000)
-    image: str = "ghcr.io/mellanox/k8s-rdma-shared-dev-plugin"
+    image: str = Field(
+        "ghcr.io/mellanox/k8s-rdma-shared-dev-plugin",
+        pattern=r"^[a-z0-9.-]+(:\d+)?(/[a-z0-9._-]+)+$",
+        description="the plugin image without a tag (the tag is device_plugin.version); "
+        "pulled through registry.mirror when set",
+    )
     version: Version3 = "v1.5.3"
     namespace: K8sName = "kube-system"
 
