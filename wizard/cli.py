@@ -305,6 +305,26 @@ def cmd_report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _allow_passphrase_prompt() -> None:
+    """Headless commands on a terminal may ask for a locked SSH key's passphrase (once per
+    key; the answer decrypts the key in memory and is kept nowhere). The TUI does not:
+    a prompt under it would garble the screen, so there a locked key needs the agent or
+    ssh.key_passphrase_env."""
+    if not sys.stdin.isatty():
+        return
+    import getpass
+
+    from wizard.transports import ssh
+
+    def prompt(path: Path) -> str | None:
+        try:
+            return getpass.getpass(f"passphrase for SSH key {path}: ") or None
+        except (EOFError, OSError):
+            return None
+
+    ssh.PASSPHRASE_PROMPT = prompt
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     from steps import build_plan
     from wizard.headless import HeadlessFrontEnd
@@ -312,6 +332,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from wizard.site import load_site
 
     site = load_site(args.site)
+    _allow_passphrase_prompt()
     quiet = io.StringIO() if args.json else None
     frontend = HeadlessFrontEnd(
         out=quiet or sys.stderr, show_findings=False, compact=is_fleet(len(site.nodes))
@@ -361,6 +382,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from wizard.headless import HeadlessFrontEnd
     from wizard.runner import run_engine
 
+    _allow_passphrase_prompt()
     frontend = HeadlessFrontEnd(
         yes=args.yes,
         window_open=args.maintenance_window_open,

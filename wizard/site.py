@@ -68,6 +68,11 @@ class SshSettings(Strict):
     user: UnixUser = "root"
     port: int = Field(22, ge=1, le=65535)
     key: str | None = Field(None, description="path to the private key; the agent if unset")
+    key_passphrase_env: EnvVarName | None = Field(
+        None,
+        description="an environment variable holding ssh.key's passphrase; without it a "
+        "locked key goes through the ssh-agent or a terminal prompt",
+    )
     known_hosts: str = "~/.ssh/known_hosts"
     trust_on_first_use: bool = Field(
         False, description="accept and record an unknown host key (a changed key is refused)"
@@ -443,7 +448,13 @@ class Site(Strict):
     def secret_values(self) -> list[str]:
         """Secret values the site refers to (read from the environment), for redaction."""
         values = []
-        for var in (self.registry.username_env, self.registry.password_env):
+        names = [
+            self.registry.username_env,
+            self.registry.password_env,
+            self.ssh.key_passphrase_env,
+        ]
+        names += [h.ssh.key_passphrase_env for h in [*self.nodes, *self.aistor.peers]]
+        for var in dict.fromkeys(names):
             if var and os.environ.get(var):
                 values.append(os.environ[var])
         return values
