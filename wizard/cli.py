@@ -522,7 +522,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     except WizardError as exc:
-        print(f"gpu-node-wizard: {exc}", file=sys.stderr)
+        from wizard.redact import Redactor
+
+        # The site's own secrets are redacted where they are known (journal, events); an
+        # error can come before the site is loaded, so its message gets the patterns.
+        print(f"gpu-node-wizard: {Redactor().text(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("gpu-node-wizard: interrupted", file=sys.stderr)

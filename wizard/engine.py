@@ -142,7 +142,9 @@ class Engine:
     # -- front-end plumbing --------------------------------------------------------------
 
     def emit(self, event: Event) -> None:
-        self.frontend.emit(event)
+        # One redactor on every path to the operator: the terminal (--verbose prints each
+        # command line), the TUI's log and its finding panel see what the journal keeps.
+        self.frontend.emit(self.checkpoint.redactor.value(event))
 
     def journal(self, entry: dict[str, Any]) -> None:
         self.checkpoint.journal(entry)
@@ -380,7 +382,7 @@ class Engine:
                     summary.stopped = f"phase {current.number} ({current.title}) did not pass"
                     break
         except Aborted as exc:
-            summary.stopped = str(exc)
+            summary.stopped = self.checkpoint.redactor.text(str(exc))
         return summary
 
     async def shared_read(self, key: tuple[str, str], read: Callable[[], Awaitable[Any]]) -> Any:
@@ -405,7 +407,9 @@ class Engine:
                 else:
                     state, findings = await self._guarded(step, target, explicit)
             summary.results[(step.id, target)] = state
-            summary.findings[(step.id, target)] = findings
+            # The summary is printed (the headless outcome, `check`): redacted like the
+            # checkpoint's copy and the events.
+            summary.findings[(step.id, target)] = self.checkpoint.redactor.value(findings)
 
         for batch in self._batches(step, targets):
             failed_before = self._failed_nodes(summary, step)
@@ -903,7 +907,7 @@ class Engine:
                      "answer": "approved-as-same-change"}
                 )  # fmt: skip
                 return True
-            reply = await self.frontend.decide(decision)
+            reply = await self.frontend.decide(self.checkpoint.redactor.value(decision))
         answer = self._answer(decision, reply)
         if answer is Answer.PROCEED_SAME and approvable:
             self._approved[step.id] = same
@@ -919,7 +923,7 @@ class Engine:
 
     async def _ask(self, decision: Decision) -> Answer:
         async with self._decision_lock:
-            reply = await self.frontend.decide(decision)
+            reply = await self.frontend.decide(self.checkpoint.redactor.value(decision))
         return self._answer(decision, reply)
 
     def _answer(self, decision: Decision, reply: Reply) -> Answer:

@@ -446,18 +446,11 @@ class Site(Strict):
         raise KeyError(name)
 
     def secret_values(self) -> list[str]:
-        """Secret values the site refers to (read from the environment), for redaction."""
-        values = []
-        names = [
-            self.registry.username_env,
-            self.registry.password_env,
-            self.ssh.key_passphrase_env,
-        ]
-        names += [h.ssh.key_passphrase_env for h in [*self.nodes, *self.aistor.peers]]
-        for var in dict.fromkeys(names):
-            if var and os.environ.get(var):
-                values.append(os.environ[var])
-        return values
+        """Every secret value the site's run handles, for the redactor (wizard/secrets.py):
+        environment variables it names, kubeconfig credentials, benchmark flags."""
+        from wizard.secrets import site_secrets
+
+        return site_secrets(self)
 
     def canonical(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
