@@ -45,6 +45,7 @@ start here:
   gpu-node-wizard check site.yaml           read-only preflight of the real site
   gpu-node-wizard run site.yaml             the guided install (resumes)
   gpu-node-wizard status site.yaml          what the checkpoint holds
+  gpu-node-wizard schema --out site.schema.json   the site file's JSON Schema, for editors
 exit codes: 0 ok, 1 a check failed, 2 usage/site/connection error, 70 internal error
 (a bug: the message names the file with the traceback), 130 interrupted
 """
@@ -188,6 +189,18 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
 
     p = sub.add_parser(
+        "schema",
+        help="print the site file's JSON Schema (for editors); --out writes it to a file",
+        description="The JSON Schema (draft 2020-12) of the site file, generated from the "
+        "same model that validates it on load. Point your editor at it, e.g. with the YAML "
+        "language server: `# yaml-language-server: $schema=site.schema.json` on the first "
+        "line of site.yaml.",
+    )
+    p.add_argument("--out", type=Path, metavar="FILE", help="write the schema here instead")
+    p.add_argument("--force", action="store_true", help="overwrite an existing --out file")
+    _common(p)
+
+    p = sub.add_parser(
         "parse",
         help="run one parser on one file and print the fact as JSON",
         description="Parse a command's output (FILE, or - for stdin) into the JSON of FACTS.md.",
@@ -216,6 +229,26 @@ def cmd_init(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc}") from None
     print(f"wrote {path}: edit the nodes, then `gpu-node-wizard export {path} --out export/`")
+    return EXIT_OK
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from wizard.site import json_schema
+
+    text = json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"
+    if args.out is None:
+        sys.stdout.write(text)
+        return EXIT_OK
+    path: Path = args.out
+    if path.exists() and (path.is_dir() or not args.force):
+        what = "is a folder" if path.is_dir() else "already exists; pass --force to overwrite it"
+        raise UsageError(f"schema --out {path} {what}")
+    try:
+        path.write_text(text)
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise UsageError(f"cannot write {path}: {reason}") from None
+    print(f"wrote {path}")
     return EXIT_OK
 
 
@@ -505,6 +538,7 @@ COMMANDS = {
     "export": cmd_export,
     "status": cmd_status,
     "parse": cmd_parse,
+    "schema": cmd_schema,
 }
 
 

@@ -509,6 +509,28 @@ def _digest(value: Any) -> str:
     return hashlib.sha256(blob).hexdigest()
 
 
+def json_schema() -> dict[str, Any]:
+    """The site file's JSON Schema (draft 2020-12), from the model that validates it.
+
+    The model stays the authority: cross-field rules (unique node names, DSCP vs ToS, a
+    maintenance batch smaller than the fleet) and the name checks are enforced on load,
+    the schema gives an editor the keys, types, ranges, patterns and descriptions.
+    """
+    schema = Site.model_json_schema()
+    for section in _SECTIONS:  # an empty section (every line commented) means defaults
+        prop = schema["properties"][section]
+        schema["properties"][section] = {
+            **{k: v for k, v in prop.items() if k != "$ref"},
+            "anyOf": [{"$ref": prop["$ref"]}, {"type": "null"}],
+        }
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://gpu-node-wizard/site.schema.json",
+        **schema,
+        "title": "gpu-node-wizard site file",
+    }
+
+
 # -- loading
 
 _SECRET_KEY_HINT = re.compile(r"pass|secret|token|credential|private", re.IGNORECASE)
