@@ -281,7 +281,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_parse(args: argparse.Namespace) -> int:
-    from wizard.facts import KINDS, ParseError, parse
+    from wizard.facts import KINDS, MAX_INPUT_BYTES, ParseError, parse
 
     if args.list:
         width = max(len(k) for k in KINDS)
@@ -292,11 +292,15 @@ def cmd_parse(args: argparse.Namespace) -> int:
         raise UsageError("usage: gpu-node-wizard parse KIND FILE (FILE may be -); parse --list")
     if args.kind not in KINDS:
         raise UsageError(f"unknown kind {args.kind!r}; `gpu-node-wizard parse --list` lists them")
+    # At most one byte over the parsers' cap is read: `parse lsmod /dev/zero` is refused
+    # by the size check instead of filling the memory.
     try:
         if args.file == "-":
-            text = sys.stdin.buffer.read().decode("utf-8", errors="replace")
+            data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
         else:
-            text = Path(args.file).read_bytes().decode("utf-8", errors="replace")
+            with open(args.file, "rb") as handle:
+                data = handle.read(MAX_INPUT_BYTES + 1)
+        text = data.decode("utf-8", errors="replace")
     except OSError as exc:
         raise UsageError(f"cannot read {args.file}: {exc.strerror or exc}") from None
     try:
@@ -463,6 +467,12 @@ def cmd_lab(args: argparse.Namespace) -> int:
         check_faults(args.fault)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    _check_lab_nodes(args.nodes)
+    folder = args.write_site.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise UsageError(f"lab --write-site {args.write_site}: {folder} is a file, not a folder")
     return asyncio.run(
         _serve_lab(
             args.write_site, args.nodes, tuple(args.fault), args.record_effects, args.kill_on_effect
@@ -489,7 +499,13 @@ async def _serve_lab(
         record_effects=record_effects,
         kill_control=kill_control,
     )
-    await lab.start()
+    try:
+        await lab.start()
+    except OSError as exc:
+        await lab.stop()
+        raise UsageError(
+            f"lab --write-site {path}: cannot write the lab's files there: {exc.strerror or exc}"
+        ) from None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -517,8 +533,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
         check_faults(args.fault)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    _check_lab_nodes(args.nodes)
     if args.headless:
         from wizard.demo import run_demo_headless
+        from wizard.report import prepare_out
+
+        if args.report is not None:  # before the run, not after it
+            prepare_out(args.report, "demo --report")
 
         return asyncio.run(
             run_demo_headless(tuple(args.fault), args.nodes, args.state_dir, args.report)
@@ -548,6 +569,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.command:
         parser.print_help()
         return EXIT_USAGE
+    try:
+        _check_paths(args)
+    except UsageError as exc:
+        print(f"gpu-node-wizard: {exc}", file=sys.stderr)
+        return exc.exit_code
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),
         format="%(levelname)s %(name)s: %(message)s",
@@ -575,6 +601,37 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_INTERNAL
+
+
+# Positional path arguments by their dest, as the usage line names them.
+_POSITIONAL_PATHS = {"site": "SITE", "path": "PATH", "file": "FILE"}
+PATH_MAX = 4096
+NAME_MAX = 255
+
+
+def _check_paths(args: argparse.Namespace) -> None:
+    """Every path on the command line is one the OS can take, or a UsageError naming the
+    argument: a NUL byte is a ValueError inside open(), an over-long name ENAMETOOLONG
+    wherever the path is first used (a state folder, a report, a lab)."""
+    for dest, value in vars(args).items():
+        if not isinstance(value, Path) and not (dest == "file" and isinstance(value, str)):
+            continue
+        name = _POSITIONAL_PATHS.get(dest, f"--{dest.replace('_', '-')}")
+        raw = os.fsencode(str(value))
+        if b"\0" in raw:
+            raise UsageError(f"{name}: the path contains a NUL byte")
+        if len(raw) > PATH_MAX or any(len(part) > NAME_MAX for part in raw.split(b"/")):
+            raise UsageError(
+                f"{name}: the path is too long ({len(raw)} bytes; at most {PATH_MAX}, "
+                f"{NAME_MAX} per name)"
+            )
+
+
+def _check_lab_nodes(nodes: int) -> None:
+    from wizard.lab.lab import MAX_NODES
+
+    if not 1 <= nodes <= MAX_NODES:
+        raise UsageError(f"--nodes {nodes}: the lab serves 1 to {MAX_NODES} GPU nodes")
 
 
 def _crash_report(args: argparse.Namespace, exc: BaseException) -> str:

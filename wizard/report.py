@@ -227,6 +227,19 @@ def xlsx(
     book.save(path)
 
 
+def prepare_out(out: Path, what: str = "report --out") -> None:
+    """Make the report folder (a new one 0700; the operator's own stays as it is), or a
+    UsageError saying why it cannot be one."""
+    try:
+        private_dir(out, tighten=False)
+    except NotADirectoryError:
+        raise UsageError(f"{what} {out}: a file is in the way; give a folder") from None
+    except PrivatePathError:
+        raise UsageError(f"{what} {out} is a file, not a folder") from None
+    except OSError as exc:
+        raise UsageError(f"{what} {out}: cannot create it: {exc.strerror or exc}") from None
+
+
 def write_report(
     report: dict[str, Any],
     out: Path,
@@ -243,14 +256,7 @@ def write_report(
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise UsageError(f"cannot read the report to compare with ({compare}): {exc}") from None
     redactor = redactor or Redactor()
-    try:
-        private_dir(out, tighten=False)  # a new folder is 0700; the operator's own stays
-    except NotADirectoryError:
-        raise UsageError(f"report --out {out}: a file is in the way; give a folder") from None
-    except PrivatePathError:
-        raise UsageError(f"report --out {out} is a file, not a folder") from None
-    except OSError as exc:
-        raise UsageError(f"report --out {out}: cannot create it: {exc.strerror or exc}") from None
+    prepare_out(out)
     data = dict(report)
     if other:
         data["compared_with"] = {

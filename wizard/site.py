@@ -52,6 +52,21 @@ IpAddress = Annotated[str, _check(names.is_ip_address, "IP address")]
 K8sName = Annotated[str, _check(names.is_dns1123_subdomain, "Kubernetes name (DNS-1123)")]
 EnvVarName = Annotated[str, _check(names.is_env_var_name, "environment variable name")]
 UnixUser = Annotated[str, _check(names.is_unix_user, "user name")]
+
+
+def _is_path(value: str) -> bool:
+    """A path the OS can take: no NUL or other control character, at most PATH_MAX (4096)
+    bytes and NAME_MAX (255) per component. Anything else fails later at open() with a
+    ValueError or ENAMETOOLONG deep inside a transport; here it names the field."""
+    raw = value.encode("utf-8", "surrogateescape")
+    return (
+        0 < len(raw) <= 4096
+        and not any(ch < 0x20 or ch == 0x7F for ch in raw)
+        and all(len(part) <= 255 for part in raw.split(b"/"))
+    )
+
+
+FilePath = Annotated[str, _check(_is_path, "path (no control characters, at most 4096 bytes)")]
 Version3 = Annotated[str, Field(pattern=r"^v?\d+\.\d+\.\d+$")]
 MinorVersion = Annotated[str, Field(pattern=r"^\d+\.\d+$")]
 
@@ -67,13 +82,13 @@ class SshSettings(Strict):
 
     user: UnixUser = "root"
     port: int = Field(22, ge=1, le=65535)
-    key: str | None = Field(None, description="path to the private key; the agent if unset")
+    key: FilePath | None = Field(None, description="path to the private key; the agent if unset")
     key_passphrase_env: EnvVarName | None = Field(
         None,
         description="an environment variable holding ssh.key's passphrase; without it a "
         "locked key goes through the ssh-agent or a terminal prompt",
     )
-    known_hosts: str = "~/.ssh/known_hosts"
+    known_hosts: FilePath = "~/.ssh/known_hosts"
     trust_on_first_use: bool = Field(
         False, description="accept and record an unknown host key (a changed key is refused)"
     )
@@ -81,7 +96,7 @@ class SshSettings(Strict):
     sudo: bool | None = Field(
         None, description="run as root through 'sudo -n'; default: user!=root"
     )
-    config: str | None = Field(
+    config: FilePath | None = Field(
         None, description="OpenSSH client config to read; default ~/.ssh/config; 'none': none"
     )
     connect_timeout: float = Field(15.0, gt=0, le=600)
@@ -139,15 +154,15 @@ class AIStor(Strict):
 
 
 class Cluster(Strict):
-    kubeconfig: str = "~/.kube/config"
+    kubeconfig: FilePath = "~/.kube/config"
     context: str | None = Field(None, pattern=r"^[^\s]{1,253}$")
     kubernetes_version: MinorVersion = "1.33"
-    helm: str = Field("helm", description="the helm binary (a name on PATH or a path)")
-    containerd_config: str | None = Field(
+    helm: FilePath = Field("helm", description="the helm binary (a name on PATH or a path)")
+    containerd_config: FilePath | None = Field(
         None,
         description="containerd config path when it is not Kubespray's /etc/containerd/config.toml",
     )
-    containerd_socket: str | None = Field(
+    containerd_socket: FilePath | None = Field(
         None, description="containerd socket when it is not /run/containerd/containerd.sock"
     )
     existing_workers: list[K8sName] = Field(
