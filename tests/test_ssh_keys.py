@@ -185,3 +185,29 @@ async def test_a_known_hosts_folder_or_binary_file_is_a_host_key_error(
     make(known)
     with pytest.raises(HostKeyError, match=r"known_hosts file .* cannot be used|unknown"):
         await uname(host(tmp_path, server, write_key(tmp_path, client_key)))
+
+
+def test_keys_load_in_one_event_loop_after_another(tmp_path, client_key):
+    """The key cache's lock is per event loop: a second asyncio.run (the TUI's engine
+    thread, a fleet check after a demo) must not find a lock bound to the first."""
+    import asyncio
+
+    async def one_run() -> list[str]:
+        host = LabHost("gpu-1", "gpu", "10.10.0.21", "192.168.50.21")
+        lab = LabSshServer(host, ADDRESS, asyncssh.generate_private_key("ssh-ed25519"),
+                           client_key.export_public_key().decode())  # fmt: skip
+        await lab.start()
+        try:
+            folder = tmp_path / str(lab.port)
+            folder.mkdir()
+            key = write_key(folder, client_key)
+            # Two connections at once contend for the lock (which binds it to the loop).
+            return await asyncio.gather(
+                uname(host_for(folder, lab, key)), uname(host_for(folder, lab, key))
+            )
+        finally:
+            await lab.stop()
+
+    host_for = host
+    assert asyncio.run(one_run()) == ["x86_64", "x86_64"]
+    assert asyncio.run(one_run()) == ["x86_64", "x86_64"]

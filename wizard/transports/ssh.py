@@ -26,6 +26,7 @@ import os
 import re
 import shlex
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -93,14 +94,20 @@ PASSPHRASE_PROMPT: PassphrasePrompt | None = None
 # Keys decrypted in this process, by path and file stamp: a fleet's nodes share one key,
 # which is then asked for once. Only the key object is kept, never the passphrase.
 _KEYS: dict[tuple[Path, int, int], asyncssh.SSHKey] = {}
-_KEYS_LOCK: asyncio.Lock | None = None
+# One lock per event loop (an asyncio.Lock belongs to the loop it first waited on; the TUI
+# runs its engine in its own loop, tests run many): concurrent connections of one run ask
+# for a key once.
+_KEYS_LOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def _keys_lock() -> asyncio.Lock:
-    global _KEYS_LOCK
-    if _KEYS_LOCK is None:
-        _KEYS_LOCK = asyncio.Lock()
-    return _KEYS_LOCK
+    loop = asyncio.get_running_loop()
+    lock = _KEYS_LOCKS.get(loop)
+    if lock is None:
+        lock = _KEYS_LOCKS[loop] = asyncio.Lock()
+    return lock
 
 
 def _agent_available() -> bool:
