@@ -54,7 +54,10 @@ def configmap(site: Site, netdevs: list[str]) -> dict[str, Any]:
 
 def daemonset(site: Site) -> dict[str, Any]:
     plugin = site.device_plugin
-    image = f"{mirrored('ghcr.io/mellanox', site.registry.mirror)}/k8s-rdma-shared-dev-plugin:{plugin.version}"
+    # device_plugin.image behind the site's mirror; the default is where Mellanox publishes
+    # the plugin (the Network Operator's example NicClusterPolicy: repository
+    # ghcr.io/mellanox, image k8s-rdma-shared-dev-plugin, version v1.5.3).
+    image = f"{mirrored(plugin.image, site.registry.mirror)}:{plugin.version}"
     volumes = [
         ("device-plugin", "/var/lib/kubelet/device-plugins"),
         ("plugins-registry", "/var/lib/kubelet/plugins_registry"),

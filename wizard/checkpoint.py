@@ -43,6 +43,7 @@ import platformdirs
 
 from wizard.errors import CheckpointError, CheckpointMissingError, LockHeldError
 from wizard.model import Finding, Severity, StepState
+from wizard.private import open_private, private_dir, tighten_files
 from wizard.redact import Redactor
 from wizard.site import Site
 
@@ -220,7 +221,7 @@ class Checkpoint:
         # A crash can cut the last line short: close it off so the next entry stays whole.
         self.torn_journal_bytes = _torn_tail(journal_path)
         self._journal = open(  # noqa: SIM115 - kept open for the life of the checkpoint
-            os.open(journal_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600),
+            open_private(journal_path, os.O_WRONLY | os.O_APPEND),
             "a",
             encoding="utf-8",
         )
@@ -257,11 +258,17 @@ class Checkpoint:
         """
         directory = site_state_dir(state_dir, site)
         try:
-            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            # The root too: a fresh --state-dir is 0700, an existing one is tightened (unless
+            # it is a shared folder such as /tmp, see wizard/private.py).
+            private_dir(state_dir)
+            private_dir(directory)
         except OSError as exc:
-            raise CheckpointError(f"cannot create state directory {directory}: {exc}") from None
+            raise CheckpointError(
+                f"cannot create state directory {directory}: {exc.strerror or exc}"
+            ) from None
         lock_fd = _take_lock(directory)
         try:
+            tighten_files(directory)
             try:
                 state = read_state(directory)
             except CheckpointError:
@@ -537,7 +544,10 @@ def _who_am_i() -> str:
 
 def _take_lock(directory: Path) -> int:
     path = directory / "lock"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fd = open_private(path, os.O_RDWR)
+    except OSError as exc:
+        raise CheckpointError(f"cannot open the lock file {path}: {exc.strerror or exc}") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -45,6 +45,7 @@ start here:
   gpu-node-wizard check site.yaml           read-only preflight of the real site
   gpu-node-wizard run site.yaml             the guided install (resumes)
   gpu-node-wizard status site.yaml          what the checkpoint holds
+  gpu-node-wizard schema --out site.schema.json   the site file's JSON Schema, for editors
 exit codes: 0 ok, 1 a check failed, 2 usage/site/connection error, 70 internal error
 (a bug: the message names the file with the traceback), 130 interrupted
 """
@@ -188,6 +189,18 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
 
     p = sub.add_parser(
+        "schema",
+        help="print the site file's JSON Schema (for editors); --out writes it to a file",
+        description="The JSON Schema (draft 2020-12) of the site file, generated from the "
+        "same model that validates it on load. Point your editor at it, e.g. with the YAML "
+        "language server: `# yaml-language-server: $schema=site.schema.json` on the first "
+        "line of site.yaml.",
+    )
+    p.add_argument("--out", type=Path, metavar="FILE", help="write the schema here instead")
+    p.add_argument("--force", action="store_true", help="overwrite an existing --out file")
+    _common(p)
+
+    p = sub.add_parser(
         "parse",
         help="run one parser on one file and print the fact as JSON",
         description="Parse a command's output (FILE, or - for stdin) into the JSON of FACTS.md.",
@@ -216,6 +229,26 @@ def cmd_init(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc}") from None
     print(f"wrote {path}: edit the nodes, then `gpu-node-wizard export {path} --out export/`")
+    return EXIT_OK
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from wizard.site import json_schema
+
+    text = json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"
+    if args.out is None:
+        sys.stdout.write(text)
+        return EXIT_OK
+    path: Path = args.out
+    if path.exists() and (path.is_dir() or not args.force):
+        what = "is a folder" if path.is_dir() else "already exists; pass --force to overwrite it"
+        raise UsageError(f"schema --out {path} {what}")
+    try:
+        path.write_text(text)
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise UsageError(f"cannot write {path}: {reason}") from None
+    print(f"wrote {path}")
     return EXIT_OK
 
 
@@ -248,7 +281,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_parse(args: argparse.Namespace) -> int:
-    from wizard.facts import KINDS, ParseError, parse
+    from wizard.facts import KINDS, MAX_INPUT_BYTES, ParseError, parse
 
     if args.list:
         width = max(len(k) for k in KINDS)
@@ -259,11 +292,15 @@ def cmd_parse(args: argparse.Namespace) -> int:
         raise UsageError("usage: gpu-node-wizard parse KIND FILE (FILE may be -); parse --list")
     if args.kind not in KINDS:
         raise UsageError(f"unknown kind {args.kind!r}; `gpu-node-wizard parse --list` lists them")
+    # At most one byte over the parsers' cap is read: `parse lsmod /dev/zero` is refused
+    # by the size check instead of filling the memory.
     try:
         if args.file == "-":
-            text = sys.stdin.buffer.read().decode("utf-8", errors="replace")
+            data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
         else:
-            text = Path(args.file).read_bytes().decode("utf-8", errors="replace")
+            with open(args.file, "rb") as handle:
+                data = handle.read(MAX_INPUT_BYTES + 1)
+        text = data.decode("utf-8", errors="replace")
     except OSError as exc:
         raise UsageError(f"cannot read {args.file}: {exc.strerror or exc}") from None
     try:
@@ -284,6 +321,7 @@ def _state_dir(args: argparse.Namespace) -> Path:
 def cmd_report(args: argparse.Namespace) -> int:
     from steps import build_plan
     from wizard.checkpoint import read_state, site_state_dir
+    from wizard.redact import Redactor
     from wizard.report import build_report, write_report
     from wizard.site import load_site
 
@@ -293,10 +331,35 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise UsageError(
             f"no checkpoint for site {site.name} yet: run `gpu-node-wizard check` or `run` first"
         )
-    paths = write_report(build_report(state, site, build_plan()), args.out, compare=args.compare)
+    paths = write_report(
+        build_report(state, site, build_plan()),
+        args.out,
+        compare=args.compare,
+        redactor=Redactor(site.secret_values()),
+    )
     for path in paths:
         print(f"wrote {path}")
     return EXIT_OK
+
+
+def _allow_passphrase_prompt() -> None:
+    """Headless commands on a terminal may ask for a locked SSH key's passphrase (once per
+    key; the answer decrypts the key in memory and is kept nowhere). The TUI does not:
+    a prompt under it would garble the screen, so there a locked key needs the agent or
+    ssh.key_passphrase_env."""
+    if not sys.stdin.isatty():
+        return
+    import getpass
+
+    from wizard.transports import ssh
+
+    def prompt(path: Path) -> str | None:
+        try:
+            return getpass.getpass(f"passphrase for SSH key {path}: ") or None
+        except (EOFError, OSError):
+            return None
+
+    ssh.PASSPHRASE_PROMPT = prompt
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -306,6 +369,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from wizard.site import load_site
 
     site = load_site(args.site)
+    _allow_passphrase_prompt()
     quiet = io.StringIO() if args.json else None
     frontend = HeadlessFrontEnd(
         out=quiet or sys.stderr, show_findings=False, compact=is_fleet(len(site.nodes))
@@ -355,6 +419,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from wizard.headless import HeadlessFrontEnd
     from wizard.runner import run_engine
 
+    _allow_passphrase_prompt()
     frontend = HeadlessFrontEnd(
         yes=args.yes,
         window_open=args.maintenance_window_open,
@@ -402,6 +467,12 @@ def cmd_lab(args: argparse.Namespace) -> int:
         check_faults(args.fault)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    _check_lab_nodes(args.nodes)
+    folder = args.write_site.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise UsageError(f"lab --write-site {args.write_site}: {folder} is a file, not a folder")
     return asyncio.run(
         _serve_lab(
             args.write_site, args.nodes, tuple(args.fault), args.record_effects, args.kill_on_effect
@@ -428,7 +499,13 @@ async def _serve_lab(
         record_effects=record_effects,
         kill_control=kill_control,
     )
-    await lab.start()
+    try:
+        await lab.start()
+    except OSError as exc:
+        await lab.stop()
+        raise UsageError(
+            f"lab --write-site {path}: cannot write the lab's files there: {exc.strerror or exc}"
+        ) from None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -456,8 +533,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
         check_faults(args.fault)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    _check_lab_nodes(args.nodes)
     if args.headless:
         from wizard.demo import run_demo_headless
+        from wizard.report import prepare_out
+
+        if args.report is not None:  # before the run, not after it
+            prepare_out(args.report, "demo --report")
 
         return asyncio.run(
             run_demo_headless(tuple(args.fault), args.nodes, args.state_dir, args.report)
@@ -477,6 +559,7 @@ COMMANDS = {
     "export": cmd_export,
     "status": cmd_status,
     "parse": cmd_parse,
+    "schema": cmd_schema,
 }
 
 
@@ -486,6 +569,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.command:
         parser.print_help()
         return EXIT_USAGE
+    try:
+        _check_paths(args)
+    except UsageError as exc:
+        print(f"gpu-node-wizard: {exc}", file=sys.stderr)
+        return exc.exit_code
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),
         format="%(levelname)s %(name)s: %(message)s",
@@ -494,7 +582,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     except WizardError as exc:
-        print(f"gpu-node-wizard: {exc}", file=sys.stderr)
+        from wizard.redact import Redactor
+
+        # The site's own secrets are redacted where they are known (journal, events); an
+        # error can come before the site is loaded, so its message gets the patterns.
+        print(f"gpu-node-wizard: {Redactor().text(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("gpu-node-wizard: interrupted", file=sys.stderr)
@@ -511,17 +603,49 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERNAL
 
 
+# Positional path arguments by their dest, as the usage line names them.
+_POSITIONAL_PATHS = {"site": "SITE", "path": "PATH", "file": "FILE"}
+PATH_MAX = 4096
+NAME_MAX = 255
+
+
+def _check_paths(args: argparse.Namespace) -> None:
+    """Every path on the command line is one the OS can take, or a UsageError naming the
+    argument: a NUL byte is a ValueError inside open(), an over-long name ENAMETOOLONG
+    wherever the path is first used (a state folder, a report, a lab)."""
+    for dest, value in vars(args).items():
+        if not isinstance(value, Path) and not (dest == "file" and isinstance(value, str)):
+            continue
+        name = _POSITIONAL_PATHS.get(dest, f"--{dest.replace('_', '-')}")
+        raw = os.fsencode(str(value))
+        if b"\0" in raw:
+            raise UsageError(f"{name}: the path contains a NUL byte")
+        if len(raw) > PATH_MAX or any(len(part) > NAME_MAX for part in raw.split(b"/")):
+            raise UsageError(
+                f"{name}: the path is too long ({len(raw)} bytes; at most {PATH_MAX}, "
+                f"{NAME_MAX} per name)"
+            )
+
+
+def _check_lab_nodes(nodes: int) -> None:
+    from wizard.lab.lab import MAX_NODES
+
+    if not 1 <= nodes <= MAX_NODES:
+        raise UsageError(f"--nodes {nodes}: the lab serves 1 to {MAX_NODES} GPU nodes")
+
+
 def _crash_report(args: argparse.Namespace, exc: BaseException) -> str:
     """Write the traceback of an unexpected exception to a private file; its path."""
     import tempfile
     import traceback
 
     from wizard.checkpoint import default_state_dir
+    from wizard.private import private_dir
 
     directory = getattr(args, "state_dir", None) or default_state_dir()
     text = "".join(traceback.format_exception(exc))
     try:
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private_dir(directory)
         fd, path = tempfile.mkstemp(prefix="crash-", suffix=".txt", dir=directory)
         with os.fdopen(fd, "w") as handle:  # mkstemp makes it 0600
             handle.write(text)

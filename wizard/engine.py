@@ -153,7 +153,9 @@ class Engine:
     # -- front-end plumbing --------------------------------------------------------------
 
     def emit(self, event: Event) -> None:
-        self.frontend.emit(event)
+        # One redactor on every path to the operator: the terminal (--verbose prints each
+        # command line), the TUI's log and its finding panel see what the journal keeps.
+        self.frontend.emit(self.checkpoint.redactor.value(event))
 
     def journal(self, entry: dict[str, Any]) -> None:
         self.checkpoint.journal(entry)
@@ -391,7 +393,7 @@ class Engine:
                     summary.stopped = f"phase {current.number} ({current.title}) did not pass"
                     break
         except Aborted as exc:
-            summary.stopped = str(exc)
+            summary.stopped = self.checkpoint.redactor.text(str(exc))
         return summary
 
     async def shared_read(self, key: tuple[str, str], read: Callable[[], Awaitable[Any]]) -> Any:
@@ -416,7 +418,9 @@ class Engine:
                 else:
                     state, findings = await self._guarded(step, target, explicit)
             summary.results[(step.id, target)] = state
-            summary.findings[(step.id, target)] = findings
+            # The summary is printed (the headless outcome, `check`): redacted like the
+            # checkpoint's copy and the events.
+            summary.findings[(step.id, target)] = self.checkpoint.redactor.value(findings)
 
         batches = self._batches(step, targets)
         if step.one_node_at_a_time and len(targets) > 1:
@@ -927,7 +931,7 @@ class Engine:
                      "answer": "approved-as-same-change"}
                 )  # fmt: skip
                 return True
-            reply = await self.frontend.decide(decision)
+            reply = await self.frontend.decide(self.checkpoint.redactor.value(decision))
         answer = self._answer(decision, reply)
         if answer is Answer.PROCEED_SAME and approvable:
             self._approved[step.id] = same
@@ -943,7 +947,7 @@ class Engine:
 
     async def _ask(self, decision: Decision) -> Answer:
         async with self._decision_lock:
-            reply = await self.frontend.decide(decision)
+            reply = await self.frontend.decide(self.checkpoint.redactor.value(decision))
         return self._answer(decision, reply)
 
     def _answer(self, decision: Decision, reply: Reply) -> Answer:

@@ -6,10 +6,12 @@ nothing here opens a socket, which a test enforces.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
-import shutil
+import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -110,10 +112,7 @@ def export(
     for path in sorted(files):
         artifact = files[path]
         content = redactor.text(artifact.content).encode()
-        target = out / path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(content)
-        os.chmod(target, artifact.mode)
+        _write(out, path, content, artifact.mode)
         digest = hashlib.sha256(content).hexdigest()
         checksums[path] = digest
         entries[path] = {
@@ -128,13 +127,13 @@ def export(
         "site_fingerprint": site.fingerprint(),
         "files": entries,
     }
-    (out / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    _write(out, MANIFEST, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode(), 0o644)
     return checksums
 
 
 def _check_relative(path: str) -> None:
     pure = PurePosixPath(path)
-    if pure.is_absolute() or ".." in pure.parts:
+    if pure.is_absolute() or ".." in pure.parts or not pure.parts:
         raise ExportError(f"artifact path {path!r} escapes the export folder")
 
 
@@ -148,26 +147,177 @@ def _prepare(out: Path, force: bool) -> None:
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ExportError(f"cannot create {out}: {exc}") from None
+        raise ExportError(f"cannot create {out}: {exc.strerror or exc}") from None
+
+
+def _write(out: Path, rel: str, content: bytes, mode: int) -> None:
+    """Write one file under ``out`` without following a symlink anywhere below ``out``.
+
+    After ``--force`` the folder may still hold the operator's own entries; a symlinked
+    folder or file among them must not make the export write outside ``out``.
+    """
+    parent = out
+    for part in PurePosixPath(rel).parts[:-1]:
+        parent = parent / part
+        try:
+            info = os.lstat(parent)
+        except FileNotFoundError:
+            _mkdir(parent)
+            continue
+        if not stat.S_ISDIR(info.st_mode):
+            raise ExportError(
+                f"cannot write {rel}: {parent} is {_kind(info.st_mode)}, not a folder the "
+                "export may write into"
+            )
+    target = out / rel
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(target, flags, 0o600)
+    except OSError as exc:
+        raise ExportError(f"cannot write {target}: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(content)
+        os.fchmod(handle.fileno(), mode)
+
+
+def _mkdir(path: Path) -> None:
+    try:
+        path.mkdir()
+    except OSError as exc:
+        raise ExportError(f"cannot create {path}: {exc.strerror or exc}") from None
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISREG(mode):
+        return "a file"
+    return "not a regular file"
+
+
+# A manifest of a thousand nodes is a few MB; anything far larger is not one of ours.
+MAX_MANIFEST_BYTES = 64 << 20
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def _remove_previous(out: Path) -> None:
-    """With --force: remove what an earlier export wrote (listed in its manifest) only."""
+    """With --force: remove the regular files an earlier export wrote, and nothing else.
+
+    The manifest is the only authority, so it is checked before anything is deleted: it
+    must be a regular file in the shape this module writes (a ``generator`` naming
+    gpu-node-wizard, ``files`` mapping relative paths to their sha256). Each listed file
+    must still be a regular file with the recorded hash, reached through real folders (a
+    symlinked folder could point anywhere). Any doubt refuses the whole removal, so a
+    crafted or damaged manifest deletes nothing. Only folders that held a removed file and
+    are left empty are removed; the operator's own folders, empty or not, stay.
+    """
     manifest = out / MANIFEST
-    if not manifest.is_file():
-        raise ExportError(
-            f"{out} is not empty and holds no earlier export ({MANIFEST} missing); "
-            "refusing to overwrite it even with --force"
+    listed = _read_manifest(out, manifest)
+    doomed: list[Path] = []
+    problems: list[str] = []
+    for rel, entry in sorted(listed.items()):
+        problem = _removable(out, rel, entry)
+        if problem == "missing":
+            continue
+        if problem:
+            problems.append(f"{rel}: {problem}")
+        else:
+            doomed.append(out / rel)
+    if problems:
+        shown = "; ".join(problems[:5]) + (
+            f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
         )
-    try:
-        listed = json.loads(manifest.read_text()).get("files", {})
-    except (OSError, ValueError) as exc:
-        raise ExportError(f"cannot read the earlier {manifest}: {exc}") from None
-    for rel in listed:
-        _check_relative(rel)
-        (out / rel).unlink(missing_ok=True)
+        raise ExportError(
+            f"refusing to replace the earlier export in {out}: {shown}. Nothing was deleted; "
+            "move those entries away (or choose an empty folder) and export again"
+        )
+    folders: set[Path] = set()
+    for path in doomed:
+        path.unlink()
+        parent = path.parent
+        while parent != out:
+            folders.add(parent)
+            parent = parent.parent
     manifest.unlink()
-    # Drop folders the earlier export left empty.
-    for folder in sorted((p for p in out.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
-        if not any(folder.iterdir()):
-            shutil.rmtree(folder)
+    for folder in sorted(folders, key=lambda p: -len(p.parts)):
+        with contextlib.suppress(OSError):  # not empty: it holds the operator's files
+            folder.rmdir()
+
+
+def _read_manifest(out: Path, manifest: Path) -> dict[str, dict[str, object]]:
+    try:
+        info = os.lstat(manifest)
+    except FileNotFoundError:
+        info = None
+    if info is None or not stat.S_ISREG(info.st_mode):
+        raise ExportError(
+            f"{out} is not empty and holds no earlier export ({MANIFEST} "
+            f"{'missing' if info is None else 'is ' + _kind(info.st_mode)}); refusing to "
+            "overwrite it even with --force"
+        )
+    if info.st_size > MAX_MANIFEST_BYTES:
+        raise ExportError(f"{manifest} is larger than any manifest the wizard writes; refusing")
+    try:
+        data = json.loads(manifest.read_bytes())
+    except (OSError, ValueError) as exc:
+        raise ExportError(f"cannot read the earlier {manifest}: {exc}; refusing") from None
+    wrong = _manifest_shape_problem(data)
+    if wrong:
+        raise ExportError(
+            f"{manifest} was not written by gpu-node-wizard export ({wrong}); refusing to "
+            f"delete anything in {out} even with --force"
+        )
+    return data["files"]
+
+
+def _manifest_shape_problem(data: object) -> str | None:
+    if not isinstance(data, dict):
+        return f"the top level is {type(data).__name__}, not an object"
+    generator = data.get("generator")
+    if not isinstance(generator, str) or not generator.startswith("gpu-node-wizard"):
+        return "no 'generator': 'gpu-node-wizard ...'"
+    files = data.get("files")
+    if not isinstance(files, dict):
+        return f"'files' is {type(files).__name__}, not an object of path -> entry"
+    for rel, entry in files.items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str):
+            return f"the entry for {str(rel)[:80]!r} has no sha256"
+        if not _SHA256.fullmatch(entry["sha256"]):
+            return f"the entry for {str(rel)[:80]!r} has a malformed sha256"
+    return None
+
+
+def _removable(out: Path, rel: str, entry: dict[str, object]) -> str | None:
+    """Why ``rel`` must not be deleted (None: it may; "missing": nothing to do)."""
+    pure = PurePosixPath(rel)
+    if pure.is_absolute() or ".." in pure.parts or not pure.parts or "\0" in rel:
+        return "the path leaves the export folder"
+    if rel == MANIFEST:
+        return "the manifest lists itself"
+    current = out
+    for part in pure.parts[:-1]:
+        current = current / part
+        try:
+            info = os.lstat(current)
+        except FileNotFoundError:
+            return "missing"
+        if not stat.S_ISDIR(info.st_mode):
+            return (
+                f"{current.relative_to(out)} is {_kind(info.st_mode)}, not a folder the export made"
+            )
+    target = out / rel
+    try:
+        info = os.lstat(target)
+    except FileNotFoundError:
+        return "missing"
+    if not stat.S_ISREG(info.st_mode):
+        return f"is {_kind(info.st_mode)}; the export writes regular files only"
+    digest = hashlib.sha256()
+    with open(target, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    if digest.hexdigest() != entry["sha256"]:
+        return "changed since it was exported (its sha256 differs from the manifest)"
+    return None

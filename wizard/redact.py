@@ -8,9 +8,13 @@ token, a ``--password`` argument, a private key block). Both are replaced by
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable
-from typing import Any
+from enum import Enum
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 REDACTED = "***REDACTED***"
 
@@ -28,18 +32,23 @@ _PRIVATE_KEY_BLOCK = re.compile(
 # is not YAML/JSON structure (``[]``, ``{``, a list item).
 _SECRET_ASSIGNMENT = re.compile(
     r"(?P<key>\b[\w.-]*(?:password|passwd|secret|token|api[_-]?key|client-key-data"
-    r"|private[_-]?key)[\"']?[ \t]*[:=][ \t]*)(?P<value>[\"']?[^\s\"',}\[\]{]+[\"']?)",
+    r"|private[_-]?key|secret[_-]?key|access[_-]?key|passphrase)[\"']?[ \t]*[:=][ \t]*)"
+    r"(?P<value>[\"']?[^\s\"',}\[\]{]+[\"']?)",
     re.IGNORECASE,
 )
-# Command-line flags that carry credentials (helm, skopeo, docker login, curl).
+# Command-line flags that carry credentials (helm, skopeo, docker login, curl; MinIO warp's
+# --access-key/--secret-key, per its README "Configuration"; vLLM's --api-key).
+SECRET_FLAGS = (
+    "password", "passwd", "token", "creds", "src-creds", "dest-creds", "client-secret",
+    "secret-key", "access-key", "api-key", "passphrase",
+)  # fmt: skip
 _SECRET_FLAG = re.compile(
-    r"(?P<key>--(?:password|passwd|token|creds|src-creds|dest-creds|client-secret)(?:=|\s+))"
-    r"(?P<value>\S+)",
+    rf"(?P<key>--(?:{'|'.join(SECRET_FLAGS)})(?:=|\s+))(?P<value>\S+)",
     re.IGNORECASE,
 )
 # Words that every match of the pattern above contains (lower case), for a cheap pre-test.
-_FLAG_WORDS = ("--pass", "--token", "creds", "--client-secret")
-_ASSIGNMENT_WORDS = ("passw", "secret", "token", "key")
+_FLAG_WORDS = ("--pass", "--token", "creds", "--client-secret", "-key")
+_ASSIGNMENT_WORDS = ("passw", "secret", "token", "key", "passphrase")
 _BEARER = re.compile(r"(?P<key>\bBearer\s+)(?P<value>[A-Za-z0-9._~+/=-]+)", re.IGNORECASE)
 _URL_CREDENTIALS = re.compile(r"(?P<key>[a-z][a-z0-9+.-]*://[^/\s:@]+:)(?P<value>[^@\s/]+)(?=@)")
 
@@ -79,6 +88,33 @@ class Redactor:
         if "://" in text and "@" in text:
             text = _URL_CREDENTIALS.sub(_keep_key, text)
         return text
+
+    def value(self, value: T) -> T:
+        """``value`` with every string inside redacted, of the same type: frozen dataclasses
+        (events, findings, decisions) are rebuilt with ``dataclasses.replace``, tuples stay
+        tuples, enums (``StrEnum`` states are strings too) are left alone. What a front end
+        shows goes through this, so the TUI and the terminal show what the journal keeps."""
+        if isinstance(value, Enum):
+            return value
+        if isinstance(value, str):
+            return self.text(value)  # type: ignore[return-value]
+        if isinstance(value, dict):
+            return {self.value(k): self.value(v) for k, v in value.items()}  # type: ignore[return-value]
+        if isinstance(value, list):
+            return [self.value(v) for v in value]  # type: ignore[return-value]
+        if isinstance(value, tuple):
+            return tuple(self.value(v) for v in value)  # type: ignore[return-value]
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            changes = {}
+            for f in dataclasses.fields(value):
+                if not f.init:
+                    continue
+                old = getattr(value, f.name)
+                new = self.value(old)
+                if new is not old and new != old:
+                    changes[f.name] = new
+            return dataclasses.replace(value, **changes) if changes else value
+        return value
 
     def data(self, value: Any) -> Any:
         """Redact every string inside nested dicts, lists and tuples (keys included)."""

@@ -3,15 +3,17 @@ with another site's report (e.g. an E810 node against a ConnectX node)."""
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from wizard.errors import UsageError
 from wizard.fleet import group_targets, targets_text
 from wizard.model import GATES, Finding, Severity, is_skipped_step, verdict
 from wizard.plan import Plan
+from wizard.private import PrivatePathError, private_dir, write_private
 from wizard.redact import Redactor
 from wizard.site import Site
 from wizard.support import release_notes
@@ -190,7 +192,9 @@ def markdown(report: dict[str, Any], other: dict[str, Any] | None = None) -> str
     return "\n".join(lines) + "\n"
 
 
-def xlsx(report: dict[str, Any], path: Path, other: dict[str, Any] | None = None) -> None:
+def xlsx(
+    report: dict[str, Any], path: Path | BinaryIO, other: dict[str, Any] | None = None
+) -> None:
     from openpyxl import Workbook
     from openpyxl.styles import Font, PatternFill
 
@@ -237,6 +241,19 @@ def xlsx(report: dict[str, Any], path: Path, other: dict[str, Any] | None = None
     book.save(path)
 
 
+def prepare_out(out: Path, what: str = "report --out") -> None:
+    """Make the report folder (a new one 0700; the operator's own stays as it is), or a
+    UsageError saying why it cannot be one."""
+    try:
+        private_dir(out, tighten=False)
+    except NotADirectoryError:
+        raise UsageError(f"{what} {out}: a file is in the way; give a folder") from None
+    except PrivatePathError:
+        raise UsageError(f"{what} {out} is a file, not a folder") from None
+    except OSError as exc:
+        raise UsageError(f"{what} {out}: cannot create it: {exc.strerror or exc}") from None
+
+
 def write_report(
     report: dict[str, Any],
     out: Path,
@@ -253,7 +270,7 @@ def write_report(
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise UsageError(f"cannot read the report to compare with ({compare}): {exc}") from None
     redactor = redactor or Redactor()
-    out.mkdir(parents=True, exist_ok=True)
+    prepare_out(out)
     data = dict(report)
     if other:
         data["compared_with"] = {
@@ -261,7 +278,16 @@ def write_report(
             "gates": {g["gate"]: g["status"] for g in other["gates"]},
         }
     paths = [out / "report.json", out / "report.md", out / "report.xlsx"]
-    paths[0].write_text(redactor.text(json.dumps(data, indent=2, sort_keys=True)) + "\n")
-    paths[1].write_text(redactor.text(markdown(report, other)))
-    xlsx(redactor.data(report), paths[2], other)
+    try:
+        write_private(
+            paths[0], (redactor.text(json.dumps(data, indent=2, sort_keys=True)) + "\n").encode()
+        )
+        write_private(paths[1], redactor.text(markdown(report, other)).encode())
+        book = io.BytesIO()
+        xlsx(redactor.data(report), book, other)
+        write_private(paths[2], book.getvalue())
+    except OSError as exc:
+        raise UsageError(
+            f"report --out {out}: cannot write {exc.filename or out}: {exc.strerror or exc}"
+        ) from None
     return paths

@@ -52,6 +52,21 @@ IpAddress = Annotated[str, _check(names.is_ip_address, "IP address")]
 K8sName = Annotated[str, _check(names.is_dns1123_subdomain, "Kubernetes name (DNS-1123)")]
 EnvVarName = Annotated[str, _check(names.is_env_var_name, "environment variable name")]
 UnixUser = Annotated[str, _check(names.is_unix_user, "user name")]
+
+
+def _is_path(value: str) -> bool:
+    """A path the OS can take: no NUL or other control character, at most PATH_MAX (4096)
+    bytes and NAME_MAX (255) per component. Anything else fails later at open() with a
+    ValueError or ENAMETOOLONG deep inside a transport; here it names the field."""
+    raw = value.encode("utf-8", "surrogateescape")
+    return (
+        0 < len(raw) <= 4096
+        and not any(ch < 0x20 or ch == 0x7F for ch in raw)
+        and all(len(part) <= 255 for part in raw.split(b"/"))
+    )
+
+
+FilePath = Annotated[str, _check(_is_path, "path (no control characters, at most 4096 bytes)")]
 Version3 = Annotated[str, Field(pattern=r"^v?\d+\.\d+\.\d+$")]
 MinorVersion = Annotated[str, Field(pattern=r"^\d+\.\d+$")]
 
@@ -67,8 +82,13 @@ class SshSettings(Strict):
 
     user: UnixUser = "root"
     port: int = Field(22, ge=1, le=65535)
-    key: str | None = Field(None, description="path to the private key; the agent if unset")
-    known_hosts: str = "~/.ssh/known_hosts"
+    key: FilePath | None = Field(None, description="path to the private key; the agent if unset")
+    key_passphrase_env: EnvVarName | None = Field(
+        None,
+        description="an environment variable holding ssh.key's passphrase; without it a "
+        "locked key goes through the ssh-agent or a terminal prompt",
+    )
+    known_hosts: FilePath = "~/.ssh/known_hosts"
     trust_on_first_use: bool = Field(
         False, description="accept and record an unknown host key (a changed key is refused)"
     )
@@ -76,7 +96,7 @@ class SshSettings(Strict):
     sudo: bool | None = Field(
         None, description="run as root through 'sudo -n'; default: user!=root"
     )
-    config: str | None = Field(
+    config: FilePath | None = Field(
         None, description="OpenSSH client config to read; default ~/.ssh/config; 'none': none"
     )
     connect_timeout: float = Field(15.0, gt=0, le=600)
@@ -147,15 +167,15 @@ class Kubespray(Strict):
 
 
 class Cluster(Strict):
-    kubeconfig: str = "~/.kube/config"
+    kubeconfig: FilePath = "~/.kube/config"
     context: str | None = Field(None, pattern=r"^[^\s]{1,253}$")
     kubernetes_version: MinorVersion = "1.33"
-    helm: str = Field("helm", description="the helm binary (a name on PATH or a path)")
-    containerd_config: str | None = Field(
+    helm: FilePath = Field("helm", description="the helm binary (a name on PATH or a path)")
+    containerd_config: FilePath | None = Field(
         None,
         description="containerd config path when it is not Kubespray's /etc/containerd/config.toml",
     )
-    containerd_socket: str | None = Field(
+    containerd_socket: FilePath | None = Field(
         None, description="containerd socket when it is not /run/containerd/containerd.sock"
     )
     existing_workers: list[K8sName] = Field(
@@ -196,7 +216,12 @@ class Nic(Strict):
 class DevicePlugin(Strict):
     resource_name: Annotated[str, Field(pattern=r"^[a-z0-9.-]+/[A-Za-z0-9_.-]+$")] = "rdma/e810"
     rdma_hca_max: int = Field(64, ge=1, le=10000)
-    image: str = "ghcr.io/mellanox/k8s-rdma-shared-dev-plugin"
+    image: str = Field(
+        "ghcr.io/mellanox/k8s-rdma-shared-dev-plugin",
+        pattern=r"^[a-z0-9.-]+(:\d+)?(/[a-z0-9._-]+)+$",
+        description="the plugin image without a tag (the tag is device_plugin.version); "
+        "pulled through registry.mirror when set",
+    )
     version: Version3 = "v1.5.3"
     namespace: K8sName = "kube-system"
 
@@ -468,12 +493,11 @@ class Site(Strict):
         raise KeyError(name)
 
     def secret_values(self) -> list[str]:
-        """Secret values the site refers to (read from the environment), for redaction."""
-        values = []
-        for var in (self.registry.username_env, self.registry.password_env):
-            if var and os.environ.get(var):
-                values.append(os.environ[var])
-        return values
+        """Every secret value the site's run handles, for the redactor (wizard/secrets.py):
+        environment variables it names, kubeconfig credentials, benchmark flags."""
+        from wizard.secrets import site_secrets
+
+        return site_secrets(self)
 
     def canonical(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
@@ -530,6 +554,28 @@ def _merge_ssh(entries: Any, defaults: dict[str, Any]) -> Any:
 def _digest(value: Any) -> str:
     blob = json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(blob).hexdigest()
+
+
+def json_schema() -> dict[str, Any]:
+    """The site file's JSON Schema (draft 2020-12), from the model that validates it.
+
+    The model stays the authority: cross-field rules (unique node names, DSCP vs ToS, a
+    maintenance batch smaller than the fleet) and the name checks are enforced on load,
+    the schema gives an editor the keys, types, ranges, patterns and descriptions.
+    """
+    schema = Site.model_json_schema()
+    for section in _SECTIONS:  # an empty section (every line commented) means defaults
+        prop = schema["properties"][section]
+        schema["properties"][section] = {
+            **{k: v for k, v in prop.items() if k != "$ref"},
+            "anyOf": [{"$ref": prop["$ref"]}, {"type": "null"}],
+        }
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://gpu-node-wizard/site.schema.json",
+        **schema,
+        "title": "gpu-node-wizard site file",
+    }
 
 
 # -- loading

@@ -57,6 +57,8 @@ def read_text(path: Path, *, max_bytes: int = MAX_BYTES) -> str:
 class _StrictLoader(yaml.SafeLoader):
     """SafeLoader without aliases and duplicate keys, with a nesting limit."""
 
+    what = "a site file"
+
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
         self._depth = 0
@@ -65,7 +67,7 @@ class _StrictLoader(yaml.SafeLoader):
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             raise ComposerError(
-                None, None, f"an alias (*{event.anchor}) is not allowed in a site file",
+                None, None, f"an alias (*{event.anchor}) is not allowed in {self.what}",
                 event.start_mark,
             )  # fmt: skip
         self._depth += 1
@@ -102,10 +104,16 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def loads(text: str) -> Any:
-    """Parse YAML text strictly; YamlFileError names the problem and where."""
+def loads(text: str, what: str = "a site file") -> Any:
+    """Parse YAML text strictly; YamlFileError names the problem and where.
+
+    Also for YAML the wizard reads from elsewhere (``helm get values``): Helm prints plain
+    YAML without aliases, so refusing them, duplicates and deep nesting costs nothing there
+    and keeps a hostile cluster's output from hanging the run (an alias bomb, ``[`` * 5000).
+    """
+    loader = type("_Loader", (_StrictLoader,), {"what": what})
     try:
-        return yaml.load(text, Loader=_StrictLoader)
+        return yaml.load(text, Loader=loader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -40,11 +40,16 @@ def parse_nvidia_smi_l(text: str) -> NvidiaSmiList:
 
 # -- nvidia-smi (table) ----------
 
-_VERSIONS = re.compile(r"Driver Version:\s*(?P<driver>[\d.]+).*?CUDA Version:\s*(?P<cuda>[\d.]+)")
+_VERSION_VALUE = re.compile(r"\s*([\d.]+)")
+# A row of the table is about 90 characters; a far longer line is not one, and is not
+# searched (the row patterns backtrack on long runs of digits or spaces).
+MAX_ROW_CHARS = 512
 _GPU_ROW = re.compile(
     r"^\|\s+(?P<index>\d+)\s+(?P<name>.+?)\s+(?P<persistence>On|Off)\s+\|\s*(?P<bus>[0-9A-Fa-f:.]+)"
 )
-_MEMORY_ROW = re.compile(r"(?P<used>\d+)MiB\s*/\s*(?P<total>\d+)MiB\s*\|\s*(?P<util>\d+|N/A)%?\s")
+_MEMORY_ROW = re.compile(
+    r"(?<!\d)(?P<used>\d+)MiB\s*/\s*(?P<total>\d+)MiB\s*\|\s*(?P<util>\d+|N/A)%?\s"
+)
 
 
 @dataclass
@@ -67,10 +72,12 @@ class NvidiaSmi(Fact):
 @parser("nvidia-smi", "nvidia-smi")
 def parse_nvidia_smi(text: str) -> NvidiaSmi:
     text = clean(text, "nvidia-smi")
-    versions = _VERSIONS.search(text)
+    versions = _versions(text)
     gpus: list[GpuStatus] = []
     current: GpuStatus | None = None
     for line in text.splitlines():
+        if len(line) > MAX_ROW_CHARS:
+            continue
         row = _GPU_ROW.match(line)
         if row:
             current = GpuStatus(int(row["index"]), row["name"], None, None, None, row["bus"])
@@ -84,10 +91,27 @@ def parse_nvidia_smi(text: str) -> NvidiaSmi:
     if versions is None and not gpus:
         raise ParseError("nvidia-smi", "no 'Driver Version' header and no GPU rows")
     return NvidiaSmi(
-        driver_version=versions["driver"] if versions else None,
-        cuda_version=versions["cuda"] if versions else None,
+        driver_version=versions[0] if versions else None,
+        cuda_version=versions[1] if versions else None,
         gpus=gpus,
     )
+
+
+def _versions(text: str) -> tuple[str, str] | None:
+    """Driver and CUDA version from the header line (``| NVIDIA-SMI 595.91.07  Driver
+    Version: 595.91.07  CUDA Version: 13.1 |``), found with str.find: linear in the text
+    whatever it holds (a regex with ``.*?`` between the two is quadratic on a long line
+    of repeated labels)."""
+    for line in text.splitlines():
+        at = line.find("Driver Version:")
+        if at < 0:
+            continue
+        driver = _VERSION_VALUE.match(line, at + len("Driver Version:"))
+        cuda_at = line.find("CUDA Version:", at)
+        cuda = _VERSION_VALUE.match(line, cuda_at + len("CUDA Version:")) if cuda_at >= 0 else None
+        if driver and cuda:
+            return driver[1], cuda[1]
+    return None
 
 
 # -- nvidia-smi topo -m ----------

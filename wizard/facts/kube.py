@@ -11,8 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
+from wizard import yamlfile
 from wizard.facts import parser
 from wizard.facts.base import Fact, ParseError, clean, to_int
 
@@ -196,14 +195,29 @@ class HelmValues(Fact):
     values: dict[str, Any]
 
 
+# A release's user-supplied values are a few KB (the GPU Operator's whole chart default
+# values.yaml is ~30 KB); YAML is parsed in pure Python at about 1 MB/s, so the cap is
+# far below the general 64 MB one.
+MAX_HELM_VALUES_CHARS = 4 << 20
+
+
 @parser("helm-values", "helm get values REL [-o yaml|json]")
 def parse_helm_values(text: str) -> HelmValues:
+    if len(text) > MAX_HELM_VALUES_CHARS:
+        raise ParseError(
+            "helm-values",
+            f"{len(text) >> 20} MB of values is more than {MAX_HELM_VALUES_CHARS >> 20} MB: "
+            "not the values of a chart release",
+        )
     text = clean(text, "helm-values")
     header = text.lstrip().startswith("USER-SUPPLIED VALUES:")
     body = re.sub(r"^USER-SUPPLIED VALUES:\s*\n?", "", text.lstrip(), count=1)
     try:
-        data = json.loads(body) if body.lstrip().startswith("{") else yaml.safe_load(body)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        if body.lstrip().startswith("{"):
+            data = json.loads(body)
+        else:  # no aliases, no duplicate keys, at most 32 levels: what Helm prints
+            data = yamlfile.loads(body, "helm get values output")
+    except (json.JSONDecodeError, yamlfile.YamlFileError) as exc:
         reason = str(exc).splitlines()[0]
         raise ParseError("helm-values", f"not YAML or JSON: {reason}") from None
     if data is None:

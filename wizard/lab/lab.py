@@ -37,6 +37,8 @@ from wizard.lab.shell import LabShell
 from wizard.lab.sshd import LabSshServer
 
 KUBERNETES_VERSION = "1.33.5"
+# Loopback addresses 127.0.2.1 ... give each GPU node its own sshd; 250 fit the lab's plan.
+MAX_NODES = 250
 LAB_TOKEN = "lab-token-not-a-secret"
 
 
@@ -71,8 +73,8 @@ class Lab:
 
     def __post_init__(self) -> None:
         check_faults(self.faults)
-        if not 1 <= self.nodes <= 250:
-            raise ValueError("the lab serves 1 to 250 GPU nodes")
+        if not 1 <= self.nodes <= MAX_NODES:
+            raise ValueError(f"the lab serves 1 to {MAX_NODES} GPU nodes")
         if self.record_effects is not None or self.kill_control is not None:
             self.effects = EffectLog(self.record_effects, self.kill_control)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import re
 import shlex
@@ -11,6 +10,7 @@ import shutil
 from typing import Any
 
 from wizard import journal
+from wizard.facts import ParseError, parse
 from wizard.transports.base import CommandResult, LineCallback, TransportError
 
 TARGET = "helm"
@@ -54,6 +54,11 @@ class HelmCli:
     ) -> CommandResult:
         argv = self._argv(*args)
         if shutil.which(self.binary) is None:
+            if "/" in self.binary and os.path.isfile(self.binary):
+                raise HelmError(
+                    f"helm ({self.binary}, cluster.helm) is not executable: chmod +x it or set "
+                    "cluster.helm to the real helm binary"
+                )
             raise HelmError(
                 f"helm ({self.binary}) is not installed on this jump host: install Helm 3 or set "
                 "cluster.helm in the site file"
@@ -64,9 +69,15 @@ class HelmCli:
             if args[:1] and args[0] in _CHANGING
             else None
         )
-        process = await asyncio.create_subprocess_exec(
-            *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-        )
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+            )
+        except OSError as exc:  # not a program (exec format error), vanished, no permission
+            journal.end(intent, {"error": str(exc)})
+            raise HelmError(
+                f"cannot run helm ({self.binary}, cluster.helm): {exc.strerror or exc}"
+            ) from None
         out: list[str] = []
         err: list[str] = []
 
@@ -127,4 +138,18 @@ class HelmCli:
             if "not found" in result.stderr:
                 return None
             raise HelmError(f"`helm get values {release}` failed: {result.stderr.strip()}")
-        return json.loads(result.stdout or "null") or {}
+        # Asked for with -o json: a JSON object or null (no values). Read through the
+        # helm-values parser (size- and depth-capped): anything else is an error naming the
+        # release, not a traceback.
+        text = result.stdout.strip() or "null"
+        if not (text.startswith("{") or text == "null"):
+            raise HelmError(
+                f"`helm get values {release} -o json` printed no JSON object: {text[:80]!r}"
+            )
+        try:
+            return parse("helm-values", text).values
+        except ParseError as exc:
+            raise HelmError(
+                f"`helm get values {release}` printed something that is not the values of a "
+                f"release: {exc}"
+            ) from None

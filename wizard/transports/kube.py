@@ -13,7 +13,9 @@ import time
 from typing import Any
 
 import urllib3
+import yaml
 from kubernetes import config
+from kubernetes.client import ApiClient, Configuration
 from kubernetes.config.config_exception import ConfigException
 
 from wizard import journal
@@ -42,13 +44,37 @@ class KubeClient:
         path = os.path.expanduser(kubeconfig)
         if not os.path.exists(path):
             raise KubeError(f"kubeconfig {path} does not exist (cluster.kubeconfig)")
+        if not os.path.isfile(path):
+            raise KubeError(f"kubeconfig {path} is not a regular file (cluster.kubeconfig)")
+        configuration = Configuration()
         try:
-            self.api_client = config.new_client_from_config(config_file=path, context=context)
+            config.load_kube_config(
+                config_file=path,
+                context=context,
+                client_configuration=configuration,
+                persist_config=False,  # never write refreshed credentials into the file
+            )
         except ConfigException as exc:
-            raise KubeError(f"kubeconfig {path}: {exc}") from None
-        # Fail fast on an unreachable API server instead of urllib3's silent retries.
-        self.api_client.configuration.retries = False
-        self.server = self.api_client.configuration.host
+            raise KubeError(f"kubeconfig {path}: {_short(exc)}") from None
+        except UnicodeDecodeError:
+            raise KubeError(f"kubeconfig {path} is not text (a binary file?)") from None
+        except yaml.YAMLError as exc:
+            raise KubeError(f"kubeconfig {path} is not valid YAML: {_short(exc)}") from None
+        except OSError as exc:
+            raise KubeError(f"kubeconfig {path} cannot be read: {exc.strerror or exc}") from None
+        except (ValueError, TypeError, AttributeError, KeyError) as exc:
+            # The client indexes the YAML as it expects it to be: a list or a scalar where
+            # a mapping belongs ends here, not in a ConfigException.
+            raise KubeError(
+                f"kubeconfig {path} is not a kubeconfig ({type(exc).__name__}: {_short(exc)})"
+            ) from None
+        # Fail fast on an unreachable API server instead of urllib3's silent retries. The
+        # REST client builds its urllib3 pool from the configuration when the ApiClient is
+        # made (kubernetes/client/rest.py: ``pool_args['retries'] = configuration.retries``),
+        # so this must be set before, not on the client afterwards.
+        configuration.retries = False
+        self.api_client = ApiClient(configuration=configuration)
+        self.server = configuration.host
 
     def _request_sync(
         self,
@@ -326,3 +352,8 @@ def _message(data: bytes) -> str:
         return json.loads(data).get("message", data.decode(errors="replace"))
     except (TypeError, ValueError, AttributeError):
         return data.decode(errors="replace") if isinstance(data, bytes) else str(data)
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text if len(text) <= 200 else text[:197] + "..."

@@ -7,6 +7,12 @@ errors worded for an operator.
   from the site's ``proxy_jump`` (asyncssh's ``tunnel``).
 - Non-root users run commands through ``sudo -n``; sudo asking for a password is a clear
   error, never a hang.
+- A key file (``ssh.key``) is read by the wizard itself, so that each way it can be
+  unusable gets its own message: missing, unreadable, not a key, or protected by a
+  passphrase. A passphrase-protected key is used through the ssh-agent when one runs
+  (``SSH_AUTH_SOCK``), else with the passphrase from ``ssh.key_passphrase_env``, else by
+  asking on the terminal (``PASSPHRASE_PROMPT``, set by the command line when it has one).
+  The answer decrypts the key in memory and is dropped: never stored, logged or journaled.
 - A connection that dropped is re-established, with backoff, for the *next* command; the
   command that was running when it dropped is reported as such (it may or may not have
   completed), so the engine re-verifies instead of repeating a change blindly.
@@ -20,6 +26,7 @@ import os
 import re
 import shlex
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -73,6 +80,41 @@ class SudoPasswordError(AuthenticationError):
     """sudo wanted a password; the wizard never types one."""
 
 
+class KeyFileError(AuthenticationError):
+    """``ssh.key`` cannot be used: missing, unreadable, not a key, or locked."""
+
+
+# How the front end asks for a key's passphrase: called with the key's path (in a worker
+# thread), returns the passphrase or None (no one to ask). The command line sets a
+# terminal prompt (getpass) when stdin is a terminal; the TUI leaves it unset, so a
+# locked key without an agent is a clear error there rather than a prompt under the TUI.
+PassphrasePrompt = Callable[[Path], "str | None"]
+PASSPHRASE_PROMPT: PassphrasePrompt | None = None
+
+# Keys decrypted in this process, by path and file stamp: a fleet's nodes share one key,
+# which is then asked for once. Only the key object is kept, never the passphrase.
+_KEYS: dict[tuple[Path, int, int], asyncssh.SSHKey] = {}
+# One lock per event loop (an asyncio.Lock belongs to the loop it first waited on; the TUI
+# runs its engine in its own loop, tests run many): concurrent connections of one run ask
+# for a key once.
+_KEYS_LOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _keys_lock() -> asyncio.Lock:
+    loop = asyncio.get_running_loop()
+    lock = _KEYS_LOCKS.get(loop)
+    if lock is None:
+        lock = _KEYS_LOCKS[loop] = asyncio.Lock()
+    return lock
+
+
+def _agent_available() -> bool:
+    sock = os.environ.get("SSH_AUTH_SOCK")
+    return bool(sock) and os.path.exists(sock)
+
+
 class SshHost:
     """Runs commands on one host over a single, reused SSH connection."""
 
@@ -121,7 +163,84 @@ class SshHost:
                     await asyncio.sleep(delays[attempt])
             raise AssertionError("unreachable")  # pragma: no cover
 
-    def _options(self, known_hosts: object) -> dict:
+    async def _client_keys(self) -> list[asyncssh.SSHKey] | None:
+        """The key to offer for ``ssh.key``: decrypted here, or None to leave it to the
+        ssh-agent (asyncssh then offers the agent's keys). Raises KeyFileError."""
+        path = self.key_path
+        if path is None:
+            return None
+        try:
+            info = path.stat()
+        except FileNotFoundError:
+            raise KeyFileError(self.name, f"the SSH key {path} (ssh.key) does not exist") from None
+        except OSError as exc:
+            raise KeyFileError(
+                self.name, f"the SSH key {path} (ssh.key) cannot be read: {exc.strerror or exc}"
+            ) from None
+        if not path.is_file():
+            raise KeyFileError(self.name, f"the SSH key {path} (ssh.key) is not a regular file")
+        stamp = (path, info.st_mtime_ns, info.st_size)
+        async with _keys_lock():
+            if stamp in _KEYS:
+                return [_KEYS[stamp]]
+            key = await self._load_key(path, None)
+            if key is None:  # encrypted
+                if _agent_available():
+                    return None
+                passphrase = self._passphrase_from_env()
+                if passphrase is None and PASSPHRASE_PROMPT is not None:
+                    passphrase = await asyncio.to_thread(PASSPHRASE_PROMPT, path)
+                if not passphrase:
+                    raise KeyFileError(
+                        self.name,
+                        f"the SSH key {path} is protected by a passphrase and there is no way "
+                        "to ask for it: load it into the ssh-agent (`ssh-add "
+                        f"{path}`, with SSH_AUTH_SOCK set), or name an environment variable "
+                        "holding the passphrase in ssh.key_passphrase_env, or run in a "
+                        "terminal to be asked",
+                    )
+                key = await self._load_key(path, passphrase)
+                del passphrase
+                if key is None:
+                    raise KeyFileError(self.name, f"the passphrase for the SSH key {path} is wrong")
+            _KEYS[stamp] = key
+            return [key]
+
+    def _passphrase_from_env(self) -> str | None:
+        var = self.settings.key_passphrase_env
+        if var is None:
+            return None
+        value = os.environ.get(var)
+        if not value:
+            raise KeyFileError(
+                self.name,
+                f"ssh.key_passphrase_env names {var}, which is not set in the environment",
+            )
+        return value
+
+    async def _load_key(self, path: Path, passphrase: str | None) -> asyncssh.SSHKey | None:
+        """The private key in ``path``; None when it needs a (different) passphrase."""
+        try:
+            return await asyncio.to_thread(asyncssh.read_private_key, str(path), passphrase)
+        except asyncssh.KeyEncryptionError:
+            return None  # a wrong passphrase
+        except asyncssh.KeyImportError as exc:
+            if "passphrase" in str(exc).lower():
+                return None
+            raise KeyFileError(
+                self.name,
+                f"the SSH key {path} (ssh.key) is not a private key asyncssh can read: {exc}",
+            ) from None
+        except OSError as exc:
+            raise KeyFileError(
+                self.name, f"the SSH key {path} (ssh.key) cannot be read: {exc.strerror or exc}"
+            ) from None
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise KeyFileError(
+                self.name, f"the SSH key {path} (ssh.key) is not a private key: {exc}"
+            ) from None
+
+    def _options(self, known_hosts: object, client_keys: list[Any] | None = None) -> dict:
         options: dict = {
             "host": self.address,
             "port": self.settings.port,
@@ -133,8 +252,8 @@ class SshHost:
         }
         if not self._config_names_ciphers():
             options["encryption_algs"] = PREFERRED_CIPHERS
-        if self.key_path is not None:
-            options["client_keys"] = [str(self.key_path)]
+        if client_keys is not None:
+            options["client_keys"] = client_keys
         if self.settings.proxy_jump:
             options["tunnel"] = self.settings.proxy_jump
         if self.ssh_config is not None:
@@ -142,9 +261,10 @@ class SshHost:
         return options
 
     async def _connect(self) -> asyncssh.SSHClientConnection:
-        known = _known_hosts(self.known_hosts_path) or ()
+        known = self._read_known_hosts() or ()
+        keys = await self._client_keys()
         try:
-            return await asyncssh.connect(**self._options(known))
+            return await asyncssh.connect(**self._options(known, keys))
         except asyncssh.HostKeyNotVerifiable:
             if self._host_is_known():
                 raise HostKeyError(
@@ -161,9 +281,14 @@ class SshHost:
                     "Verify it and add it (ssh-keyscan), or set ssh.trust_on_first_use: true "
                     "for this host in the site file.",
                 ) from None
-            return await self._trust_on_first_use()
+            return await self._trust_on_first_use(keys)
         except asyncssh.PermissionDenied as exc:
-            key = f"key {self.key_path}" if self.key_path else "the SSH agent's keys"
+            if self.key_path is None:
+                key = "the SSH agent's keys"
+            elif keys is None:
+                key = f"the SSH agent's keys (key {self.key_path} is passphrase-protected)"
+            else:
+                key = f"key {self.key_path}"
             raise AuthenticationError(
                 self.name, f"authentication failed for {self.where} with {key}: {exc.reason}"
             ) from None
@@ -191,8 +316,19 @@ class SshHost:
                 return True
         return False
 
+    def _read_known_hosts(self) -> asyncssh.SSHKnownHosts | None:
+        try:
+            return _known_hosts(self.known_hosts_path)
+        except (OSError, ValueError) as exc:  # a folder, binary junk, unreadable
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise HostKeyError(
+                self.name,
+                f"the known_hosts file {self.known_hosts_path} (ssh.known_hosts) cannot be "
+                f"used: {str(reason)[:200]}",
+            ) from None
+
     def _host_is_known(self) -> bool:
-        known = _known_hosts(self.known_hosts_path)
+        known = self._read_known_hosts()
         if known is None:
             return False
         trusted = known.match(self.address, self.address, self.settings.port)
@@ -203,8 +339,8 @@ class SshHost:
             return self.address
         return f"[{self.address}]:{self.settings.port}"
 
-    async def _trust_on_first_use(self) -> asyncssh.SSHClientConnection:
-        conn = await asyncssh.connect(**self._options(None))
+    async def _trust_on_first_use(self, keys: list[Any] | None) -> asyncssh.SSHClientConnection:
+        conn = await asyncssh.connect(**self._options(None, keys))
         key = conn.get_server_host_key()
         if key is None:  # pragma: no cover - asyncssh always has one after kex
             conn.close()
