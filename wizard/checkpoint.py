@@ -9,7 +9,10 @@ Layout under ``<state dir>/<site name>/``:
   read-only check is group-committed: written with the next durable transition, at the end
   of its step's fan-out (``flush``), or after FLUSH_INTERVAL_S, whichever comes first. A kill
   loses at most that much read-only work, which a resume simply re-checks; on 64 nodes it
-  turns 500 whole-state writes into a handful.
+  turns 500 whole-state writes into a handful. The interval stretches with the cost of a
+  write (at least SAVE_SHARE times the last one took): the state grows with the fleet, so a
+  fixed interval made whole-state writes a growing share of a big check (a 10 MB state
+  on 1000 nodes, rewritten every second of a run that itself grows with the fleet).
 - ``journal.jsonl``: append-only, one JSON object per line (output redacted). Read-only
   commands are written after they return, flushed to the kernel per entry (a killed wizard
   loses nothing) and fsynced with every state write. An *effect* (a changing command, a
@@ -51,6 +54,7 @@ FORMAT = 1
 APP_NAME = "gpu-node-wizard"
 # The longest a read-only result waits in memory before it is written (see the docstring).
 FLUSH_INTERVAL_S = 1.0
+SAVE_SHARE = 20  # time-driven writes take at most ~1/20 of a run's time
 
 
 def default_state_dir() -> Path:
@@ -217,6 +221,7 @@ class Checkpoint:
         self.redactor = redactor
         self._pending = False  # read-only results not yet on disk
         self._last_save = time.monotonic()
+        self._save_seconds = 0.0  # how long the last state write took
         journal_path = directory / "journal.jsonl"
         # A crash can cut the last line short: close it off so the next entry stays whole.
         self.torn_journal_bytes = _torn_tail(journal_path)
@@ -310,12 +315,18 @@ class Checkpoint:
         self.state["updated"] = now()
         # Compact on purpose: json's C encoder (no indent) keeps a write cheap on a big fleet;
         # `gpu-node-wizard status` is the readable view.
+        started = time.monotonic()
         blob = json.dumps(self.state, sort_keys=True, separators=(",", ":"))
         # The journal reaches the disk no later than the state that points past it.
         os.fsync(self._journal.fileno())
         atomic_write(self.directory / "state.json", blob.encode())
         self._pending = False
         self._last_save = time.monotonic()
+        self._save_seconds = self._last_save - started
+
+    def flush_interval(self) -> float:
+        """Seconds a group-committed read-only result may wait in memory at most."""
+        return max(FLUSH_INTERVAL_S, SAVE_SHARE * self._save_seconds)
 
     def flush(self) -> None:
         """Write group-committed read-only results now (no-op when there are none)."""
@@ -361,7 +372,7 @@ class Checkpoint:
             record["measurements"] = self.redactor.data(measurements)
         if extra is not None:
             record.setdefault("extra", {}).update(self.redactor.data(extra))
-        if durable or time.monotonic() - self._last_save >= FLUSH_INTERVAL_S:
+        if durable or time.monotonic() - self._last_save >= self.flush_interval():
             self.save()
         else:
             self._pending = True

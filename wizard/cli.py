@@ -463,6 +463,7 @@ def cmd_lab(args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.write_site is None:
         raise UsageError("lab needs --write-site PATH (or --list-faults)")
+    _check_lab_nodes(args.nodes)
     try:
         check_faults(args.fault)
     except ValueError as exc:
@@ -526,9 +527,18 @@ async def _serve_lab(
     return EXIT_OK
 
 
+def _check_lab_nodes(nodes: int) -> None:
+    """`lab`/`demo --nodes N` outside what the lab serves: a usage error naming the range."""
+    from wizard.lab.lab import MAX_NODES
+
+    if not 1 <= nodes <= MAX_NODES:
+        raise UsageError(f"--nodes {nodes}: the lab serves 1 to {MAX_NODES} GPU nodes")
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from wizard.lab.faults import check_faults
 
+    _check_lab_nodes(args.nodes)
     try:
         check_faults(args.fault)
     except ValueError as exc:

@@ -421,6 +421,7 @@ class Site(Strict):
     max_parallel_nodes: int = Field(16, ge=1, le=256, description="nodes probed at once")
 
     _source: Path | None = PrivateAttr(default=None)
+    _by_name: tuple[list[Node], dict[str, Node]] | None = PrivateAttr(default=None)
 
     @model_validator(mode="before")
     @classmethod
@@ -487,10 +488,17 @@ class Site(Strict):
         return path
 
     def node(self, name: str) -> Node:
-        for node in self.nodes:
-            if node.name == name:
-                return node
-        raise KeyError(name)
+        """The node called ``name``. The engine asks once per step and node, so a scan of the
+        list would cost O(nodes) each time, O(nodes^2) a run: the index is built once per
+        list of nodes (a copy with other nodes, or a list changed in place, rebuilds it)."""
+        index = self._by_name
+        if index is None or index[0] is not self.nodes or len(index[1]) != len(self.nodes):
+            index = (self.nodes, {n.name: n for n in self.nodes})
+            self._by_name = index
+        try:
+            return index[1][name]
+        except KeyError:
+            raise KeyError(name) from None
 
     def secret_values(self) -> list[str]:
         """Every secret value the site's run handles, for the redactor (wizard/secrets.py):

@@ -40,6 +40,10 @@ KUBERNETES_VERSION = "1.33.5"
 # Loopback addresses 127.0.2.1 ... give each GPU node its own sshd; 250 fit the lab's plan.
 MAX_NODES = 250
 LAB_TOKEN = "lab-token-not-a-secret"
+# A thousand simulated GPU nodes: each is one listening socket and, while the wizard probes
+# it, one connection, so the lab needs about two descriptors per node (see _descriptors).
+MAX_NODES = 1000
+MAX_PEERS = 250  # 127.0.1.1-250
 
 
 @dataclass
@@ -74,7 +78,9 @@ class Lab:
     def __post_init__(self) -> None:
         check_faults(self.faults)
         if not 1 <= self.nodes <= MAX_NODES:
-            raise ValueError(f"the lab serves 1 to {MAX_NODES} GPU nodes")
+            raise ValueError(f"the lab serves 1 to {MAX_NODES} GPU nodes, not {self.nodes}")
+        if not 1 <= self.peers <= MAX_PEERS:
+            raise ValueError(f"the lab serves 1 to {MAX_PEERS} AIStor peers, not {self.peers}")
         if self.record_effects is not None or self.kill_control is not None:
             self.effects = EffectLog(self.record_effects, self.kill_control)
 
@@ -105,12 +111,14 @@ class Lab:
         os.chmod(key_path, 0o600)
         public = client_key.export_public_key().decode()
         faults = set(self.faults)
+        _descriptors(4 * (self.nodes + self.peers) + 256)
         self.shell = LabShell(self.hosts)
         await self.shell.start()
         known_hosts = []
         for i in range(self.nodes):
             name = f"gpu-b300-{i + 1:02d}"
-            host = LabHost(name, "gpu", f"10.10.0.{21 + i}", _rdma_ip(21 + i), faults=faults)
+            host = LabHost(name, "gpu", *_gpu_addresses(i), faults=faults)
+            # All of 127.0.0.0/8 is loopback on Linux: 127.0.2-5.x hold 1000 nodes.
             known_hosts.append(
                 await self._serve(
                     _saved_host(saved, host), f"127.0.{2 + i // 250}.{1 + i % 250}", public, saved
@@ -119,7 +127,7 @@ class Lab:
         for i in range(self.peers):
             name = f"aistor-{i + 1:02d}"
             peer_faults = {f for f in faults if f.startswith("peer-")}
-            host = LabHost(name, "peer", f"10.20.0.{31 + i}", _rdma_ip(200 + i), gpu_count=0,
+            host = LabHost(name, "peer", *_peer_addresses(i), gpu_count=0,
                            faults=peer_faults)  # fmt: skip
             known_hosts.append(
                 await self._serve(_saved_host(saved, host), f"127.0.1.{1 + i}", public, saved)
@@ -799,10 +807,6 @@ def _asks_for_rdma(limits: dict[str, Any]) -> bool:
     return any(key != "nvidia.com/gpu" and "/" in key for key in limits)
 
 
-def _rdma_ip(last: int) -> str:
-    return f"192.168.50.{last}"
-
-
 SAVE_EVERY_S = 1.0  # a kept lab saves at most this often, and only after a change
 
 
@@ -822,3 +826,33 @@ async def _listen(server: LabSshServer, port: int) -> int:
         except OSError:
             pass
     return await server.start()
+
+
+def _gpu_addresses(index: int) -> tuple[str, str]:
+    """GPU node ``index``'s management and bond (RoCE) addresses: racks of 200 nodes, one
+    /24 each (a routed leaf per rack), so that a thousand nodes get valid, distinct
+    addresses; the first 200 keep 10.10.0.21+ and 192.168.50.21+."""
+    rack, slot = divmod(index, 200)
+    return f"10.10.{rack}.{21 + slot}", f"192.168.{50 + rack}.{21 + slot}"
+
+
+def _peer_addresses(index: int) -> tuple[str, str]:
+    """AIStor peer ``index``'s addresses: .225-.254 of the racks' /24s, which no GPU node
+    uses (theirs end at .220)."""
+    rack, slot = divmod(index, 30)
+    return f"10.20.{rack}.{31 + slot}", f"192.168.{50 + rack}.{225 + slot}"
+
+
+def _descriptors(needed: int) -> None:
+    """Raise this process's soft open-files limit towards ``needed`` (up to the hard limit):
+    a 1000-node lab holds a listening socket per node and a connection per probed node,
+    past the common soft default of 1024. A limit that cannot be raised is left as it is;
+    the lab then fails on accept with the OS's own EMFILE message."""
+    try:
+        import resource
+    except ImportError:  # not on Linux/macOS
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
