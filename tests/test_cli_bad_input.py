@@ -143,7 +143,7 @@ def lab_write_site_under_a_file(w: World) -> list[str]:
 # words the message must have)
 CASES = [
     ("demo --nodes 0", ["demo", "--headless", "--nodes", "0"], "--nodes 0"),
-    ("demo --nodes 300", ["demo", "--headless", "--nodes", "300"], "1 to 250"),
+    ("demo --nodes 1001", ["demo", "--headless", "--nodes", "1001"], "1 to 1000"),
     ("demo --nodes -1 (tui)", ["demo", "--nodes", "-1"], "--nodes -1"),
     ("demo --fault nope", ["demo", "--headless", "--fault", "nope"], "nope"),
     (
@@ -152,14 +152,14 @@ CASES = [
         "--report",
     ),
     (
-        "lab --nodes 300",
-        lambda w: ["lab", "--write-site", str(w.root / "l.yaml"), "--nodes", "300"],
-        "1 to 250",
+        "lab --nodes 1001",
+        lambda w: ["lab", "--write-site", str(w.root / "l.yaml"), "--nodes", "1001"],
+        "1 to 1000",
     ),
     (
         "lab --nodes 0",
         lambda w: ["lab", "--write-site", str(w.root / "l.yaml"), "--nodes", "0"],
-        "1 to 250",
+        "1 to 1000",
     ),
     ("lab without --write-site", ["lab"], "--write-site"),
     ("lab --write-site under a file", lab_write_site_under_a_file, "is a file, not a folder"),
