@@ -121,3 +121,5 @@ def loads(text: str, what: str = "a site file") -> Any:
         raise YamlFileError(f"not valid YAML{where}: {problem}") from None
     except RecursionError:
         raise YamlFileError(f"nesting deeper than {MAX_DEPTH} levels") from None
+    except ValueError as exc:  # an integer past Python's 4300-digit conversion limit
+        raise YamlFileError(f"a value YAML cannot read: {str(exc)[:120]}") from None
