@@ -657,6 +657,8 @@ def _describe(error: Any) -> str:
     if kind == "missing":
         return f"{where}: required, but missing"
     message = error.get("msg", "invalid").removeprefix("Value error, ")
+    if len(message) > 300:  # a validator's message may quote the whole (huge) value
+        message = message[:300] + "... (cut)"
     if kind.startswith(("literal_error", "string_pattern", "greater", "less", "too_")):
         return f"{where}: {_shown(value)} is not allowed: {message}"
     if kind in ("value_error", "assertion_error"):
