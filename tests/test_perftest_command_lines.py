@@ -17,11 +17,12 @@ from wizard.lab.perf import PERFTEST, PerftestArgs, PerftestUsageError
 from wizard.site import parse_site
 
 
-def perftest_lines(site_text: str) -> list[list[str]]:
+def plan_lines(site_text: str, tools) -> list[list[str]]:
+    """Every runbook line of the plan that runs one of ``tools`` (after ``timeout N``), as
+    argv; the runbook's GID placeholder stands for a discovered index."""
     site = parse_site(site_text)
-    plan = build_plan()
     found = []
-    for step in plan.steps():
+    for step in build_plan().steps():
         for node in site.nodes:
             for line in step.commands(site, node):
                 try:
@@ -30,11 +31,13 @@ def perftest_lines(site_text: str) -> list[list[str]]:
                     continue
                 while argv[:1] == ["timeout"]:
                     argv = argv[2:]
-                if argv and argv[0] in PERFTEST:
-                    # The runbook's placeholders stand for discovered values.
-                    argv = [{"<gid-index>": "3"}.get(word, word) for word in argv]
-                    found.append(argv)
+                if argv and argv[0] in tools:
+                    found.append([{"<gid-index>": "3"}.get(word, word) for word in argv])
     return found
+
+
+def perftest_lines(site_text: str) -> list[list[str]]:
+    return plan_lines(site_text, PERFTEST)
 
 
 def pod_perftest_lines(site_text: str) -> list[list[str]]:
@@ -114,20 +117,7 @@ def test_the_lab_takes_what_perftest_takes():
 
 
 def iperf3_lines(site_text: str) -> list[list[str]]:
-    site = parse_site(site_text)
-    found = []
-    for step in build_plan().steps():
-        for node in site.nodes:
-            for line in step.commands(site, node):
-                try:
-                    argv = shlex.split(line, comments=True)
-                except ValueError:
-                    continue
-                while argv[:1] == ["timeout"]:
-                    argv = argv[2:]
-                if argv[:1] == ["iperf3"]:
-                    found.append(argv)
-    return found
+    return plan_lines(site_text, ("iperf3",))
 
 
 def test_every_iperf3_line_parses_as_iperf3_would():
