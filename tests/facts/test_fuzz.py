@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import random
+import re
 import time
 
 import pytest
@@ -41,6 +42,11 @@ def within_bound(started: float, text: str) -> None:
     assert elapsed < limit, f"{elapsed:.1f}s for {len(text) / 1e6:.2f} MB (limit {limit:.0f}s)"
 
 
+# A mangled sample is cut to this length after every edit; `oversized` covers bigger input.
+MANGLED_MAX_CHARS = 1_000_000
+_LONG_NUMBERS = re.compile(r"\d+")
+
+
 @st.composite
 def mangled(draw, sources: list[str]) -> str:
     """A real sample with one to three edits of the kinds real output suffers (cut short,
@@ -64,11 +70,9 @@ def mangled(draw, sources: list[str]) -> str:
         elif edit == "insert":
             noise = draw(st.text(max_size=120))
             text = "".join([*lines[:index], noise + "\n", *lines[index:]])
-        elif edit == "digits":  # every number on one line becomes 5,000 digits long
-            text = "".join(
-                [*lines[:index], "".join("9" * 5000 if c.isdigit() else c for c in lines[index]),
-                 *lines[index + 1 :]]
-            )  # fmt: skip
+        elif edit == "digits":  # the first numbers on one line become 5,000 digits long
+            grown = _LONG_NUMBERS.sub(lambda m: "9" * 5000, lines[index], count=10)
+            text = "".join([*lines[:index], grown, *lines[index + 1 :]])
         elif edit == "tabs":
             text = text.replace(" ", "\t")
         elif edit == "byte":
@@ -76,6 +80,9 @@ def mangled(draw, sources: list[str]) -> str:
             text = text[:at] + draw(st.characters()) + text[at + 1 :]
         else:
             text = text.replace("\n", " ")
+        # Edits compound (a joined text repeated fifty times, grown again): without a cap
+        # one example reached gigabytes and the OOM killer took the CI worker.
+        text = text[:MANGLED_MAX_CHARS]
     return text
 
 
@@ -175,3 +182,11 @@ def test_helm_values_refuse_yaml_aliases_and_oversized_output():
         parse("helm-values", bomb)
     with pytest.raises(ParseError, match="more than 4 MB"):
         parse("helm-values", "a: b\n" * 1_000_000)
+
+
+@FUZZ
+@given(text=mangled(FIXTURE_TEXTS))
+def test_mangled_samples_stay_within_their_cap(text):
+    # The generator itself once grew an example to gigabytes (digits grown twice, joined,
+    # repeated) and the CI worker was killed for memory; the cap is what keeps it bounded.
+    assert len(text) <= MANGLED_MAX_CHARS
