@@ -41,6 +41,7 @@ from textual.widgets import Footer, Header, Label, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from screens.bridge import UiBridge
+from screens.failed import FailedStepScreen
 from screens.main import MainScreen
 from screens.modals import (
     HelpScreen,
@@ -68,7 +69,7 @@ DECISION_SCREENS = {
     DecisionKind.CONFIRM_APPLY: ReviewScreen,
     DecisionKind.MAINTENANCE_WINDOW: MaintenanceScreen,
     DecisionKind.MANUAL_DONE: ManualScreen,
-    DecisionKind.RETRY_FAILED: ReviewScreen,
+    DecisionKind.RETRY_FAILED: FailedStepScreen,
     DecisionKind.ROLLBACK: RollbackScreen,
 }
 CANCEL_POLL_S = 0.05  # how soon the engine's thread notices that the app is going away
@@ -137,6 +138,7 @@ class TuiFrontEnd:
     """The engine's front end inside the TUI; called on the engine's loop."""
 
     wants_output_lines = True  # the live log shows them
+    offers_retry = True  # a failed step asks: retry, waive (checks), or leave it failed
 
     def __init__(self, main: MainScreen, bridge: UiBridge, decisions: list[Decision]) -> None:
         self.main = main

@@ -386,6 +386,8 @@ In a review:       a apply   s skip   ctrl+x abort the run
 In a maintenance:  the ordered actions, the diffs, the rollback; type the node name,
                    then Start maintenance (Cancel has the focus)
 In a rollback:     r roll back   escape leave as is
+A failed step:     r retry (once the cause is fixed)   escape leave it failed
+                   w waive a failed check: type the reason (recorded with your name)
 Your turn:         d done, verify it   s skip   ctrl+x abort the run
 Every dialog:      pageup/pagedown scroll the diff   ctrl+c copy its commands and diffs
                    ? help   q quit

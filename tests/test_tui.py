@@ -33,6 +33,23 @@ async def wait_for(pilot, condition, timeout: float = 30.0) -> None:
     raise AssertionError("timed out waiting for the TUI")
 
 
+async def run_to_end(pilot, app, timeout: float = 30.0) -> list:
+    """Wait for the run to end, leaving each failed step failed (Esc at its dialog), as an
+    operator who reads the findings afterwards would. Returns the failed-step decisions."""
+    asked = []
+    deadline = time.monotonic() + timeout
+    while not app.finished:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for the run to end (on {screen_name(app)})")
+        if screen_name(app) == "FailedStepScreen" and all(
+            d is not app.screen.decision for d in asked
+        ):
+            asked.append(app.screen.decision)
+            await pilot.press("escape")
+        await pilot.pause(0.05)
+    return asked
+
+
 def screen_name(app) -> str:
     """The active screen's class name, once it is mounted (its widgets composed).
 
@@ -67,7 +84,8 @@ async def test_start_review_skip_then_apply_on_resume(tmp_path):
         lab_host = holder["session"].lab.hosts["gpu-b300-01"]
         assert "irdma" not in lab_host.modules
         await pilot.press("s")  # skip: nothing applied
-        await wait_for(pilot, lambda: app.finished)
+        asked = await run_to_end(pilot, app)
+        assert [d.step for d in asked] == ["irdma.verify"]  # offered a retry, left failed
         assert "irdma" not in lab_host.modules
         assert app.summary.stopped  # irdma.verify then failed: the run stops at phase 5
     with Checkpoint.open(state, holder["session"].site) as checkpoint:
@@ -103,7 +121,8 @@ async def test_fleet_view_shows_each_node_per_phase_and_the_one_that_failed(tmp_
 
     app = WizardApp(opener, auto_start=True)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, lambda: app.finished, timeout=60)
+        asked = await run_to_end(pilot, app, timeout=60)
+        assert [d.target for d in asked] == ["gpu-b300-03"]  # one dialog, only the failed node
         assert "phase 1" in app.summary.stopped
         sidebar = app.main_screen.query_one("#phases")
         assert sidebar.get_cell("preflight", "fleet") == "✔7 ✖1"
@@ -257,7 +276,8 @@ async def test_error_panel_for_an_unreachable_host(tmp_path):
     )
     app = WizardApp(lambda: open_site(site, tmp_path / "state"), auto_start=True)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, lambda: app.finished)
+        asked = await run_to_end(pilot, app)
+        assert asked and not asked[0].waivable  # an unreachable host is not waived away
         panel = app.main_screen.query_one("#error-panel", Static)
         assert panel.display
         text = str(panel.content)

@@ -16,7 +16,7 @@ from textual.widgets import Static
 import steps.preflight
 from screens.app import InternalErrorScreen, WizardApp, tui_exit_code
 from screens.modals import QuitScreen
-from tests.test_tui import SIZE, ModalHost, screen_name, wait_for
+from tests.test_tui import SIZE, ModalHost, run_to_end, screen_name, wait_for
 from wizard.checkpoint import Checkpoint, site_state_dir
 from wizard.errors import EXIT_INTERNAL
 from wizard.model import StepState
@@ -69,7 +69,7 @@ async def test_session_checkpoint_and_kubernetes_client_stay_off_the_ui_thread(
         assert seen["kube"] == {engine}  # preflight.cluster built it
         assert app.main_screen.transcript  # the events arrived on the UI side
         await pilot.press("s")
-        await wait_for(pilot, lambda: app.finished)
+        await run_to_end(pilot, app)
     assert threading.get_ident() not in seen["save"] | seen["journal"]
 
 

@@ -15,6 +15,7 @@ from textual.screen import Screen
 from textual.widgets import Button, Input, Static
 
 from screens.app import ErrorScreen, Failure, InternalErrorScreen, WizardApp
+from screens.failed import FailedStepScreen
 from screens.fleet import FleetScreen
 from screens.logview import FollowLog, LogScreen
 from screens.main import MainScreen
@@ -98,6 +99,17 @@ MEASUREMENTS = [
 ]
 
 
+def failed_decision(waivable: bool = True) -> Decision:
+    failing = Finding(
+        "T11.acs", "T11", Severity.FAIL, "ACS is on (SrcValid+) above GPU0 and mlx5_0",
+        "turn ACS off in the BIOS", (Evidence("lspci -vvv", "ACSCtl: SrcValid+"),),
+    )  # fmt: skip
+    return Decision(
+        DecisionKind.RETRY_FAILED, "gpudirect.readiness", "GPUDirect readiness failed", "gpu-1",
+        "gpudirect.readiness failed on gpu-1: T11.acs.", findings=(failing,), waivable=waivable,
+    )  # fmt: skip
+
+
 def failure() -> Failure:
     return Failure(ValueError("x"), "step preflight.host on gpu-1", Path("/tmp/j.jsonl"), "trace")
 
@@ -110,6 +122,7 @@ SCREENS = {
     "manual": lambda app: ManualScreen(manual_decision()),
     "maintenance": lambda app: MaintenanceScreen(maintenance_decision()),
     "rollback": lambda app: RollbackScreen(rollback_decision()),
+    "failed": lambda app: FailedStepScreen(failed_decision()),
     "report": lambda app: ReportScreen([], None),
     "measurements": lambda app: MeasurementsScreen(MEASUREMENTS),
     "start": lambda app: StartScreen(SITE, Status(Path("/nonexistent"), exists=False)),

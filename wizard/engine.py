@@ -53,6 +53,7 @@ from wizard.events import (
     StepFinished,
     StepStarted,
 )
+from wizard.fleet import targets_text
 from wizard.model import Finding, Severity, StepKind, StepState, skipped_finding, worst
 from wizard.plan import (
     CLUSTER,
@@ -425,16 +426,38 @@ class Engine:
         batches = self._batches(step, targets)
         if step.one_node_at_a_time and len(targets) > 1:
             self.emit(Notice(f"{step.id}: {describe_waves(step, self.site, batches)}"))
+        await self._run_batches(step, batches, one, summary, len(targets))
+        # An operator at the TUI may fix the cause and retry, or waive a failed check with
+        # a reason, without leaving the run (the CLI's answer is --waive and a new run).
+        while again := await self._offer_retry(step, targets, summary):
+            await self._run_batches(step, self._batches(step, again), one, summary, len(targets))
+        self.emit(
+            StepCompleted(step.id, tuple((t, summary.results[(step.id, t)]) for t in targets))
+        )
+
+    async def _run_batches(
+        self,
+        step: Step,
+        batches: list[list[str]],
+        one: Callable[[str], Awaitable[None]],
+        summary: RunSummary,
+        total: int,
+    ) -> None:
+        """Run the batches in turn; once more nodes failed than the rollout allows, the
+        rest of a changing step is blocked with the reason."""
+        pending = {t for batch in batches for t in batch}
         for batch in batches:
-            failed_before = self._failed_nodes(summary, step)
-            limit = self.site.rollout.failure_limit(len(targets))
+            # A retried target's earlier failure does not count against its own retry.
+            failed_before = self._failed_nodes(summary, step, pending)
+            pending -= set(batch)
+            limit = self.site.rollout.failure_limit(total)
             if failed_before > limit and step.kind in _CHANGING:
                 for target in batch:
                     reason = (
                         f"rollout stopped: {failed_before} node(s) failed this step, more than "
                         f"rollout.max_failed_nodes={self.site.rollout.max_failed_nodes}"
                         + (
-                            f" ({limit} of {len(targets)})"
+                            f" ({limit} of {total})"
                             if limit != self.site.rollout.max_failed_nodes
                             else ""
                         )
@@ -454,9 +477,75 @@ class Engine:
             for result in results:
                 if isinstance(result, BaseException):
                     raise result
-        self.emit(
-            StepCompleted(step.id, tuple((t, summary.results[(step.id, t)]) for t in targets))
+
+    async def _offer_retry(self, step: Step, targets: list[str], summary: RunSummary) -> list[str]:
+        """The targets to run again after the operator's answer to a failed step (none: the
+        failure stands and the run stops after this phase, as without a front end that
+        offers it). One question per step, for all of its failed targets, so that a fleet
+        is not a dialog per node."""
+        if not getattr(self.frontend, "offers_retry", False):
+            return []
+        failed = [t for t in targets if summary.results.get((step.id, t)) is StepState.FAILED]
+        if not failed:
+            return []
+        # The nodes the rollout held back after too many failures run again with them.
+        held_back = [
+            t
+            for t in targets
+            if summary.results.get((step.id, t)) is StepState.BLOCKED
+            and self.checkpoint.record(step.id, t).get("message", "").startswith("rollout stopped")
+        ]
+        failing = [
+            finding
+            for target in failed
+            for finding in summary.findings.get((step.id, target), [])
+            if finding.severity is Severity.FAIL and not finding.waived
+        ]
+        if any(f.check.endswith(".internal-error") for f in failing):
+            return []  # a bug in the wizard: the run ends on the error screen (exit 70)
+        waivable = (
+            step.kind in (StepKind.CHECK, StepKind.MEASURE)
+            and bool(failing)
+            and not any(f.check.rsplit(".", 1)[-1] in _NOT_WAIVABLE for f in failing)
         )
+        checks = sorted({f.check for f in failing})
+        decision = Decision(
+            kind=DecisionKind.RETRY_FAILED,
+            step=step.id,
+            title=f"{step.title} failed",
+            target=targets_text(failed),
+            summary=(
+                f"{step.id} failed on {targets_text(failed)}"
+                + (f": {', '.join(checks)}" if checks else "")
+                + ". Retry runs it again there, once the cause is fixed"
+                + (
+                    "; waive records your reason for these checks (as --waive does) and "
+                    "judges them again with it"
+                    if waivable
+                    else ""
+                )
+                + "; leaving it stops the run after this phase (the checkpoint keeps it)."
+            ),
+            findings=tuple(failing[:MAX_RETRY_FINDINGS]),
+            waivable=waivable,
+        )
+        async with self._decision_lock:
+            reply = await self.frontend.decide(self.checkpoint.redactor.value(decision))
+        answer = self._answer(decision, reply)
+        if answer is Answer.WAIVE:
+            reason = reply.reason.strip()
+            if not waivable or not reason:
+                why = "these checks cannot be waived" if not waivable else "a waiver needs a reason"
+                self.emit(Notice(f"{step.id}: not waived: {why}", decision.target))
+                return await self._offer_retry(step, targets, summary)
+            for check in checks:
+                self.checkpoint.add_waiver(check, reason)
+                self._waivers[check] = reason
+            self.journal({"event": "waived", "step": step.id, "checks": checks, "reason": reason})
+            return failed + held_back
+        if answer is Answer.PROCEED:
+            return failed + held_back
+        return []
 
     def _batches(self, step: Step, targets: list[str]) -> list[list[str]]:
         """Maintenance never runs on every node at once: it rolls in batches, each with its
@@ -475,11 +564,12 @@ class Engine:
         return [targets[i : i + size] for i in range(0, len(targets), size)]
 
     @staticmethod
-    def _failed_nodes(summary: RunSummary, step: Step) -> int:
+    def _failed_nodes(summary: RunSummary, step: Step, pending: set[str]) -> int:
+        """How many targets failed this step so far, leaving out those still to run."""
         return sum(
             1
-            for (s, _), state in summary.results.items()
-            if s == step.id and state is StepState.FAILED
+            for (s, target), state in summary.results.items()
+            if s == step.id and state is StepState.FAILED and target not in pending
         )
 
     async def _guarded(
@@ -1104,6 +1194,11 @@ class Engine:
 
 
 _CHANGING = (StepKind.APPLY, StepKind.MAINTENANCE)
+
+# Failures a waiver must not hide: the host could not be reached or used (the last part
+# of the check's name, see _transport_finding).
+_NOT_WAIVABLE = frozenset({"reachable", "timeout", "command"})
+MAX_RETRY_FINDINGS = 50  # a fleet's failures in one dialog: the first ones, the count in the title
 
 # What a node is like while its maintenance is at a stage (for notices and a quit warning).
 _STAGE_STATE = {

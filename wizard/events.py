@@ -104,6 +104,9 @@ class Answer(StrEnum):
     PROCEED_SAME = "proceed-same"
     SKIP = "skip"
     ABORT = "abort"
+    # A failed check: record the reply's reason as a waiver of its failing checks (as the
+    # CLI's --waive does), then run it again so that its verdict is judged with it.
+    WAIVE = "waive"
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,9 @@ class Decision:
     # A maintenance window: False when the change cannot be undone (a reboot), so the
     # window gate shows no rollback plan.
     reversible: bool = True
+    # A failed step: whether its failing checks may be waived (read-only checks whose
+    # failure is the site's, never a change, an unreachable host or the wizard's own bug).
+    waivable: bool = False
 
 
 @dataclass(frozen=True)
@@ -150,6 +156,9 @@ class FrontEnd(Protocol):
     # Whether OutputLine events are wanted. Without a reader, command output is read in
     # chunks rather than line by line: a fleet's check reads tens of thousands of lines.
     wants_output_lines: bool
+    # Optional (read with getattr, False when absent): whether a failed step is put to the
+    # operator (retry / waive / leave) before the run goes on. A headless run has nobody
+    # to ask: its failure stands and the run stops after the phase.
 
     def emit(self, event: Event) -> None:
         """Show or record an event. Must not block."""

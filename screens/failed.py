@@ -1,0 +1,86 @@
+"""A step failed: which checks, with their evidence, and what the operator can do about it
+without leaving the run (retry once the cause is fixed, waive a check with a reason, or
+leave it failed and let the run stop after the phase)."""
+
+from __future__ import annotations
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.widgets import Button, Footer, Input, Label, Static
+
+from screens.modals import DIALOG_BINDINGS, AnswerScreen, findings_text
+from wizard.events import Answer, Reply
+
+
+class FailedStepScreen(AnswerScreen):
+    """The engine's retry-failed decision. Retry has the focus: it only runs the step again
+    (a change is reviewed again before it is made). A waiver needs a typed reason; it is
+    recorded in the checkpoint with who and when, as the CLI's ``--waive`` is, and shown as
+    waived (never as pass) in the findings and the report."""
+
+    AUTO_FOCUS = "#proceed"
+
+    BINDINGS = [
+        Binding("r", "answer('proceed')", "Retry"),
+        Binding("w", "waive", "Waive"),
+        Binding("escape", "answer('skip')", "Leave failed"),
+        Binding("ctrl+x", "answer('abort')", "Abort run"),
+        *DIALOG_BINDINGS,
+    ]
+
+    def compose(self) -> ComposeResult:
+        d = self.decision
+        yield Footer(compact=True, show_command_palette=False)
+        with Vertical(id="dialog", classes="maintenance"):
+            yield Label(f"Failed: {d.title} ({d.target})", classes="dialog-title danger")
+            yield Static(d.summary, classes="summary", markup=False)
+            with VerticalScroll(id="diffs"):
+                yield Label(f"Failing checks ({len(d.findings)})", classes="diff-title")
+                yield Static(
+                    findings_text(d.findings) or "(no failing check recorded)",
+                    id="failing",
+                    classes="failing",
+                    markup=False,
+                )
+            if d.waivable:
+                yield Label("To waive: the reason (recorded with your name and the time):")
+                yield Input(placeholder="e.g. lab machine without ACS control", id="reason")
+            yield Static("", id="waive-error", classes="error-text")
+            with Horizontal(classes="buttons"):
+                yield Button("Retry", id="proceed", variant="primary")
+                if d.waivable:
+                    yield Button("Waive", id="waive", variant="warning")
+                yield Button("Leave failed", id="skip")
+                yield Button("Abort run", id="abort", variant="error")
+
+    def copy_text(self) -> str:
+        return findings_text(self.decision.findings)
+
+    def action_waive(self) -> None:
+        """Waive with the typed reason; without one, say so and put the cursor there."""
+        if not self.decision.waivable:
+            self.query_one("#waive-error", Static).update(
+                "these checks cannot be waived: the host could not be used or the wizard "
+                "failed; fix the cause and retry"
+            )
+            return
+        field = self.query_one("#reason", Input)
+        reason = field.value.strip()
+        if not reason:
+            self.query_one("#waive-error", Static).update("type the reason for the waiver first")
+            field.focus()
+            return
+        self.dismiss(Reply(Answer.WAIVE, reason=reason))
+
+    def action_answer(self, answer: str) -> None:
+        # The Waive button's id comes here too (AnswerScreen.pressed): it carries a reason.
+        if answer == Answer.WAIVE:
+            self.action_waive()
+        else:
+            super().action_answer(answer)
+
+    @on(Input.Submitted, "#reason")
+    def submitted(self) -> None:
+        self.action_waive()
