@@ -7,7 +7,7 @@ import io
 import json
 import re
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from wizard.errors import UsageError
 from wizard.fleet import group_targets, targets_text
@@ -15,6 +15,7 @@ from wizard.model import GATES, SKIPPED_CHECK, Finding, Severity, is_skipped_ste
 from wizard.plan import Plan
 from wizard.private import PrivatePathError, private_dir, write_private
 from wizard.redact import Redactor
+from wizard.report_xlsx import xlsx
 from wizard.site import Site
 from wizard.support import release_notes
 from wizard.verdict import gate_verdicts
@@ -360,55 +361,6 @@ def markdown(report: dict[str, Any], other: dict[str, Any] | None = None) -> str
         lines += ["", "## Notes", ""]
         lines += [f"- **{n['topic']}**: {n['text']} ({n['source']})" for n in report["notes"]]
     return "\n".join(lines) + "\n"
-
-
-def xlsx(
-    report: dict[str, Any], path: Path | BinaryIO, other: dict[str, Any] | None = None
-) -> None:
-    from openpyxl import Workbook
-    from openpyxl.styles import Font, PatternFill
-
-    fills = {
-        "pass": PatternFill("solid", fgColor="C6EFCE"),
-        "warn": PatternFill("solid", fgColor="FFEB9C"),
-        "fail": PatternFill("solid", fgColor="FFC7CE"),
-    }
-    book = Workbook()
-    sheet = book.active
-    sheet.title = "Gates"
-    header = ["gate", "what", "status"] + ([f"status ({other['site']})"] if other else [])
-    header += ["key numbers", "evidence", "time", "nodes"]
-    sheet.append(header)
-    for cell in sheet[1]:
-        cell.font = Font(bold=True)
-    for gate in report["gates"]:
-        row = [gate["gate"], gate["what"], gate["status"]]
-        if other:
-            row.append(_status_of(other, gate["gate"]))
-        row += [
-            "\n".join(gate["key_numbers"]),
-            gate["evidence"],
-            gate["time"] or "",
-            gate.get("targets", ""),
-        ]
-        sheet.append(row)
-        fill = fills.get(gate["status"])
-        if fill:
-            sheet.cell(row=sheet.max_row, column=3).fill = fill
-    for column, width in zip("ABCDEFGH", (7, 30, 9, 40, 90, 26, 26, 50), strict=False):
-        sheet.column_dimensions[column].width = width
-    for name in sorted({m["series"] for m in report["measurements"]}):
-        series = book.create_sheet(title=name[:31])
-        series.append(["measurement", "target", "value", "unit", "labels", "time"])
-        for cell in series[1]:
-            cell.font = Font(bold=True)
-        for m in report["measurements"]:
-            if m["series"] == name:
-                labels = ", ".join(f"{k}={v}" for k, v in m["labels"].items() if v)
-                series.append(
-                    [m["name"], m["target"], m["value"], m["unit"], labels, m["time"] or ""]
-                )
-    book.save(path)
 
 
 def prepare_out(out: Path, what: str = "report --out") -> None:
