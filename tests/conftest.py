@@ -136,7 +136,12 @@ K8S_PHASES = (
 
 
 async def run_in_lab(
-    tmp_path: Path, frontend, *faults: str, phases: tuple[str, ...] | None = None, prepare=None
+    tmp_path: Path,
+    frontend,
+    *faults: str,
+    phases: tuple[str, ...] | None = None,
+    prepare=None,
+    waivers: dict[str, str] | None = None,
 ):
     """Run the plan (or only ``phases``) against a fresh in-process lab; return (outcome, lab).
 
@@ -157,8 +162,9 @@ async def run_in_lab(
         if prepare is not None:
             prepare(lab)
         outcome = await run_engine(
-            load_site(lab.site_path), plan, tmp_path / "state", frontend, only=only
-        )
+            load_site(lab.site_path), plan, tmp_path / "state", frontend, only=only,
+            waivers=waivers,
+        )  # fmt: skip
     finally:
         await lab.stop()
     return outcome, lab

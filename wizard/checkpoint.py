@@ -408,7 +408,7 @@ class Checkpoint:
     def add_waiver(self, check: str, reason: str) -> None:
         self.state["waivers"] = [w for w in self.state["waivers"] if w["check"] != check]
         self.state["waivers"].append(
-            {"check": check, "reason": self.redactor.text(reason), "at": now(), "by": _who_am_i()}
+            {"check": check, "reason": self.redactor.text(reason), "at": now(), "by": who_am_i()}
         )
         self.save()
 
@@ -545,7 +545,8 @@ def changed_sections(state: dict[str, Any], site: Site) -> list[str]:
     return sorted(key for key in old.keys() | new.keys() if old.get(key) != new.get(key))
 
 
-def _who_am_i() -> str:
+def who_am_i() -> str:
+    """user@host of the wizard's process: who waived a check or skipped a step, on record."""
     try:
         user = os.getlogin()
     except OSError:

@@ -37,7 +37,7 @@ from typing import Any
 
 from wizard import identity, journal
 from wizard.artifacts import unified_diff
-from wizard.checkpoint import Checkpoint, changed_sections, now
+from wizard.checkpoint import Checkpoint, changed_sections, now, who_am_i
 from wizard.errors import WizardError
 from wizard.events import (
     Answer,
@@ -634,7 +634,7 @@ class Engine:
 
         skipped = self._skipped_provider(step, target)
         if skipped:
-            return self._skipped(step, ctx, skipped)
+            return self._skipped(step, ctx, skipped, by="the wizard")
         blocker = self._blocker(step, target, explicit)
         if blocker:
             cp.set_step(step.id, target, StepState.BLOCKED, message=blocker)
@@ -1115,9 +1115,14 @@ class Engine:
                 )
         return None
 
-    def _skipped(self, step: Step, ctx: StepContext, why: str) -> tuple[StepState, list[Finding]]:
+    def _skipped(
+        self, step: Step, ctx: StepContext, why: str, *, by: str | None = None
+    ) -> tuple[StepState, list[Finding]]:
         """The step did not run: recorded with who/why as a skip finding on each of its
-        gates, so no gate it belongs to can pass without it (``model.verdict``)."""
+        gates, so no gate it belongs to can pass without it (``model.verdict``). Who is
+        kept apart from the message (``skipped_by``: the operator's user@host, or the
+        wizard when a step it needs was skipped) for the report's "Skipped and waived"."""
+        ctx.data["skipped_by"] = by or who_am_i()
         # A skip is settled: a resume keeps it; starting over asks again.
         remedy = (
             f"a resume keeps this skip: to let {step.id} run on {ctx.target}, start over "

@@ -7,14 +7,15 @@ import io
 import json
 import re
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from wizard.errors import UsageError
 from wizard.fleet import group_targets, targets_text
-from wizard.model import GATES, Finding, Severity, is_skipped_step, verdict
+from wizard.model import GATES, SKIPPED_CHECK, Finding, Severity, is_skipped_step, verdict
 from wizard.plan import Plan
 from wizard.private import PrivatePathError, private_dir, write_private
 from wizard.redact import Redactor
+from wizard.report_xlsx import xlsx
 from wizard.site import Site
 from wizard.support import release_notes
 from wizard.verdict import gate_verdicts
@@ -27,7 +28,8 @@ KEY_NUMBERS = {
     "T07": re.compile(r"\.qp_sweep\."),
     "T08": re.compile(r"^qos\.(ib_write_bw|pause)"),
     "T09": re.compile(r"^coexistence\."),
-    "T11": re.compile(r"^(gpu\.cuda|nccl\.)"),
+    # The averages: the per-size rows (nccl.*.busbw.bSIZE) are the NCCL chart's data.
+    "T11": re.compile(r"^(gpu\.cuda|nccl\.\w+\.avg_busbw$)"),
     "T12": re.compile(r"^(gpu\.dmabuf|nccl\.all_reduce\.avg)"),
     "T13": re.compile(r"^aistor-tcp"),
     "T14": re.compile(r"^aistor-direct"),
@@ -98,6 +100,19 @@ def build_report(state: dict[str, Any] | None, site: Site, plan: Plan) -> dict[s
                 "findings": len(findings),
                 "time": max(times) if times else None,
                 "targets": _targets_by_verdict(by_target),
+                "fail_targets": sorted(
+                    {t for _, t, f in findings if f.severity is Severity.FAIL and not f.waived}
+                ),
+                "skipped": [
+                    {"step": s, "target": t, "check": f.check, "why": f.message}
+                    for s, t, f in findings
+                    if f.severity is Severity.SKIP
+                ],
+                "waived": [
+                    {"check": f.check, "target": t, "reason": f.waived, "message": f.message}
+                    for _, t, f in findings
+                    if f.waived
+                ],
             }
         )
     return {
@@ -107,12 +122,162 @@ def build_report(state: dict[str, Any] | None, site: Site, plan: Plan) -> dict[s
         "gpu_operator": site.versions.gpu_operator,
         "updated": (state or {}).get("updated"),
         "gates": gates,
+        "skipped_steps": _skipped_steps(steps, plan),
+        "waivers": list((state or {}).get("waivers", [])),
         "measurements": measurements,
         "notes": [
             {"topic": n.topic, "text": n.text, "source": n.source}
             for n in release_notes(site.versions.gpu_operator)
         ],
     }
+
+
+def _skipped_steps(steps: dict[str, Any], plan: Plan) -> list[dict[str, Any]]:
+    """Every step recorded as skipped, with who skipped it and why (the engine keeps who
+    in ``extra.skipped_by``; a checkpoint from before that is read from the message)."""
+    skipped = []
+    for step in plan.steps():
+        for target, record in steps.get(step.id, {}).items():
+            if record.get("state") != "skipped":
+                continue
+            why = record.get("message", "")
+            by = (record.get("extra") or {}).get("skipped_by") or (
+                "the operator" if "by the operator" in why else "the wizard"
+            )
+            skipped.append(
+                {
+                    "step": step.id,
+                    "title": step.title,
+                    "target": target,
+                    "gates": list(step.gates),
+                    "by": by,
+                    "why": why,
+                    "time": record.get("finished"),
+                }
+            )
+    return skipped
+
+
+def verdict_line(report: dict[str, Any]) -> str:
+    """One line that says whether the node is ready, judged from the gates alone.
+
+    A failure anywhere is "not ready"; a gate skipped or not run is "not ready
+    (incomplete)" (nothing proved it, whatever passed around it); a waived failure is
+    counted as waived, never as a pass, and makes at best "ready with warnings"."""
+    gates = report["gates"]
+
+    def named(status: str) -> list[str]:
+        return [g["gate"] for g in gates if g["status"] == status]
+
+    failed, skipped, not_run = named("fail"), named("skip"), named("not run")
+    waived = [g["gate"] for g in gates if g.get("waived") and g["status"] != "fail"]
+    warned = [g for g in named("warn") if g not in waived]
+    passed = named("pass")
+    parts = []
+    if failed:
+        on = sorted({t for g in gates if g["status"] == "fail" for t in g.get("fail_targets", [])})
+        where = f" on {targets_text(on)}" if on else ""
+        fail = "fails" if len(failed) == 1 else "fail"
+        parts.append(f"{_count(failed, 'gate')} {fail} ({', '.join(failed)}){where}")
+    if skipped:
+        parts.append(f"{len(skipped)} skipped ({', '.join(skipped)})")
+    if not_run:
+        parts.append(f"{len(not_run)} not run ({', '.join(not_run)})")
+    if waived:
+        parts.append(f"{len(waived)} waived ({', '.join(waived)})")
+    if warned:
+        parts.append(f"{len(warned)} warn ({', '.join(warned)})")
+    if failed:
+        word = "not ready"
+    elif skipped or not_run:
+        word = "not ready (incomplete)"
+    elif waived or warned:
+        word = "ready with warnings"
+    else:
+        word = "ready"
+    if word == "ready":
+        parts = [f"all {len(gates)} gates pass"]
+    elif passed:
+        parts.append(f"{len(passed)} pass")
+    checks = sum(
+        1
+        for g in gates
+        for s in g.get("skipped", [])
+        if g["status"] != "skip" and not s["check"].endswith(SKIPPED_CHECK)
+    )
+    if checks:
+        parts.append(f"{_count(checks, 'check')} skipped (see Skipped and waived)")
+    return f"**Verdict: {word}** — " + "; ".join(parts)
+
+
+def _count(items: list[str] | int, noun: str) -> str:
+    number = items if isinstance(items, int) else len(items)
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+def _cell(text: str) -> str:
+    """Text for one Markdown table cell: no column breaks, no line breaks."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def skipped_and_waived(report: dict[str, Any]) -> list[str]:
+    """The Markdown section that names every skip (who, why) and every waiver (reason):
+    what the verdict rests on besides passes, where an auditor looks first."""
+    lines = ["## Skipped and waived", ""]
+    steps = report.get("skipped_steps", [])
+    checks = [
+        (g["gate"], s)
+        for g in report["gates"]
+        for s in g.get("skipped", [])
+        if not s["check"].endswith(SKIPPED_CHECK)
+    ]
+    waivers = report.get("waivers", [])
+    if not (steps or checks or waivers):
+        return [*lines, "Nothing was skipped or waived.", ""]
+    if steps:
+        lines += [
+            "Skipped steps: no gate they belong to can pass without them.",
+            "",
+            "| step | node | gates | skipped by | why | time |",
+            "|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {s['step']} | {s['target']} | {', '.join(s['gates'])} | {_cell(s['by'])} | "
+            f"{_cell(s['why'])} | {s['time'] or ''} |"
+            for s in steps
+        ]
+        lines.append("")
+    if checks:
+        lines += [
+            "Checks skipped in steps that ran (not run, or not applicable as configured):",
+            "",
+            "| check | gate | node | why |",
+            "|---|---|---|---|",
+        ]
+        lines += [
+            f"| {s['check']} | {gate} | {s['target']} | {_cell(s['why'])} |" for gate, s in checks
+        ]
+        lines.append("")
+    if waivers:
+        used = {w["check"]: g["gate"] for g in report["gates"] for w in g.get("waived", [])}
+        lines += [
+            "Waivers: a waived failure counts as waived, never as a pass.",
+            "",
+            "| check | gate | reason | waived by | at | applied to |",
+            "|---|---|---|---|---|---|",
+        ]
+        for w in waivers:
+            nodes = sorted(
+                {x["target"] for g in report["gates"] for x in g.get("waived", [])
+                 if x["check"] == w["check"]}
+            )  # fmt: skip
+            applied = targets_text(nodes) if nodes else "no failure of this check was recorded"
+            lines.append(
+                f"| {w['check']} | {used.get(w['check'], '')} | {_cell(w['reason'])} | "
+                f"{_cell(w.get('by', ''))} | {w.get('at', '')} | {applied} |"
+            )
+        lines.append("")
+    return lines
 
 
 def _headline_rank(finding: Finding) -> int:
@@ -146,6 +311,8 @@ def markdown(report: dict[str, Any], other: dict[str, Any] | None = None) -> str
     lines = [
         title,
         "",
+        verdict_line(report),
+        "",
         f"NIC profile {report['nic_profile']}, GPU Operator {report['gpu_operator']}, nodes: "
         f"{', '.join(report['nodes'])}; checkpoint updated {report['updated']}.",
         "",
@@ -163,17 +330,21 @@ def markdown(report: dict[str, Any], other: dict[str, Any] | None = None) -> str
         ]
     for gate in report["gates"]:
         numbers = "<br>".join(gate["key_numbers"]) or ""
-        evidence = gate["evidence"].replace("|", "\\|").replace("\n", " ")
+        evidence = _cell(gate["evidence"])
+        status = gate["status"]
+        if gate.get("waived"):
+            status += f" ({len(gate['waived'])} waived)"
         if other:
             lines.append(
-                f"| {gate['gate']} | {gate['what']} | {gate['status']} | "
+                f"| {gate['gate']} | {gate['what']} | {status} | "
                 f"{_status_of(other, gate['gate'])} | {numbers} | {evidence} |"
             )
         else:
             lines.append(
-                f"| {gate['gate']} | {gate['what']} | {gate['status']} | {numbers} | {evidence} | "
+                f"| {gate['gate']} | {gate['what']} | {status} | {numbers} | {evidence} | "
                 f"{gate['time'] or ''} | {gate.get('targets', '')} |"
             )
+    lines += ["", *skipped_and_waived(report)]
     series = sorted({m["series"] for m in report["measurements"]})
     for name in series:
         lines += [
@@ -190,55 +361,6 @@ def markdown(report: dict[str, Any], other: dict[str, Any] | None = None) -> str
         lines += ["", "## Notes", ""]
         lines += [f"- **{n['topic']}**: {n['text']} ({n['source']})" for n in report["notes"]]
     return "\n".join(lines) + "\n"
-
-
-def xlsx(
-    report: dict[str, Any], path: Path | BinaryIO, other: dict[str, Any] | None = None
-) -> None:
-    from openpyxl import Workbook
-    from openpyxl.styles import Font, PatternFill
-
-    fills = {
-        "pass": PatternFill("solid", fgColor="C6EFCE"),
-        "warn": PatternFill("solid", fgColor="FFEB9C"),
-        "fail": PatternFill("solid", fgColor="FFC7CE"),
-    }
-    book = Workbook()
-    sheet = book.active
-    sheet.title = "Gates"
-    header = ["gate", "what", "status"] + ([f"status ({other['site']})"] if other else [])
-    header += ["key numbers", "evidence", "time", "nodes"]
-    sheet.append(header)
-    for cell in sheet[1]:
-        cell.font = Font(bold=True)
-    for gate in report["gates"]:
-        row = [gate["gate"], gate["what"], gate["status"]]
-        if other:
-            row.append(_status_of(other, gate["gate"]))
-        row += [
-            "\n".join(gate["key_numbers"]),
-            gate["evidence"],
-            gate["time"] or "",
-            gate.get("targets", ""),
-        ]
-        sheet.append(row)
-        fill = fills.get(gate["status"])
-        if fill:
-            sheet.cell(row=sheet.max_row, column=3).fill = fill
-    for column, width in zip("ABCDEFGH", (7, 30, 9, 40, 90, 26, 26, 50), strict=False):
-        sheet.column_dimensions[column].width = width
-    for name in sorted({m["series"] for m in report["measurements"]}):
-        series = book.create_sheet(title=name[:31])
-        series.append(["measurement", "target", "value", "unit", "labels", "time"])
-        for cell in series[1]:
-            cell.font = Font(bold=True)
-        for m in report["measurements"]:
-            if m["series"] == name:
-                labels = ", ".join(f"{k}={v}" for k, v in m["labels"].items() if v)
-                series.append(
-                    [m["name"], m["target"], m["value"], m["unit"], labels, m["time"] or ""]
-                )
-    book.save(path)
 
 
 def prepare_out(out: Path, what: str = "report --out") -> None:

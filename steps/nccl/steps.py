@@ -274,6 +274,20 @@ def _busbw(log_text: str) -> float | None:
         return None
 
 
+def _record_sizes(ctx: StepContext, prefix: str, log_text: str) -> None:
+    """Each row of the nccl-tests table as ``PREFIX.busbw.bSIZE`` (out-of-place bus
+    bandwidth, GB/s, labelled with the size in bytes): the average alone hides where the
+    bandwidth falls off, which a plot of bus bandwidth against message size shows."""
+    try:
+        rows = parse("nccl-tests", log_text).rows
+    except ParseError:
+        return
+    for row in rows:
+        size, busbw = row.get("size"), row.get("oop_busbw")
+        if isinstance(size, int) and isinstance(busbw, float):
+            ctx.record(f"{prefix}.busbw.b{size}", busbw, "GB/s", size=str(size))
+
+
 class NvlinkBaseline(Step):
     id = "nccl.nvlink-baseline"
     title = "NCCL over NVLink on one node (the baseline)"
@@ -331,6 +345,7 @@ class NvlinkBaseline(Step):
             report.warn("nvlink-baseline", "no nccl-tests result table", "read the Job's log")
             return report.findings
         ctx.record("nccl.nvlink.avg_busbw", busbw, "GB/s")
+        _record_sizes(ctx, "nccl.nvlink", logs)
         ctx.data["nvlink_busbw"] = busbw
         report.ok(
             "nvlink-baseline",
@@ -445,6 +460,7 @@ class InterNodeNccl(Step):
         busbw = _busbw(logs)
         if busbw is not None:
             ctx.record("nccl.all_reduce.avg_busbw", busbw, "GB/s")
+            _record_sizes(ctx, "nccl.all_reduce", logs)
             baseline = ctx.recorded("nccl.nvlink-baseline").get("nvlink_busbw")
             versus = f" (NVLink on one node: {baseline} GB/s)" if baseline else ""
             report.ok("nccl-busbw",
