@@ -37,10 +37,12 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
+from textual.theme import Theme
 from textual.widgets import Footer, Header, Label, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from screens.bridge import UiBridge
+from screens.commands import palette_commands
 from screens.failed import FailedStepScreen
 from screens.main import MainScreen
 from screens.modals import (
@@ -51,6 +53,7 @@ from screens.modals import (
     ReviewScreen,
     RollbackScreen,
 )
+from screens.preferences import remembered_theme, save_preference
 from screens.report import ReportScreen
 from screens.start import StartScreen
 from steps import build_plan
@@ -252,6 +255,10 @@ class WizardApp(App[int]):
         return site_state_dir(self.session.state_dir, self.session.site) / "journal.jsonl"
 
     def on_mount(self) -> None:
+        theme = remembered_theme(self.available_themes)
+        if theme is not None:
+            self.theme = theme
+        self.theme_changed_signal.subscribe(self, self._remember_theme)
         self._bridge = UiBridge(self)
         self._engine_done.clear()
         self.conductor()
@@ -436,10 +443,18 @@ class WizardApp(App[int]):
         self.push_screen(MeasurementsScreen(measurements))
 
     def get_system_commands(self, screen: Screen[Any]):
-        yield SystemCommand("Report", "The T00-T17 verdicts so far", self.action_report)
-        yield SystemCommand("Measurements", "Numbers and bandwidth bars", self.action_measurements)
-        yield SystemCommand("Help", "Key bindings", self.action_help)
+        """Every action by name (screens/commands.py), then Textual's own: the theme (which
+        is remembered), the keys panel, a screenshot."""
+        yield from palette_commands(self, screen)
+        for command in super().get_system_commands(screen):
+            if command.title != "Quit":
+                yield command
         yield SystemCommand("Quit", "Leave; the checkpoint keeps the progress", self.action_quit)
+
+    def _remember_theme(self, theme: Theme) -> None:
+        """The chosen theme is the next run's too (written off the UI loop)."""
+        self.run_worker(partial(save_preference, "theme", theme.name), thread=True,
+                        group="preferences")  # fmt: skip
 
 
 _frozen = False

@@ -19,6 +19,7 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Header, Label, ProgressBar, Static
 from textual.widgets.data_table import ColumnKey
 
+from screens import findings as findings_view
 from screens import layout
 from screens.logview import FollowLog, LogScreen
 from wizard.events import (
@@ -33,7 +34,7 @@ from wizard.events import (
     Waiting,
 )
 from wizard.fleet import is_fleet
-from wizard.model import Finding, Severity, StepState, is_skipped_step, worst
+from wizard.model import Finding, Severity, StepState, worst
 from wizard.plan import Plan
 from wizard.site import Site
 
@@ -78,6 +79,8 @@ class MainScreen(Screen[None]):
         Binding("l", "show_log", "Log"),
         Binding("f", "focus_findings", "Findings"),
         Binding("F", "problems_only", "Problems", show=False),
+        Binding("o", "sort_findings", "Sort", show=False),
+        Binding("c", "copy_finding", "Copy", show=False),
         Binding("r", "app.report", "Report"),
         Binding("m", "app.measurements", "Measure"),
         Binding("n", "nodes", "Nodes"),
@@ -96,6 +99,11 @@ class MainScreen(Screen[None]):
         self.node_names = [n.name for n in site.nodes]
         self.fleet = is_fleet(len(self.node_names))
         self.problems_only = False  # F: the findings table lists only what needs attention
+        self.sort = "found"  # o: the findings table's order (screens/findings.SORTS)
+        # An ordered table is filled anew once per drain, not once per finding (a fleet's
+        # check brings thousands); the finding to show then, if one needs attention.
+        self._refill_due = False
+        self._select_due: int | None = None
         # A fleet gets one count column instead of a column per node, so that the phase
         # titles stay in view; the fleet view (n) has a row per node.
         self.node_columns = [] if self.fleet else self.node_names
@@ -249,6 +257,7 @@ class MainScreen(Screen[None]):
                     item()
         finally:
             self._flush_log()
+            self._refill_if_due()
         if more:
             self.post_message(EngineEvents())
 
@@ -326,14 +335,14 @@ class MainScreen(Screen[None]):
         self.findings.append((step, target, finding))
         index = len(self.findings) - 1
         if self._shows(finding):
-            if self.problems_only:
-                self._fill_findings()  # failures first: the new one takes its place
+            if self._ordered():
+                self._refill_due = True  # the new one takes its place at the drain's end
+                if finding.severity is not Severity.PASS:
+                    self._select_due = index
             else:
                 self._add_row(index)
-            if finding.severity is not Severity.PASS:
-                table = self.query_one("#findings", DataTable)
-                table.move_cursor(row=table.get_row_index(str(index)))
-                self._show_detail(index)
+                if finding.severity is not Severity.PASS:
+                    self._select(index)
         if finding.check.endswith((".reachable", ".timeout")) and finding.severity is Severity.FAIL:
             panel = self.query_one("#error-panel", Static)
             panel.update(
@@ -350,20 +359,28 @@ class MainScreen(Screen[None]):
             panel.display = True
 
     def _shows(self, finding: Finding) -> bool:
-        """Whether the findings table lists ``finding``. On a fleet, or with problems only
-        (F), it lists what needs attention: thousands of passes would bury it; the fleet
-        view, the report and the checkpoint keep every finding."""
-        if finding.waived or finding.severity in (Severity.WARN, Severity.FAIL):
-            return True
-        if is_skipped_step(finding):
-            return True  # a change or proof that is missing needs attention too
-        if self.problems_only:
-            return False
-        return not (self.fleet and finding.severity in (Severity.PASS, Severity.SKIP))
+        return findings_view.shows(finding, fleet=self.fleet, problems_only=self.problems_only)
+
+    def _ordered(self) -> bool:
+        return self.problems_only or self.sort != "found"
+
+    def _select(self, index: int) -> None:
+        table = self.query_one("#findings", DataTable)
+        table.move_cursor(row=table.get_row_index(str(index)))
+        self._show_detail(index)
+
+    def _refill_if_due(self) -> None:
+        if not self._refill_due:
+            return
+        self._refill_due = False
+        self._fill_findings()
+        select, self._select_due = self._select_due, None
+        if select is not None:
+            self._select(select)
 
     def _add_row(self, index: int) -> None:
         _step, target, finding = self.findings[index]
-        severity = Severity.WARN if finding.waived else finding.severity
+        severity = findings_view.shown_severity(finding)
         label = "waived" if finding.waived else severity.value
         self.query_one("#findings", DataTable).add_row(
             Content.styled(label, SEVERITY_STYLE[severity]),
@@ -374,14 +391,12 @@ class MainScreen(Screen[None]):
         )
 
     def _fill_findings(self) -> None:
-        """The table anew: every finding it shows, failures first with problems only."""
+        """The table anew: every finding it shows, in the chosen order (failures first
+        with problems only)."""
         table = self.query_one("#findings", DataTable)
         table.clear()
         shown = [i for i, (_, _, f) in enumerate(self.findings) if self._shows(f)]
-        if self.problems_only:
-            order = {Severity.FAIL: 0, Severity.WARN: 1, Severity.SKIP: 2, Severity.PASS: 3}
-            shown.sort(key=lambda i: (order[_shown_severity(self.findings[i][2])], i))
-        for index in shown:
+        for index in findings_view.ordered(self.findings, shown, self.sort, self.problems_only):
             self._add_row(index)
 
     def action_problems_only(self) -> None:
@@ -393,23 +408,32 @@ class MainScreen(Screen[None]):
             timeout=3,
         )
 
+    def action_sort_findings(self) -> None:
+        """The next order: as found, failures first, by gate, by node."""
+        self.sort = findings_view.next_sort(self.sort)
+        self._fill_findings()
+        self.notify(f"findings: {findings_view.SORT_TITLES[self.sort]}", timeout=3)
+
+    def action_copy_finding(self) -> None:
+        """The highlighted finding in full (check, message, fix, evidence) to the clipboard."""
+        table = self.query_one("#findings", DataTable)
+        if not table.row_count:
+            self.notify("no finding to copy yet", timeout=3)
+            return
+        key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        if key is None:
+            return
+        self.app.copy_to_clipboard(findings_view.detail_text(self.findings[int(key)]))
+        self.notify("finding copied to the clipboard (OSC 52)", timeout=3)
+
     @on(DataTable.RowHighlighted, "#findings")
     def highlighted(self, event: DataTable.RowHighlighted) -> None:
         if event.row_key.value is not None:
             self._show_detail(int(event.row_key.value))
 
     def _show_detail(self, index: int) -> None:
-        step, target, finding = self.findings[index]
-        parts = [f"{finding.check} ({step} on {target}): {finding.message}"]
-        if finding.waived:
-            parts.append(f"waived: {finding.waived}")
-        if finding.remediation:
-            parts.append(f"fix: {finding.remediation}")
-        for evidence in finding.evidence:
-            parts.append(f"$ {evidence.command}")
-            if evidence.excerpt:
-                parts.append(evidence.excerpt)
-        self.query_one("#detail", Static).update(Content("\n".join(parts)))
+        text = findings_view.detail_text(self.findings[index])
+        self.query_one("#detail", Static).update(Content(text))
 
     def action_show_log(self) -> None:
         """Every command and its output, full screen, with a search."""
@@ -436,10 +460,6 @@ class MainScreen(Screen[None]):
 
     def worst_severity(self) -> Severity:
         return worst([f for _, _, f in self.findings])
-
-
-def _shown_severity(finding: Finding) -> Severity:
-    return Severity.WARN if finding.waived else finding.severity
 
 
 def elapsed(seconds: float) -> str:

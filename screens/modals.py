@@ -374,6 +374,8 @@ Keys
   r        the T00-T17 report so far     m   the measurements (bars vs line rate)
   l        the log, full screen: / searches (only matching lines), end follows again
   f        focus the findings        F   problems only (failures first) / all
+  o        sort the findings: as found, failures first, by gate, by node
+  c        copy the highlighted finding (check, message, fix, evidence)
   p        show or hide the phases sidebar (hidden below 100 columns)
            the live log follows new lines unless you scroll up (end: follow again)
   n        nodes: every GPU node's state per phase and its first problem (p: problems only)

@@ -75,6 +75,20 @@ def fixture_files() -> list[tuple[str, Path]]:
     return [(p.parent.name, p) for p in sorted(FIXTURES.glob("*/*")) if p.is_file()]
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _own_config_folder(tmp_path_factory):
+    """The TUI remembers the theme in the user's config folder: the tests use their own
+    (a developer's chosen theme must not change a snapshot, nor a test their theme)."""
+    folder = tmp_path_factory.mktemp("config")
+    before = os.environ.get("XDG_CONFIG_HOME")
+    os.environ["XDG_CONFIG_HOME"] = str(folder)
+    yield folder
+    if before is None:
+        os.environ.pop("XDG_CONFIG_HOME", None)
+    else:
+        os.environ["XDG_CONFIG_HOME"] = before
+
+
 @pytest.fixture
 def site_file(tmp_path: Path) -> Path:
     path = tmp_path / "site.yaml"
