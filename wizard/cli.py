@@ -140,6 +140,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="forget every recorded step result and begin again (the journal is kept; a "
         "damaged checkpoint is set aside as state.json.damaged-TIME)",
     )
+    p.add_argument(
+        "--redo",
+        action="append",
+        default=[],
+        metavar="STEP[@NODE]",
+        help="forget this step's result (on NODE, or everywhere) and the steps skipped "
+        "because of it, so this run does them again: a skip is kept on resume otherwise",
+    )
     _common(p)
 
     p = sub.add_parser(
@@ -379,6 +387,23 @@ def cmd_check(args: argparse.Namespace) -> int:
     return outcome.exit_code
 
 
+def _redo(args: argparse.Namespace, plan, site) -> None:
+    """--redo: forget the named results before the run (and say what was forgotten)."""
+    if not args.redo:
+        return
+    from wizard.checkpoint import Checkpoint
+    from wizard.redo import forget_for_redo, parse_redo
+
+    if args.start_over:
+        raise UsageError("--redo and --start-over: give one (--start-over forgets every step)")
+    redos = [parse_redo(text, plan, site) for text in args.redo]
+    with Checkpoint.open(_state_dir(args), site) as checkpoint:
+        for redo in redos:
+            forgotten = forget_for_redo(checkpoint, plan, site, redo)
+            what = ", ".join(forgotten) if forgotten else "nothing was recorded for it"
+            print(f"--redo {redo.step}{'@' + redo.target if redo.target else ''}: {what}")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from steps import build_plan
     from wizard.site import load_site
@@ -405,6 +430,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise UsageError(f"--waive {item!r}: write CHECK=REASON (e.g. T11.acs='lab machine')")
         waivers[check] = reason.strip()
     site = load_site(args.site)
+    _redo(args, plan, site)
     if not args.headless:
         from screens.app import run_tui
         from wizard.services import build_services

@@ -1125,8 +1125,8 @@ class Engine:
         ctx.data["skipped_by"] = by or who_am_i()
         # A skip is settled: a resume keeps it; starting over asks again.
         remedy = (
-            f"a resume keeps this skip: to let {step.id} run on {ctx.target}, start over "
-            "(the start screen's Start over, or `run SITE --start-over`)"
+            f"a resume keeps this skip: to let {step.id} run on {ctx.target}, "
+            f"`run SITE --redo {step.id}@{ctx.target}` (or start over)"
         )
         findings = [skipped_finding(step.id, gate, ctx.target, why, remedy) for gate in step.gates]
         return self._finish(ctx, StepState.SKIPPED, findings, why)
