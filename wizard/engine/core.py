@@ -1,0 +1,499 @@
+"""The engine's run loop: phases in order, each step across its targets in batches,
+every target guarded, its result recorded before the next action (see the package's
+docstring for the rules)."""
+
+from __future__ import annotations
+
+import asyncio
+import traceback
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from wizard import journal
+from wizard.checkpoint import Checkpoint
+from wizard.engine.decisions import DecisionsMixin
+from wizard.engine.identity import IdentityMixin
+from wizard.engine.maintenance import MaintenanceMixin, effects
+from wizard.engine.requirements import RequirementsMixin
+from wizard.engine.results import (
+    CHANGING,
+    Aborted,
+    DecisionRequired,
+    RunSummary,
+    artifact_diff,
+    state_for,
+    transport_finding,
+)
+from wizard.errors import WizardError
+from wizard.events import (
+    Answer,
+    Decision,
+    DecisionKind,
+    Event,
+    FrontEnd,
+    Notice,
+    PhaseStarted,
+    StepCompleted,
+    StepFinished,
+    StepStarted,
+)
+from wizard.model import Finding, Severity, StepKind, StepState, worst
+from wizard.plan import (
+    CLUSTER,
+    Change,
+    NotAutomated,
+    Plan,
+    Scope,
+    Services,
+    Step,
+    StepContext,
+    describe_waves,
+    measurement_waves,
+)
+from wizard.site import Site
+from wizard.transports.base import TransportError
+
+
+class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin):
+    def __init__(
+        self,
+        site: Site,
+        plan: Plan,
+        checkpoint: Checkpoint,
+        frontend: FrontEnd,
+        services: Services | None = None,
+        *,
+        waivers: dict[str, str] | None = None,
+    ) -> None:
+        self.site = site
+        self.plan = plan
+        self.checkpoint = checkpoint
+        self.frontend = frontend
+        self.services = services or Services()
+        self._waivers = {w["check"]: w["reason"] for w in checkpoint.state.get("waivers", [])}
+        for check, reason in (waivers or {}).items():
+            if not reason.strip():
+                raise WizardError(f"waiver for {check} needs a reason")
+            checkpoint.add_waiver(check, reason)
+            self._waivers[check] = reason
+        self._decision_lock = asyncio.Lock()
+        self._approved: dict[str, tuple[tuple[str, str], ...]] = {}  # step -> same change
+        self._shared_reads: dict[tuple[str, str], asyncio.Future[Any]] = {}
+        self._ignore_requires = False
+        self._node_slots = asyncio.Semaphore(site.max_parallel_nodes)
+        self._inflight: dict[str, str] = {}  # target -> what its maintenance has done so far
+        self._rebooted: set[str] = set()  # nodes rebooted since their results were recorded
+        self._boots: dict[str, str] = {}  # node -> its boot id as read at the start of the run
+        self._unreachable: set[str] = set()  # nodes whose identity could not be read
+
+    def maintenance_in_flight(self) -> dict[str, str]:
+        """Nodes in the middle of a maintenance change, and the state each is in (for a
+        front end that must warn before quitting)."""
+        return dict(self._inflight)
+
+    # -- front-end plumbing --------------------------------------------------------------
+
+    def emit(self, event: Event) -> None:
+        # One redactor on every path to the operator: the terminal (--verbose prints each
+        # command line), the TUI's log and its finding panel see what the journal keeps.
+        self.frontend.emit(self.checkpoint.redactor.value(event))
+
+    def journal(self, entry: dict[str, Any]) -> None:
+        self.checkpoint.journal(entry)
+
+    # -- resume ----------------------------------------------------------------------------
+
+    # -- running ---------------------------------------------------------------------------
+
+    async def run(
+        self,
+        *,
+        phase: str | None = None,
+        step: str | None = None,
+        only: list[str] | None = None,
+        ignore_requires: bool = False,
+    ) -> RunSummary:
+        """Run the whole plan, one phase, one step, or the listed steps (``only``).
+
+        ``ignore_requires`` is for read-only runs (``check``): every listed check runs even
+        when an earlier step has not been done.
+        """
+        summary = RunSummary(reset=self.reconcile_site())
+        explicit = phase is not None or step is not None or only is not None
+        self._ignore_requires = ignore_requires
+        self._report_journal()
+        summary.reset += await self.reconcile_identity()
+        try:
+            for current in self.plan.phases:
+                if phase is not None and phase not in (current.id, str(current.number)):
+                    continue
+                steps = [
+                    s
+                    for s in current.steps
+                    if (step is None or s.id == step) and (only is None or s.id in only)
+                ]
+                if not steps:
+                    continue
+                self.emit(PhaseStarted(current.id, f"{current.number}. {current.title}"))
+                for each in steps:
+                    await self._run_step(each, summary, explicit=explicit)
+                if not explicit and any(
+                    summary.results.get((s.id, t)) in (StepState.FAILED, StepState.BLOCKED)
+                    for s in steps
+                    for t in self.plan.targets(s, self.site)
+                ):
+                    summary.stopped = f"phase {current.number} ({current.title}) did not pass"
+                    break
+        except Aborted as exc:
+            summary.stopped = self.checkpoint.redactor.text(str(exc))
+        return summary
+
+    async def shared_read(self, key: tuple[str, str], read: Callable[[], Awaitable[Any]]) -> Any:
+        """One answer per key for the current run of a step (see StepContext.shared);
+        concurrent callers wait for the same request."""
+        future = self._shared_reads.get(key)
+        if future is None:
+            future = self._shared_reads[key] = asyncio.ensure_future(read())
+        return await asyncio.shield(future)
+
+    async def _run_step(self, step: Step, summary: RunSummary, *, explicit: bool) -> None:
+        targets = self.plan.targets(step, self.site)
+        # A shared read answers one run of a step: the next run reads afresh.
+        for key in [k for k in self._shared_reads if k[0] == step.id]:
+            del self._shared_reads[key]
+
+        async def one(target: str) -> None:
+            with journal.scope(self.checkpoint, step.id, target):
+                if step.scope == Scope.NODE:
+                    async with self._node_slots:
+                        state, findings = await self._guarded(step, target, explicit)
+                else:
+                    state, findings = await self._guarded(step, target, explicit)
+            summary.results[(step.id, target)] = state
+            # The summary is printed (the headless outcome, `check`): redacted like the
+            # checkpoint's copy and the events.
+            summary.findings[(step.id, target)] = self.checkpoint.redactor.value(findings)
+
+        batches = self._batches(step, targets)
+        if step.one_node_at_a_time and len(targets) > 1:
+            self.emit(Notice(f"{step.id}: {describe_waves(step, self.site, batches)}"))
+        await self._run_batches(step, batches, one, summary, len(targets))
+        # An operator at the TUI may fix the cause and retry, or waive a failed check with
+        # a reason, without leaving the run (the CLI's answer is --waive and a new run).
+        while again := await self._offer_retry(step, targets, summary):
+            await self._run_batches(step, self._batches(step, again), one, summary, len(targets))
+        self.emit(
+            StepCompleted(step.id, tuple((t, summary.results[(step.id, t)]) for t in targets))
+        )
+
+    async def _run_batches(
+        self,
+        step: Step,
+        batches: list[list[str]],
+        one: Callable[[str], Awaitable[None]],
+        summary: RunSummary,
+        total: int,
+    ) -> None:
+        """Run the batches in turn; once more nodes failed than the rollout allows, the
+        rest of a changing step is blocked with the reason."""
+        pending = {t for batch in batches for t in batch}
+        for batch in batches:
+            # A retried target's earlier failure does not count against its own retry.
+            failed_before = self._failed_nodes(summary, step, pending)
+            pending -= set(batch)
+            limit = self.site.rollout.failure_limit(total)
+            if failed_before > limit and step.kind in CHANGING:
+                for target in batch:
+                    reason = (
+                        f"rollout stopped: {failed_before} node(s) failed this step, more than "
+                        f"rollout.max_failed_nodes={self.site.rollout.max_failed_nodes}"
+                        + (
+                            f" ({limit} of {total})"
+                            if limit != self.site.rollout.max_failed_nodes
+                            else ""
+                        )
+                    )
+                    self.checkpoint.set_step(step.id, target, StepState.BLOCKED, message=reason)
+                    self.emit(StepFinished(step.id, target, StepState.BLOCKED, reason))
+                    summary.results[(step.id, target)] = StepState.BLOCKED
+                    summary.findings[(step.id, target)] = []
+                continue
+            results = await asyncio.gather(*(one(t) for t in batch), return_exceptions=True)
+            self.checkpoint.flush()  # the batch's read-only results, in one write
+            # Every target's failure was recorded on its own (``_guarded``); what is left
+            # to raise is cancellation or the operator's abort, once all targets ended.
+            for result in results:
+                if isinstance(result, asyncio.CancelledError | KeyboardInterrupt):
+                    raise result
+            for result in results:
+                if isinstance(result, BaseException):
+                    raise result
+
+    def _batches(self, step: Step, targets: list[str]) -> list[list[str]]:
+        """Maintenance never runs on every node at once: it rolls in batches, each with its
+        own window gate; apply steps too when rollout.apply_batch is set; measurements
+        against the shared peer take turns; checks fan out."""
+        if step.scope == Scope.NODE and step.one_node_at_a_time:
+            return measurement_waves(targets, lambda t: step.measured_with(self.site, t))
+        if step.scope != Scope.NODE or step.kind not in CHANGING:
+            return [targets]
+        rollout = self.site.rollout
+        size = (
+            rollout.maintenance_size(len(targets))
+            if step.kind is StepKind.MAINTENANCE
+            else rollout.apply_size(len(targets))
+        )
+        return [targets[i : i + size] for i in range(0, len(targets), size)]
+
+    @staticmethod
+    def _failed_nodes(summary: RunSummary, step: Step, pending: set[str]) -> int:
+        """How many targets failed this step so far, leaving out those still to run."""
+        return sum(
+            1
+            for (s, target), state in summary.results.items()
+            if s == step.id and state is StepState.FAILED and target not in pending
+        )
+
+    async def _guarded(
+        self, step: Step, target: str, explicit: bool
+    ) -> tuple[StepState, list[Finding]]:
+        """Run one target; an unexpected exception (a bug) fails that target with a finding
+        naming the step and the journal, instead of ending the run for every node."""
+        try:
+            return await self._run_target(step, target, explicit)
+        except (Aborted, DecisionRequired, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            self._inflight.pop(target, None)
+            where = self.checkpoint.directory / "journal.jsonl"
+            self.journal(
+                {"event": "internal-error", "target": target, "step": step.id,
+                 "where": f"step {step.id} on {target}", "error": f"{type(exc).__name__}: {exc}",
+                 "traceback": traceback.format_exc()}
+            )  # fmt: skip
+            gate = step.gates[0] if step.gates else "T00"
+            finding = Finding(
+                f"{gate}.internal-error",
+                gate,
+                Severity.FAIL,
+                f"internal error in {step.id} on {target}: {type(exc).__name__}: {exc}",
+                f"a bug in gpu-node-wizard, not in the site: the journal {where} has the "
+                "traceback; report it, then retry the step",
+            )
+            self.checkpoint.set_step(
+                step.id, target, StepState.FAILED, message="internal error", findings=[finding]
+            )
+            self.emit(StepFinished(step.id, target, StepState.FAILED, "internal error", (finding,)))
+            return StepState.FAILED, [finding]
+
+    async def _run_target(
+        self, step: Step, target: str, explicit: bool
+    ) -> tuple[StepState, list[Finding]]:
+        cp = self.checkpoint
+        previous = cp.step_state(step.id, target)
+        node = None if target == CLUSTER else self.site.node(target)
+        ctx = StepContext(self.site, step, target, node, self.services, self)
+
+        rerun_check = explicit and step.kind in (StepKind.CHECK, StepKind.MEASURE)
+        if previous.settled and not rerun_check:
+            findings = cp.findings(step.id, target)
+            if not (
+                previous is StepState.DONE
+                and self._reverify_needed(step, target)
+                and step.kind in (StepKind.CHECK, StepKind.APPLY, StepKind.MAINTENANCE)
+            ):
+                # Settled in an earlier run: its verdicts still count, so the front end
+                # sees them (the findings table and the report after a resume).
+                self.emit(
+                    StepFinished(
+                        step.id, target, previous, "already done (checkpoint)", tuple(findings)
+                    )
+                )
+                return previous, findings
+            still = await self._still_in_place(step, ctx)
+            if still is not None:
+                return still
+
+        skipped = self._skipped_provider(step, target)
+        if skipped:
+            return self._skipped(step, ctx, skipped, by="the wizard")
+        blocker = self._blocker(step, target, explicit)
+        if blocker:
+            cp.set_step(step.id, target, StepState.BLOCKED, message=blocker)
+            self.emit(StepFinished(step.id, target, StepState.BLOCKED, blocker))
+            return StepState.BLOCKED, []
+
+        self.emit(StepStarted(step.id, target, step.title))
+        try:
+            interrupted = previous in (StepState.RUNNING, StepState.WAITING)
+            inflight = cp.record(step.id, target).get("extra", {}).get("maintenance")
+            # A change that failed on a bug part-way keeps its persisted capture: it too
+            # resumes from it, never from a second capture of the half-applied state.
+            if (
+                step.kind is StepKind.MAINTENANCE
+                and isinstance(inflight, dict)
+                and (interrupted or previous is StepState.FAILED)
+            ):
+                return await self._resume_maintenance(step, ctx, inflight)
+            if interrupted:
+                done = await self._reverify(step, ctx)
+                if done is not None:
+                    return done
+            return await self._dispatch(step, ctx)
+        except TransportError as exc:
+            finding = transport_finding(step, exc)
+            return self._finish(ctx, StepState.FAILED, [finding], str(exc))
+
+    async def _reverify(self, step: Step, ctx: StepContext) -> tuple[StepState, list] | None:
+        """After an interruption: if the step's result is already in place, it is done."""
+        self.emit(Notice(f"{step.id} was interrupted on {ctx.target}; verifying first"))
+        try:
+            findings = self._waive(await step.verify(ctx))
+        except NotAutomated:
+            return None
+        if findings and worst(findings) != Severity.FAIL:
+            return self._finish(ctx, StepState.DONE, findings, "verified after interruption")
+        return None
+
+    def _reverify_needed(self, step: Step, target: str) -> bool:
+        """A settled result is trusted on the boot it was verified on: a node that rebooted
+        since (each record keeps its boot id, so a read-only run in between does not use the
+        reboot up) is verified again. A node unreachable at the start (e.g. rebooting under
+        the reboot step) keeps its results until a step reaches it."""
+        verified_on = self.checkpoint.record(step.id, target).get("extra", {}).get("verified_boot")
+        current = self._boots.get(target)
+        if verified_on and current:
+            return verified_on != current
+        return target in self._rebooted
+
+    async def _still_in_place(
+        self, step: Step, ctx: StepContext
+    ) -> tuple[StepState, list[Finding]] | None:
+        """After a reboot: a settled result is trusted again only if it verifies; None
+        means it no longer holds and the step runs again."""
+        self.emit(StepStarted(step.id, ctx.target, step.title))
+        try:
+            findings = self._waive(await step.verify(ctx))
+        except NotAutomated:
+            return self._finish(ctx, StepState.DONE, self.checkpoint.findings(step.id, ctx.target))
+        except TransportError as exc:
+            return self._finish(ctx, StepState.FAILED, [transport_finding(step, exc)], str(exc))
+        if worst(findings) is not Severity.FAIL:
+            return self._finish(ctx, StepState.DONE, findings, "re-verified after a reboot")
+        if step.kind is StepKind.CHECK:
+            return self._finish(ctx, StepState.FAILED, findings, "no longer holds after a reboot")
+        self.emit(Notice(f"{step.id} no longer holds after a reboot: running it again", ctx.target))
+        self.checkpoint.reset(step.id, ctx.target)
+        return None
+
+    async def _dispatch(self, step: Step, ctx: StepContext) -> tuple[StepState, list[Finding]]:
+        kind = step.kind
+        if kind == StepKind.CHECK:
+            return await self._check(step, ctx)
+        if kind == StepKind.MEASURE:
+            self.checkpoint.set_step(step.id, ctx.target, StepState.RUNNING)
+            try:
+                findings = self._waive(await step.measure(ctx))
+            except NotAutomated:
+                return self._not_automated(step, ctx)
+            return self._finish(ctx, state_for(findings), findings)
+        if kind == StepKind.MANUAL and not step.runs_itself(self.site):
+            text = step.instructions(self.site, ctx.node)
+            reply = await self._ask(
+                Decision(DecisionKind.MANUAL_DONE, step.id, step.title, ctx.target, text)
+            )
+            if reply is Answer.SKIP:
+                return self._skipped(step, ctx, "skipped by the operator (manual step not done)")
+            return await self._check(step, ctx)
+        return await self._apply(step, ctx)
+
+    async def _check(self, step: Step, ctx: StepContext) -> tuple[StepState, list[Finding]]:
+        # A read-only check has no effect to protect, so no 'running' record is written
+        # before it (on a fleet that halves the checkpoint writes); a change's verification
+        # runs after apply() has already recorded 'running'.
+        try:
+            findings = self._waive(await step.verify(ctx))
+        except NotAutomated:
+            return self._not_automated(step, ctx)
+        return self._finish(ctx, state_for(findings), findings)
+
+    async def _apply(self, step: Step, ctx: StepContext) -> tuple[StepState, list[Finding]]:
+        refusals = self._waive(await step.preconditions(ctx))
+        if worst(refusals) is Severity.FAIL:
+            return self._finish(ctx, StepState.FAILED, refusals, "refused: a precondition failed")
+        if step.kind is StepKind.MAINTENANCE:
+            return await self._maintain(step, ctx)
+        try:
+            changes = await step.changes(ctx)
+        except NotAutomated:
+            return self._not_automated(step, ctx)
+        pending = [c for c in changes if c.changed]
+        if not pending:
+            return await self._already_in_place(step, ctx, changes)
+        decision = Decision(
+            DecisionKind.CONFIRM_APPLY,
+            step.id,
+            step.title,
+            ctx.target,
+            f"{len(pending)} change(s) on {ctx.target}"
+            + "".join(f"; {c.note}" for c in pending if c.note),
+            diffs=tuple(artifact_diff(c) for c in changes),
+            other_nodes=self._other_nodes(step, ctx.target),
+            # The exact commands with the diff (for a Helm release: chart, version, values).
+            actions=tuple(step.actions(self.site, ctx.node)),
+        )
+        if not await self._confirmed(step, decision):
+            return self._skipped(step, ctx, "skipped by the operator at the review")
+        self.checkpoint.set_step(step.id, ctx.target, StepState.RUNNING)
+        try:
+            with effects(ctx):
+                await step.apply(ctx, pending)
+        except NotAutomated:
+            return self._not_automated(step, ctx)
+        return await self._check(step, ctx)
+
+    async def _already_in_place(
+        self, step: Step, ctx: StepContext, changes: list[Change]
+    ) -> tuple[StepState, list[Finding]]:
+        """Nothing differs from what is wanted: no question, just the verification."""
+        if changes:
+            self.emit(Notice(f"{step.id}: already in place, nothing to change", ctx.target))
+        return await self._check(step, ctx)
+
+    # -- maintenance: one sequence for every step that takes a node out of service --------
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _finish(
+        self, ctx: StepContext, state: StepState, findings: list[Finding], message: str = ""
+    ) -> tuple[StepState, list[Finding]]:
+        measurements = None
+        if ctx.measurements:
+            measurements = {
+                m.name: {"value": m.value, "unit": m.unit, "labels": m.labels}
+                for m in ctx.measurements
+            }
+        if state is not StepState.DONE:
+            # What a step provides stands for its result: only a done step has one (the
+            # checkpoint merges extra, so an earlier run's value is dropped there too).
+            recorded = self.checkpoint.record(ctx.step.id, ctx.target).get("extra", {})
+            for key in ctx.step.provides:
+                ctx.data.pop(key, None)
+                recorded.pop(key, None)
+        extra = dict(ctx.data)
+        if ctx.target in self._boots and state is StepState.DONE:
+            extra["verified_boot"] = self._boots[ctx.target]
+        self.checkpoint.set_step(
+            ctx.step.id,
+            ctx.target,
+            state,
+            message=message,
+            findings=findings,
+            measurements=measurements,
+            extra=extra or None,
+            # A check's result is group-committed (cheap to redo); anything that guards an
+            # effect or an operator's answer is written before the run goes on.
+            durable=ctx.step.kind is not StepKind.CHECK,
+        )
+        self.emit(StepFinished(ctx.step.id, ctx.target, state, message, tuple(findings)))
+        return state, findings

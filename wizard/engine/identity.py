@@ -1,0 +1,211 @@
+"""Which machines the checkpoint's results belong to: the site file's sections, each
+node's identity (machine-id, host key, boot id) and the cluster's, compared at the start
+of a run; a different machine resets its steps, a reboot re-verifies its results.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from wizard import identity
+from wizard.checkpoint import changed_sections, now
+from wizard.events import Notice
+from wizard.plan import CLUSTER
+from wizard.transports.base import TransportError
+
+
+class IdentityMixin:
+    """Engine.reconcile_site / reconcile_identity: reset what belongs to another machine.
+
+    A part of Engine (wizard/engine/core.py): it uses the engine's site, plan,
+    checkpoint, front end and run state set in Engine.__init__."""
+
+    def reconcile_site(self) -> list[tuple[str, str]]:
+        """Reset the steps that a changed site file invalidates; return them."""
+        changed = changed_sections(self.checkpoint.state, self.site)
+        if not changed:
+            return []
+        recorded = self.checkpoint.state["steps"]
+        reset = [
+            (step, target)
+            for step, target in self.plan.invalidated(changed, self.site)
+            if target in recorded.get(step, {})
+        ]
+        for step, target in reset:
+            self.checkpoint.reset(step, target)
+        self.checkpoint.adopt_site(self.site)
+        if reset:
+            listing = ", ".join(f"{s} on {t}" for s, t in reset)
+            self.emit(Notice(f"site file changed ({', '.join(changed)}); reset: {listing}"))
+        return reset
+
+    def _report_journal(self) -> None:
+        """What the journal says about the end of the last run (a torn line, effects that
+        may have happened without their outcome being recorded)."""
+        cp = self.checkpoint
+        if getattr(cp, "torn_journal_bytes", 0):
+            self.emit(
+                Notice(
+                    f"the journal's last line ({cp.torn_journal_bytes} bytes) was cut off by a "
+                    "crash; it is kept but not read as an entry"
+                )
+            )
+        unfinished = list(getattr(cp, "unfinished", []))
+        if unfinished:
+            # Reported once: later runs do not repeat them.
+            self.journal({"event": "intents-reported", "ids": [e["intent"] for e in unfinished]})
+        for entry in unfinished:
+            what = entry.get("command") or entry.get("api") or entry.get("commands")
+            self.emit(
+                Notice(
+                    f"the last run was stopped during {entry.get('step')} on "
+                    f"{entry.get('target') or entry.get('for')}: `{what}` may or may not have "
+                    "taken effect; the step re-verifies before it acts",
+                    str(entry.get("for") or ""),
+                )
+            )
+
+    async def reconcile_identity(self) -> list[tuple[str, str]]:
+        """Compare the machines and the cluster with what the results were recorded on.
+
+        A different machine (or cluster) under the same name resets what was recorded for
+        it; a reboot marks the node's settled results for re-verification. The live
+        identities are stored for the next run. A node that cannot be reached now is left
+        as it is: its steps will say so.
+        """
+        cp = self.checkpoint
+        known = cp.state.setdefault("identity", {"nodes": {}, "cluster": None})
+        nodes = known.setdefault("nodes", {})
+        recorded_steps = cp.state["steps"]
+        reset: list[tuple[str, str]] = []
+
+        def has_results(target: str) -> bool:
+            return any(target in targets for targets in recorded_steps.values())
+
+        async def read_node(name: str) -> dict[str, str] | None:
+            # None: no transport to ask; {}: a transport that could not reach the node.
+            host = self.services.hosts.get(name) if self.services.hosts else None
+            if host is None:
+                return None
+            try:
+                results = await host.run_many(
+                    [["cat", identity.MACHINE_ID], ["cat", identity.BOOT_ID]], sudo=False
+                )
+            except (TransportError, OSError):
+                return {}  # reachable never: an empty identity
+            live = {
+                "machine_id": results[0].stdout.strip() if results[0].ok else "",
+                "boot_id": results[1].stdout.strip() if results[1].ok else "",
+            }
+            fingerprint = getattr(host, "host_key_fingerprint", None)
+            if fingerprint is not None:
+                live["host_key"] = fingerprint() or ""
+            return live
+
+        names = [n.name for n in self.site.nodes]
+        lives = await asyncio.gather(*(read_node(n) for n in names))
+        join_phase = next((p.number for p in self.plan.phases if p.id == "join"), None)
+        for name, live in zip(names, lives, strict=True):
+            if live is None:
+                continue  # no transport for it (nothing to compare)
+            if not live:
+                self._unreachable.add(name)
+                if has_results(name):
+                    self.emit(
+                        Notice(
+                            f"{name} could not be reached to check which machine it is; its "
+                            "recorded results stand until a step reaches it",
+                            name,
+                        )
+                    )
+                continue
+            live = {
+                key: value for key, value in live.items() if value
+            }  # a failed read keeps the old
+            if live.get("boot_id"):
+                self._boots[name] = live["boot_id"]
+            before = nodes.get(name)
+            if has_results(name) and before:
+                mismatch = identity.compare(before, live, identity.MACHINE_FIELDS)
+                if mismatch is not None:
+                    reset += self._reset_target(
+                        name, f"{name} is not the machine its results were recorded on ({mismatch})"
+                    )
+                elif identity.compare(before, live, identity.BOOT_FIELDS) is not None:
+                    self._rebooted.add(name)
+                    self.emit(
+                        Notice(
+                            f"{name} rebooted since its results were recorded: settled steps "
+                            "are re-verified before they are trusted",
+                            name,
+                        )
+                    )
+            nodes[name] = {**(before or {}), **live, "seen": now()}
+        cluster = await self._cluster_identity()
+        if cluster is not None:
+            before = known.get("cluster")
+            mismatch = identity.compare(before, cluster, identity.CLUSTER_FIELDS)
+            if mismatch is not None:
+                reason = f"the cluster is not the one the results were recorded on ({mismatch})"
+                reset += self._reset_target(CLUSTER, reason)
+                for name in names:
+                    reset += self._reset_target(name, reason, from_phase=join_phase, quiet=True)
+            else:
+                for name, uid in cluster.get("node_uids", {}).items():
+                    old = ((before or {}).get("node_uids") or {}).get(name)
+                    if old and uid and old != uid:
+                        reset += self._reset_target(
+                            name,
+                            f"the Kubernetes node {name} is a new object (uid {identity.short(old)}"
+                            f" -> {identity.short(uid)}): it was deleted and joined again",
+                            from_phase=join_phase,
+                        )
+            known["cluster"] = cluster
+        cp.save()
+        return reset
+
+    async def _cluster_identity(self) -> dict[str, Any] | None:
+        try:
+            kube = self.services.kube if self.services else None
+            if kube is None or not hasattr(kube, "request"):
+                return None
+            namespace = await kube.request("GET", "/api/v1/namespaces/kube-system")
+            node_uids = {}
+            for name in (n.name for n in self.site.nodes):
+                obj = await kube.node(name)
+                if obj:
+                    node_uids[name] = obj["metadata"].get("uid", "")
+        except (TransportError, OSError, KeyError, TypeError):
+            return None
+        return {
+            "server": getattr(kube, "server", ""),
+            "kube_system_uid": (namespace or {}).get("metadata", {}).get("uid", ""),
+            "node_uids": node_uids,
+        }
+
+    def _reset_target(
+        self, target: str, reason: str, *, from_phase: int | None = None, quiet: bool = False
+    ) -> list[tuple[str, str]]:
+        """Forget what was recorded for ``target`` (from phase ``from_phase`` on)."""
+        steps = self.checkpoint.state["steps"]
+        reset = []
+        for phase in self.plan.phases:
+            if from_phase is not None and phase.number < from_phase:
+                continue
+            for step in phase.steps:
+                if target in steps.get(step.id, {}):
+                    del steps[step.id][target]
+                    reset.append((step.id, target))
+        if reset and not quiet:
+            self.emit(Notice(f"{reason}: {len(reset)} recorded step result(s) reset", target))
+        if reset:
+            self.journal({"event": "reset", "target": target, "why": reason, "steps": len(reset)})
+        return reset
+
+    def note_boot(self, target: str, boot_id: str) -> None:
+        """A step saw the node boot anew (the reboot step): that boot is the known one."""
+        nodes = self.checkpoint.state.setdefault("identity", {}).setdefault("nodes", {})
+        nodes.setdefault(target, {})["boot_id"] = boot_id
+        self._boots[target] = boot_id
+        self._rebooted.discard(target)
