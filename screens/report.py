@@ -23,6 +23,9 @@ VERDICT_STYLE = {
 }
 
 
+DETAIL_ROWS = 8  # a gate's findings listed in full up to this many
+
+
 class ReportScreen(Screen[None]):
     HORIZONTAL_BREAKPOINTS = layout.HORIZONTAL
     VERTICAL_BREAKPOINTS = layout.VERTICAL
@@ -70,14 +73,31 @@ class ReportScreen(Screen[None]):
                 str(count),
                 key=gate,
             )
+        self.show_gate(next(iter(GATES)))
 
     @on(DataTable.RowHighlighted, "#gates")
     def detail(self, event: DataTable.RowHighlighted) -> None:
-        gate = str(event.row_key.value)
+        # The table highlights its cursor row once on mount, before it has rows: no key.
+        if event.row_key.value is not None:
+            self.show_gate(str(event.row_key.value))
+
+    def show_gate(self, gate: str) -> None:
+        """The highlighted gate's findings: all of a short list; of a long one, what needs
+        attention and how many passed (a gate of only passes says so, never "none")."""
         mine = [(target, f) for _, target, f in self.findings if f.gate == gate]
-        if len(mine) > 8:  # a long list: only what needs attention
-            mine = [(target, f) for target, f in mine if f.severity is not Severity.PASS]
-        lines = [f"[{f.severity.value}] {target}: {f.check}: {f.message}" for target, f in mine]
+        shown, note = mine, ""
+        if len(mine) > DETAIL_ROWS:
+            problems = [(target, f) for target, f in mine if f.severity is not Severity.PASS]
+            passed = len(mine) - len(problems)
+            shown = problems or mine[:DETAIL_ROWS]
+            note = (
+                f"... and {passed} more that pass"
+                if problems
+                else f"... all {len(mine)} pass ({len(mine) - DETAIL_ROWS} more)"
+            )
+        lines = [f"[{f.severity.value}] {target}: {f.check}: {f.message}" for target, f in shown]
+        if note:
+            lines.append(note)
         self.query_one("#gate-detail", Static).update(
             Content("\n".join(lines) or "no findings for this gate yet")
         )

@@ -330,6 +330,19 @@ async def test_maintenance_screen_snapshot(snapshot):
 # -- a person at a terminal ----------------------------------------------------------------------
 
 
+def settled(screen, ready, timeout: float = 30.0) -> str:
+    """The pane once ``ready`` holds for two captures in a row with the same text."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        shown = screen()
+        if ready(shown) and shown == last:
+            return shown
+        last = shown
+        time.sleep(0.3)
+    return screen()
+
+
 def test_demo_in_tmux_walks_to_the_report():
     tmux = shutil.which("tmux")
     if tmux is None:
@@ -366,9 +379,13 @@ def test_demo_in_tmux_walks_to_the_report():
 
         def act(marker: str, *keys: list[str], settle: float = 0.5) -> None:
             seen.append(marker)
-            time.sleep(settle)  # let the dialog finish mounting (it sets its own focus)
+            # Let the dialog finish mounting (it sets its own focus): its whole frame is on
+            # the pane, unchanged for two captures, and then a moment more.
+            settled(screen, lambda text: marker in text, timeout=15)
+            time.sleep(settle)
             for key in keys:
                 subprocess.run([tmux, "send-keys", "-t", session, *key], check=True)
+                time.sleep(0.2)  # one key at a time, as a person types
             gone = time.monotonic() + 15  # one answer per dialog: wait until it is gone
             while marker in screen() and time.monotonic() < gone:
                 time.sleep(0.1)
@@ -388,10 +405,13 @@ def test_demo_in_tmux_walks_to_the_report():
             time.sleep(0.2)
         assert "T00-T17 verdicts" in shown, shown
         assert {"Review:", "Your turn:", "Maintenance window:"} <= set(seen)
-        # T17's row is missing from this capture when the machine is loaded (seen in CI twice,
-        # never alone; cause not found yet, an open defect): the Pilot tests judge all 18 rows.
-        for gate in ("T00", "T01", "T02", "T03", "T04", "T08", "T10"):
+        # The first capture with the title can hold half a frame: tmux had read part of
+        # what the app wrote (seen under load: the rows up to T16, no footer). Judge the
+        # screen once the footer, drawn last, is there and two captures agree.
+        shown = settled(screen, lambda text: "m Measurements" in text and "T17" in text)
+        for gate in ("T00", "T01", "T02", "T03", "T04", "T08", "T10", "T17"):
             assert f"{gate}   pass" in shown, shown
+        assert "no findings for this gate yet" not in shown  # T00's findings are shown
         subprocess.run([tmux, "send-keys", "-t", session, "q"], check=True)
     finally:
         subprocess.run([tmux, "kill-session", "-t", session], check=False)

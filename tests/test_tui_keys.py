@@ -390,3 +390,41 @@ async def test_the_live_log_stays_at_the_end_when_the_panes_above_it_grow():
         await wait_for(pilot, lambda: log.size.height < height, 5)
         await pilot.pause(0.2)
         assert log.scroll_y == log.max_scroll_y
+
+
+async def test_the_report_opens_with_the_first_gates_findings_shown():
+    """It said "no findings for this gate yet" under T00's nine findings: the table's first
+    highlight comes before its rows, with no key (seen in the tmux walk)."""
+    findings = [
+        ("preflight.host", "gpu-1", Finding("T00.os", "T00", Severity.PASS, "RHEL 10.2")),
+        ("preflight.host", "gpu-1", Finding("T00.kernel", "T00", Severity.WARN, "kernel differs")),
+    ]
+    app = IdleApp()
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = ReportScreen(findings, None)
+        await app.push_screen(screen)
+        await wait_for(pilot, lambda: screen.is_mounted, 5)
+        await pilot.pause(0.1)
+        detail = str(screen.query_one("#gate-detail", Static).content)
+        assert "T00.kernel: kernel differs" in detail and "T00.os" in detail
+        await pilot.press("down")  # T01: nothing yet
+        await pilot.pause(0.1)
+        assert "no findings for this gate yet" in str(screen.query_one("#gate-detail").content)
+
+
+async def test_a_gate_of_many_passes_says_they_pass_and_of_many_findings_shows_the_problems():
+    many = [("s", "gpu-1", Finding(f"T02.c{n}", "T02", Severity.PASS, "fine")) for n in range(9)]
+    warn = ("s", "gpu-1", Finding("T10.lacp", "T10", Severity.WARN, "slow LACP"))
+    tens = [("s", "gpu-1", Finding(f"T10.c{n}", "T10", Severity.PASS, "ok")) for n in range(9)]
+    app = IdleApp()
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = ReportScreen([*many, *tens, warn], None)
+        await app.push_screen(screen)
+        await wait_for(pilot, lambda: screen.is_mounted, 5)
+        screen.show_gate("T02")
+        detail = str(screen.query_one("#gate-detail").content)
+        assert "all 9 pass" in detail and "T02.c0" in detail
+        assert "no findings" not in detail  # it said so, under nine passes
+        screen.show_gate("T10")
+        detail = str(screen.query_one("#gate-detail").content)
+        assert "T10.lacp: slow LACP" in detail and "and 9 more that pass" in detail
