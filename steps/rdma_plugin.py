@@ -7,6 +7,7 @@ from typing import Any
 
 from steps.common import SHM_MOUNT, SHM_VOLUME, node_pod, pod_placement, q
 from steps.gpu_operator import mirrored, run_test_pod
+from steps.gpu_operator.values import mirror_ref
 from wizard.artifacts import Artifact, k8s_object, k8s_yaml
 from wizard.facts import ParseError, parse
 from wizard.model import Finding, StepKind
@@ -121,7 +122,7 @@ def rdma_test_pod(site: Site, node: Node) -> dict[str, Any]:
     """A pod with the RDMA resource, IPC_LOCK and a memory-backed /dev/shm that lists the device."""
     container = {
         "name": "rdma",
-        "image": f"{mirrored('docker.io/mellanox', site.registry.mirror)}/rping-test",
+        "image": mirror_ref(site.measurements.rdma_test_image, site.registry.mirror),
         "command": ["sh", "-c", "rdma link show; ibv_devinfo"],
         "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}},
         "resources": {"limits": {site.device_plugin.resource_name: 1}},

@@ -306,6 +306,12 @@ class Measurements(Strict):
     nccl_tests_image: str = (
         "ghcr.io/coreweave/nccl-tests:12.9.1-devel-ubuntu22.04-nccl2.27.5-1-0120901"
     )
+    rdma_test_image: str = Field(
+        "docker.io/mellanox/rping-test:latest",
+        description="the image of the pod that lists the RDMA device through the plugin "
+        "(rdma link, ibv_devinfo): the shared RDMA device plugin README's example image; "
+        "pin a tag in your mirror",
+    )
     cuda_perftest_image: str = Field(
         "docker.io/mellanox/cuda-perftest:latest",
         description="an image with perftest built with CUDA (--use_cuda, --use_cuda_dmabuf); "

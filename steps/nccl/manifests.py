@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from steps.common import SHM_MOUNT, SHM_VOLUME, node_pod, pod_placement
-from steps.gpu_operator import mirrored
+from steps.gpu_operator.values import mirror_ref
 from wizard.site import Node, Site
 
 NAMESPACE = "default"
@@ -29,12 +29,9 @@ ALL_REDUCE = ["all_reduce_perf", "-b", "8", "-e", "16G", "-f", "2"]
 
 
 def image(site: Site, reference: str) -> str:
-    """An image reference behind the site's mirror (the registry part replaced)."""
-    if not site.registry.mirror:
-        return reference
-    registry_path, _, rest = reference.partition("/")
-    prefix = mirrored(registry_path + "/x", site.registry.mirror).rsplit("/x", 1)[0]
-    return f"{prefix}/{rest}"
+    """An image reference behind the site's mirror (the registry part replaced), as every
+    other image the plan renders (``mirror_ref``)."""
+    return mirror_ref(reference, site.registry.mirror)
 
 
 def nccl_env(site: Site, hca: str | None, qos_on: bool, *, subsys: str = "INIT,NET") -> list[dict]:
