@@ -34,7 +34,7 @@ class FailedStepScreen(AnswerScreen):
         d = self.decision
         yield Footer(compact=True, show_command_palette=False)
         with Vertical(id="dialog", classes="maintenance"):
-            yield Label(f"Failed: {d.title} ({d.target})", classes="dialog-title danger")
+            yield Label(f"{d.title} ({d.target})", classes="dialog-title danger")
             yield Static(d.summary, classes="summary", markup=False)
             with VerticalScroll(id="diffs"):
                 yield Label(f"Failing checks ({len(d.findings)})", classes="diff-title")

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import pytest
 
+from screens.failed import FailedStepScreen
 from screens.fleet import FleetScreen
 from screens.modals import MaintenanceScreen, ReviewScreen
 from screens.report import ReportScreen
 from tests.test_tui import maintenance_decision, wait_for
-from tests.test_tui_keys import IdleApp, show
+from tests.test_tui_keys import IdleApp, failed_decision, show
 from wizard.events import (
     ArtifactDiff,
     Decision,
@@ -90,6 +91,7 @@ SCREENS = {
     "review": lambda app: ReviewScreen(review_decision()),
     "maintenance": lambda app: MaintenanceScreen(gate_decision()),
     "report": lambda app: ReportScreen([("preflight.host", "gpu-1", f) for f in FINDINGS], None),
+    "failed": lambda app: FailedStepScreen(failed_decision()),
 }
 
 
@@ -125,6 +127,19 @@ async def test_the_maintenance_gate_keeps_its_diff_and_buttons_in_view(size):
             region = screen.query_one(button).region
             assert region.bottom <= height - 1 and region.right <= width  # above the footer
         assert screen.query_one("#node-name").region.height == 3
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_the_failed_step_dialog_keeps_its_evidence_reason_and_buttons_in_view(size):
+    app = IdleApp()
+    async with app.run_test(size=size) as pilot:
+        screen = await shown(app, pilot, "failed")
+        width, height = size
+        assert screen.query_one("#diffs").region.height >= 3  # the failing checks
+        assert screen.query_one("#reason").region.height == 3
+        for button in ("#proceed", "#waive", "#skip", "#abort"):
+            region = screen.query_one(button).region
+            assert region.height and region.bottom <= height - 1 and region.right <= width, button
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
