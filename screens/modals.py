@@ -308,6 +308,11 @@ class ManualScreen(AnswerScreen):
             yield Label(f"Your turn: {d.title}", classes="dialog-title")
             with VerticalScroll(id="diffs"):
                 yield Static(d.summary, classes="instructions", markup=False)
+                for n, shown in enumerate(d.files):
+                    with Horizontal(classes="file-title"):
+                        yield Label(f"{shown.path}: {shown.description}", classes="diff-title")
+                        yield Button("Copy", id=f"copy_{n}", classes="copy-file", compact=True)
+                    yield Static(shown.content, classes="file", markup=False)
             yield Label("Press Done when it is done; the wizard then verifies it.")
             with Horizontal(classes="buttons"):
                 yield Button("Done, verify it", id="proceed", variant="primary")
@@ -315,7 +320,18 @@ class ManualScreen(AnswerScreen):
                 yield Button("Abort run", id="abort", variant="error")
 
     def copy_text(self) -> str:
-        return self.decision.summary
+        """The instructions and every file they hand over, each under its name."""
+        parts = [self.decision.summary]
+        parts += [f"# {f.path} ({f.destination})\n{f.content}" for f in self.decision.files]
+        return "\n\n".join(parts)
+
+    def action_answer(self, answer: str) -> None:
+        if answer.startswith("copy-"):  # a file's Copy button (AnswerScreen.pressed)
+            shown = self.decision.files[int(answer.removeprefix("copy-"))]
+            self.app.copy_to_clipboard(shown.content)
+            self.notify(f"{shown.path} copied to the clipboard (OSC 52)", timeout=3)
+            return
+        super().action_answer(answer)
 
 
 class QuitScreen(ModalScreen[bool]):

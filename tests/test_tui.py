@@ -104,6 +104,12 @@ async def test_apply_changes_the_host_and_the_run_continues(tmp_path):
         await wait_for(pilot, lambda: screen_name(app) == "ReviewScreen")
         await pilot.press("a")
         await wait_for(pilot, lambda: screen_name(app) == "ManualScreen")  # the Kubespray join
+        # The files the operator merges are shown whole, not only named.
+        files = {f.path: f for f in app.screen.decision.files}
+        assert "cluster/kubespray/hosts-fragment.yaml" in files
+        assert "gpu-b300-01" in files["cluster/kubespray/hosts-fragment.yaml"].content
+        shown = " ".join(str(s.content) for s in app.screen.query(".file"))
+        assert files["cluster/kubespray/hosts-fragment.yaml"].content.strip() in shown
         host = holder["session"].lab.hosts["gpu-b300-01"]
         assert "irdma" in host.modules
         assert "roce_ena=1" in host.files["/etc/modprobe.d/irdma.conf"]

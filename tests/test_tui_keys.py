@@ -38,6 +38,7 @@ from wizard.events import (
     Decision,
     DecisionKind,
     OutputLine,
+    ShownFile,
     StepFinished,
     StepStarted,
     Waiting,
@@ -88,8 +89,27 @@ def rollback_decision() -> Decision:
 
 
 def manual_decision() -> Decision:
+    fragment = ShownFile("cluster/kubespray/hosts-fragment.yaml", "the Kubespray inventory",
+                         "inventory fragment", "all:\n  hosts:\n    gpu-1: {ansible_host: 10.0.0.1}\n")  # fmt: skip
     return Decision(DecisionKind.MANUAL_DONE, "join.kubespray", "Kubespray join", "gpu-1",
-                    "ansible-playbook -i inventory/mycluster scale.yml --limit gpu-1")  # fmt: skip
+                    "ansible-playbook -i inventory/mycluster scale.yml --limit gpu-1",
+                    files=(fragment,))  # fmt: skip
+
+
+async def test_a_manual_steps_files_are_shown_whole_and_each_can_be_copied():
+    app = IdleApp()
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = ManualScreen(manual_decision())
+        await app.push_screen(screen)
+        await wait_for(pilot, lambda: screen.is_mounted, 5)
+        assert "gpu-1: {ansible_host: 10.0.0.1}" in str(screen.query_one(".file", Static).content)
+        await pilot.click("#copy_0")
+        await pilot.pause()
+        assert app.clipboard == manual_decision().files[0].content
+        assert app.screen is screen  # copying answers nothing
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+        assert app.clipboard.startswith("ansible-playbook") and "ansible_host" in app.clipboard
 
 
 MEASUREMENTS = [

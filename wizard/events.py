@@ -120,6 +120,17 @@ class ArtifactDiff:
 
 
 @dataclass(frozen=True)
+class ShownFile:
+    """A file a manual step hands the operator (a switch config, an inventory fragment),
+    shown whole in its dialog so it can be read and copied there, not only named."""
+
+    path: str  # where `export` writes it
+    destination: str
+    description: str
+    content: str
+
+
+@dataclass(frozen=True)
 class Decision:
     kind: DecisionKind
     step: str
@@ -143,6 +154,8 @@ class Decision:
     # A failed step: whether its failing checks may be waived (read-only checks whose
     # failure is the site's, never a change, an unreachable host or the wizard's own bug).
     waivable: bool = False
+    # A manual step: the files it hands the operator, each shown whole.
+    files: tuple[ShownFile, ...] = ()
 
 
 @dataclass(frozen=True)

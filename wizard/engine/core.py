@@ -33,6 +33,7 @@ from wizard.events import (
     FrontEnd,
     Notice,
     PhaseStarted,
+    ShownFile,
     StepCompleted,
     StepFinished,
     StepStarted,
@@ -399,8 +400,14 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
             return self._finish(ctx, state_for(findings), findings)
         if kind == StepKind.MANUAL and not step.runs_itself(self.site):
             text = step.instructions(self.site, ctx.node)
+            files = tuple(
+                ShownFile(a.path, a.destination, a.description, a.content)
+                for a in step.artifacts(self.site, ctx.node)
+            )
             reply = await self._ask(
-                Decision(DecisionKind.MANUAL_DONE, step.id, step.title, ctx.target, text)
+                Decision(
+                    DecisionKind.MANUAL_DONE, step.id, step.title, ctx.target, text, files=files
+                )
             )
             if reply is Answer.SKIP:
                 return self._skipped(step, ctx, "skipped by the operator (manual step not done)")
