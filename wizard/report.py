@@ -27,7 +27,8 @@ KEY_NUMBERS = {
     "T07": re.compile(r"\.qp_sweep\."),
     "T08": re.compile(r"^qos\.(ib_write_bw|pause)"),
     "T09": re.compile(r"^coexistence\."),
-    "T11": re.compile(r"^(gpu\.cuda|nccl\.)"),
+    # The averages only: the per-size rows (nccl.*.busbw.BYTES) are the curve, not a key number.
+    "T11": re.compile(r"^(gpu\.cuda|nccl\.\w+\.avg_busbw$)"),
     "T12": re.compile(r"^(gpu\.dmabuf|nccl\.all_reduce\.avg)"),
     "T13": re.compile(r"^aistor-tcp"),
     "T14": re.compile(r"^aistor-direct"),
