@@ -435,7 +435,7 @@ class WizardApp(App[int]):
 
     def get_system_commands(self, screen: Screen[Any]):
         yield SystemCommand("Report", "The T00-T17 verdicts so far", self.action_report)
-        yield SystemCommand("Measurements", "Numbers and bandwidth bars", self.action_measurements)
+        yield SystemCommand("Measurements", "Charts and every number", self.action_measurements)
         yield SystemCommand("Help", "Key bindings", self.action_help)
         yield SystemCommand("Quit", "Leave; the checkpoint keeps the progress", self.action_quit)
 
