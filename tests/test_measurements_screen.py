@@ -273,3 +273,14 @@ def test_a_chart_is_drawn_the_same_in_every_process(demo):
         for seed in ("1", "2", "3")
     }  # fmt: skip
     assert len(builds) == 1 and "ib_send_bw" in next(iter(builds))
+
+
+def test_the_readme_shows_the_screenshots_the_script_writes():
+    readme = (REPO / "README.md").read_text()
+    script = (REPO / "docs" / "screenshots.py").read_text()
+    for name in ("main.svg", "measurements.svg"):
+        assert f"](docs/{name})" in readme and f'"{name}"' in script
+        svg = (REPO / "docs" / name).read_text()
+        assert svg.startswith("<svg") and "Generated with Rich" in svg  # Textual's own export
+    shown = (REPO / "docs" / "measurements.svg").read_text().replace("&#160;", " ")
+    assert "NCCL all_reduce bus bandwidth" in shown and "QP sweep" in shown
