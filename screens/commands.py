@@ -39,7 +39,7 @@ def palette_commands(app: WizardApp, screen: Screen) -> Iterator[SystemCommand]:
         yield SystemCommand("Copy", "This dialog's commands, diffs or failing checks",
                             screen.action_copy)  # fmt: skip
     yield SystemCommand("Report", "The T00-T17 verdicts so far", app.action_report)
-    yield SystemCommand("Measurements", "Numbers and charts vs line rate", app.action_measurements)
+    yield SystemCommand("Measurements", "Charts and every number", app.action_measurements)
     if main is not None:
         yield SystemCommand("Log", "Every command and its output, full screen, with a search",
                             main.action_show_log)  # fmt: skip

@@ -387,7 +387,7 @@ HELP = """\
 Keys
   ?        this help
   q        quit (the checkpoint keeps everything; run again to resume)
-  r        the T00-T17 report so far     m   the measurements (bars vs line rate)
+  r        the T00-T17 report so far     m   the measurements (charts, then every number)
   l        the log, full screen: / searches (only matching lines), end follows again
   f        focus the findings        F   problems only (failures first) / all
   o        sort the findings: as found, failures first, by gate, by node

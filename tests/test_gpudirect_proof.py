@@ -145,6 +145,14 @@ async def test_two_nodes_prove_the_path_through_an_mpijob(tmp_path):
     assert nccl["T11.nccl-path"].severity is Severity.PASS
     assert "GPUDirect RDMA (DMA-BUF)" in nccl["T12.gdr"].message
     assert "NVLink on one node" in nccl["T11.nccl-busbw"].message
+    from wizard.checkpoint import read_state, site_state_dir
+    from wizard.site import load_site
+
+    state = read_state(site_state_dir(tmp_path / "state", load_site(lab.site_path)))
+    recorded = state["steps"]["nccl.all-reduce"]["gpu-b300-01"]["measurements"]
+    curve = {int(e["labels"]["bytes"]): e["value"] for n, e in recorded.items() if ".busbw." in n}
+    assert sorted(curve) == [8, 1048576, 134217728, 1073741824, 17179869184]
+    assert curve[17179869184] == 11.6  # one E810 port's worth between two nodes (the lab's)
     created = [p for m, p in lab.cluster.requests if m == "POST" and "/mpijobs" in p]
     assert created, "the proof went through the MPI Operator"
     perftest = findings_of(outcome, "nccl.cuda-perftest")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import itertools
 import json
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 
 from steps import build_plan
 from steps.nccl import explain_verdict
+from steps.nccl.steps import busbw_by_size
 from steps.perf import Endpoint, perftest_pair
 from tests.conftest import findings_of, fixture_text, run_in_lab
 from wizard.checkpoint import Checkpoint, read_state, site_state_dir
@@ -58,6 +60,15 @@ async def test_full_run_measures_every_gate_and_reports_in_three_formats(tmp_pat
     assert all(g["status"] != "not run" for g in data["gates"])
     t07 = next(g for g in data["gates"] if g["gate"] == "T07")
     assert any("qp_sweep.q8" in n for n in t07["key_numbers"])
+    # NCCL's bus bandwidth per message size is recorded (the curve the measurements screen
+    # plots); the gate's key numbers keep to the average.
+    nvlink = state["steps"]["nccl.nvlink-baseline"]["gpu-b300-01"]["measurements"]
+    sizes = sorted(int(e["labels"]["bytes"]) for n, e in nvlink.items() if ".busbw." in n)
+    assert sizes[0] == 8 and sizes[-1] == 17179869184 and len(sizes) == 5
+    assert all(nvlink[f"nccl.nvlink.busbw.{s}"]["unit"] == "GB/s" for s in sizes)
+    t11 = next(g for g in data["gates"] if g["gate"] == "T11")
+    assert any(n.startswith("nccl.nvlink.avg_busbw") for n in t11["key_numbers"])
+    assert not any(".busbw." in n for n in t11["key_numbers"])
     markdown = paths[1].read_text()
     assert "| T12 | DMA-BUF GPUDirect | warn |" in markdown and "## Measurements: host" in markdown
     book = openpyxl.load_workbook(paths[2])
@@ -76,6 +87,16 @@ async def test_socket_fallback_is_explained(tmp_path):
     assert "fell back to sockets" in nccl["T11.nccl-path"].message
     assert "NCCL_IB_HCA" in nccl["T11.nccl-path"].remediation
     assert nccl["T12.gdr"].severity is Severity.FAIL
+
+
+def test_bus_bandwidth_per_message_size_from_a_real_table():
+    text = fixture_text("nccl-tests", "01.txt")
+    sizes = busbw_by_size(text)
+    rows = parse("nccl-tests", text).rows
+    assert sizes == [(r["size"], r["oop_busbw"]) for r in rows]  # out-of-place, every row
+    assert sizes[0] == (8, 0.0) and sizes[-1][0] == 8589934592
+    assert all(b == 2 * a for (a, _), (b, _) in itertools.pairwise(sizes))
+    assert busbw_by_size("no table here") == []
 
 
 @pytest.mark.parametrize(

@@ -136,7 +136,7 @@ def test_qp_sweep_chart_plots_bandwidth_against_the_number_of_qps(full_run):
 
 def test_nccl_chart_plots_bus_bandwidth_against_message_size(full_run):
     report, _, book = full_run
-    recorded = [m for m in report["measurements"] if m["name"].startswith("nccl.nvlink.busbw.b")]
+    recorded = [m for m in report["measurements"] if m["name"].startswith("nccl.nvlink.busbw.")]
     assert len(recorded) == 5  # the lab's nccl-tests table has five sizes
     sheet = book["Chart NCCL busbw"]
     table = rows(sheet)

@@ -447,9 +447,21 @@ async def test_measurements_view_after_a_run(tmp_path):
         await wait_for(pilot, lambda: screen_name(app) == "ReportScreen")
         await pilot.press("m")
         await wait_for(pilot, lambda: screen_name(app) == "MeasurementsScreen")
-        chart = str(app.screen.query_one("#chart", Static).content)
-        assert "host.qp_sweep.q1" in chart and "█" in chart
-        assert "with QoS" in chart  # the baseline next to the run with QoS
+        # The charts are drawn from what the run recorded, as the report reads it.
+        from screens.charts import charts
+        from screens.measurements import ChartPlot
+        from wizard.checkpoint import read_state, site_state_dir
+        from wizard.report import build_report
+
+        state = read_state(site_state_dir(tmp_path / "state", app.session.site))
+        recorded = build_report(state, app.session.site, app.plan)["measurements"]
+        bandwidth, sweep, nccl = charts(recorded, "gpu-b300-01")
+        assert [s.label for s in bandwidth.series] == ["baseline", "with QoS"]
+        assert [s.label for s in sweep.series] == ["baseline", "with QoS"]
+        assert [s.label for s in nccl.series] == ["NVLink, one node"]
+        plots = {p.id: p for p in app.screen.query(ChartPlot)}
+        assert plots["plot-bandwidth"].chart == bandwidth and plots["plot-bandwidth"].display
+        assert plots["plot-qp-sweep"].chart == sweep and plots["plot-nccl"].chart == nccl
         assert app.screen.query_one("#measurements").row_count > 20
 
 

@@ -28,7 +28,7 @@ KEY_NUMBERS = {
     "T07": re.compile(r"\.qp_sweep\."),
     "T08": re.compile(r"^qos\.(ib_write_bw|pause)"),
     "T09": re.compile(r"^coexistence\."),
-    # The averages: the per-size rows (nccl.*.busbw.bSIZE) are the NCCL chart's data.
+    # The averages only: the per-size rows (nccl.*.busbw.BYTES) are the curve, not a key number.
     "T11": re.compile(r"^(gpu\.cuda|nccl\.\w+\.avg_busbw$)"),
     "T12": re.compile(r"^(gpu\.dmabuf|nccl\.all_reduce\.avg)"),
     "T13": re.compile(r"^aistor-tcp"),

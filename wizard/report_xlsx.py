@@ -23,7 +23,7 @@ TIME_FORMAT = "yyyy-mm-dd hh:mm:ss"
 # Perftest bandwidth rows of a series, e.g. baseline.ib_write_bw.q4 (Gb/s).
 BANDWIDTH = re.compile(r"^(?P<series>host|baseline|qos)\.(?P<test>ib_\w+_bw)\.q(?P<qps>\d+)$")
 QP_SWEEP = re.compile(r"^(?P<series>\w+)\.qp_sweep\.q(?P<qps>\d+)$")
-NCCL_SIZE = re.compile(r"^nccl\.(?P<run>\w+)\.busbw\.b(?P<size>\d+)$")
+NCCL_SIZE = re.compile(r"^nccl\.(?P<run>\w+)\.busbw\.(?P<size>\d+)$")
 # Which series is the measurement without QoS: the baseline phase, else the host phase.
 WITHOUT_QOS = ("baseline", "host")
 
@@ -273,7 +273,7 @@ def _nccl_chart(sheet: Worksheet, measurements: list[dict[str, Any]]) -> None:
         if (found := NCCL_SIZE.match(m["name"]))
     }
     if not points:
-        _note(sheet, "No NCCL per-size bus bandwidth in this report (nccl.*.busbw.bSIZE: the "
+        _note(sheet, "No NCCL per-size bus bandwidth in this report (nccl.*.busbw.BYTES: the "
                      "nccl-tests table of nccl.nvlink-baseline or nccl.all-reduce): no chart.")  # fmt: skip
         return
     lines, rows = _pivot(points)

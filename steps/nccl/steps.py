@@ -274,18 +274,27 @@ def _busbw(log_text: str) -> float | None:
         return None
 
 
-def _record_sizes(ctx: StepContext, prefix: str, log_text: str) -> None:
-    """Each row of the nccl-tests table as ``PREFIX.busbw.bSIZE`` (out-of-place bus
-    bandwidth, GB/s, labelled with the size in bytes): the average alone hides where the
-    bandwidth falls off, which a plot of bus bandwidth against message size shows."""
+def busbw_by_size(log_text: str) -> list[tuple[int, float]]:
+    """(message size in bytes, out-of-place bus bandwidth in GB/s) for every row of the
+    nccl-tests table (in-place where a row has no out-of-place column): the curve that
+    shows where the bandwidth comes from, which the one average hides."""
     try:
         rows = parse("nccl-tests", log_text).rows
     except ParseError:
-        return
+        return []
+    sizes = []
     for row in rows:
-        size, busbw = row.get("size"), row.get("oop_busbw")
-        if isinstance(size, int) and isinstance(busbw, float):
-            ctx.record(f"{prefix}.busbw.b{size}", busbw, "GB/s", size=str(size))
+        bus = row["oop_busbw"] if row.get("oop_busbw") is not None else row.get("ip_busbw")
+        if row.get("size") is not None and bus is not None:
+            sizes.append((row["size"], bus))
+    return sizes
+
+
+def record_busbw_by_size(ctx: StepContext, prefix: str, log_text: str) -> None:
+    """One measurement per message size, ``PREFIX.busbw.BYTES`` (GB/s, labelled with the
+    size), as the QP sweep records one per QP count."""
+    for size, bus in busbw_by_size(log_text):
+        ctx.record(f"{prefix}.busbw.{size}", bus, "GB/s", bytes=str(size))
 
 
 class NvlinkBaseline(Step):
@@ -345,7 +354,7 @@ class NvlinkBaseline(Step):
             report.warn("nvlink-baseline", "no nccl-tests result table", "read the Job's log")
             return report.findings
         ctx.record("nccl.nvlink.avg_busbw", busbw, "GB/s")
-        _record_sizes(ctx, "nccl.nvlink", logs)
+        record_busbw_by_size(ctx, "nccl.nvlink", logs)
         ctx.data["nvlink_busbw"] = busbw
         report.ok(
             "nvlink-baseline",
@@ -460,7 +469,7 @@ class InterNodeNccl(Step):
         busbw = _busbw(logs)
         if busbw is not None:
             ctx.record("nccl.all_reduce.avg_busbw", busbw, "GB/s")
-            _record_sizes(ctx, "nccl.all_reduce", logs)
+            record_busbw_by_size(ctx, "nccl.all_reduce", logs)
             baseline = ctx.recorded("nccl.nvlink-baseline").get("nvlink_busbw")
             versus = f" (NVLink on one node: {baseline} GB/s)" if baseline else ""
             report.ok("nccl-busbw",
