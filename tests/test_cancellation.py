@@ -1,5 +1,5 @@
 """A measurement's clean-up never swallows the caller's cancellation and never lets a
-time-out of its own escape (steps/perf.py ``_stop_server``)."""
+time-out of its own escape (steps/perf/runs.py ``_stop_server``)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import asyncio
 import pytest
 
 from steps import perf
+from steps.perf import runs
 
 
 class HangingPeer:
@@ -39,7 +40,7 @@ async def test_a_cancelled_caller_is_not_swallowed_while_reaping_the_server():
 
 
 async def test_a_server_that_outlives_pkill_is_given_up_without_a_timeout_error(monkeypatch):
-    monkeypatch.setattr(perf, "SERVER_REAP_S", 0.05)
+    monkeypatch.setattr(runs, "SERVER_REAP_S", 0.05)  # _stop_server reads it there
     server = asyncio.ensure_future(_server_that_never_ends())
     await perf._stop_server(
         HangingPeer(), server, "peer", ["pkill", "-f", "iperf3 -s"]

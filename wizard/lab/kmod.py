@@ -1,5 +1,5 @@
 """The lab host's kernel modules, the initramfs, and /dev/infiniband. A mixin of
-``LabHost`` (wizard/lab/host.py).
+``LabHost`` (wizard/lab/host/).
 
 Sources:
 - rdma-core kernel-boot/modules/rdma.conf (loaded for any RDMA device through

@@ -1,6 +1,6 @@
 """The lab host's bond and whoever manages it: NetworkManager (RHEL 10), systemd-networkd
 (Ubuntu 24.04 server through netplan), and what Intel's out-of-tree ice does to RDMA when
-the bond changes. A mixin of ``LabHost`` (wizard/lab/host.py).
+the bond changes. A mixin of ``LabHost`` (wizard/lab/host/).
 
 Sources:
 - NetworkManager (src/core/devices/nm-device.c ``device_recheck_port_status``,

@@ -1,0 +1,162 @@
+"""The RDMA measurement suite the baseline, host RDMA and QoS phases run: write, read and
+send bandwidth, send latency and a write QP sweep, with the counters around it, recorded
+under one series; and its runbook lines."""
+
+from __future__ import annotations
+
+from steps.common import bonding_command, on_host, shown
+from steps.perf.commands import SWEEP_CLIENT_EXTRA, perftest_lines, sweep_extra
+from steps.perf.counters import (
+    _delta,
+    congestion_counters,
+    hw_counter_command,
+    line_rate_gbps,
+    loss_counters,
+    pause_counter_lines,
+)
+from steps.perf.endpoints import endpoint_lines, endpoints
+from steps.perf.model import BW_QPS, BW_TESTS, LAT_QPS, LAT_TEST, QP_SWEEP
+from steps.perf.runs import perftest_pair
+from steps.perf.verdict import judge_bandwidth, report_congestion
+from wizard.plan import StepContext, measurement_far_end
+from wizard.probe import Report
+from wizard.site import Node, Site
+
+
+def suite_extra(site: Site, qos: bool) -> list[str]:
+    """With QoS: through the connection manager (-R) with the RoCE ToS (-T)."""
+    return ["-R", "-T", str(site.qos.roce_tos)] if qos else []
+
+
+def suite_lines(site: Site, node: Node, *, qos: bool) -> list[str]:
+    """The runbook lines of ``rdma_suite``, in the order it runs them."""
+    extra = suite_extra(site, qos)
+    far = measurement_far_end(site, node.name)
+    counters = [shown(hw_counter_command("<rdma-dev>"), "CNP / ECN counters, before and after")]
+    if far is not None:
+        counters.append(shown(hw_counter_command(far.rdma_device or "<rdma-dev>"),
+                              on_host(far.name, "CNP / ECN counters, before and after")))  # fmt: skip
+    lines = [*endpoint_lines(site, node), shown(bonding_command(node), "line rate"), *counters]
+    for test in BW_TESTS:
+        lines += perftest_lines(site, node, test, qps=BW_QPS, extra=extra)
+    lines += perftest_lines(site, node, LAT_TEST, qps=LAT_QPS, extra=extra)
+    for qps in QP_SWEEP:
+        lines += pause_counter_lines(node, "drop and error counters, before and after")
+        lines += perftest_lines(site, node, "ib_write_bw", qps=qps, extra=[*extra, *sweep_extra(site)],
+                                client_extra=SWEEP_CLIENT_EXTRA)  # fmt: skip
+    return lines
+
+
+async def rdma_suite(ctx: StepContext, report: Report, *, series: str, qos: bool) -> None:
+    """write/read/send bandwidth, send latency and a write QP sweep, recorded as ``series``."""
+    client, server, peer = await endpoints(ctx)
+    if peer is None or server is None or client is None:
+        report.fail(
+            "rdma-pair",
+            "no RDMA endpoint pair (AIStor peer or its RDMA device missing)",
+            "add aistor.peers to the site and make its RDMA device ACTIVE",
+            gate="T04",
+        )
+        return
+    extra = suite_extra(ctx.site, qos)
+    port_rate, bond_rate = await line_rate_gbps(ctx)
+    if port_rate:
+        ctx.record(f"{series}.line_rate_port", port_rate, "Gb/s")
+    if bond_rate:
+        ctx.record(f"{series}.line_rate_bond", bond_rate, "Gb/s")
+    minimum = ctx.site.measurements.min_line_rate_percent
+    congestion_before = {
+        "node": await congestion_counters(ctx, client),
+        "far end": await congestion_counters(ctx, server),
+    }
+    functional = True
+    for test in BW_TESTS:
+        fact, problem = await perftest_pair(ctx, test, client, server, qps=BW_QPS, extra=extra)
+        if fact is None or problem:
+            functional = False
+            report.fail(
+                f"{series}-{test}",
+                f"{test} failed: {problem}",
+                "check the peer's RDMA device, GIDs and routes between the bond1 addresses",
+                gate="T06",
+            )
+            continue
+        gbps = judge_bandwidth(
+            report, f"{series}-{test}", f"{test} ({BW_QPS} QPs)", fact, port_rate, minimum, "T06"
+        )
+        if gbps is not None:
+            ctx.record(
+                f"{series}.{test}.q{BW_QPS}",
+                gbps,
+                "Gb/s",
+                tos=str(fact.tos) if fact.tos is not None else "",
+            )
+    lat, problem = await perftest_pair(ctx, LAT_TEST, client, server, qps=LAT_QPS, extra=extra)
+    if lat and not problem and lat.results:
+        typical = lat.results[0].get("t_typical_us")
+        ctx.record(f"{series}.{LAT_TEST}.typical", float(typical), "us")
+        report.ok(
+            f"{series}-latency",
+            f"{LAT_TEST} typical {typical} us, p99 {lat.results[0].get('p99_us')} us",
+            gate="T06",
+        )
+    else:
+        functional = False
+        report.fail(
+            f"{series}-latency", f"{LAT_TEST} failed: {problem}", "see the output", gate="T06"
+        )
+    sweep: dict[int, tuple[float, float | None, int]] = {}
+    for qps in QP_SWEEP:
+        lost_before = await loss_counters(ctx)
+        fact, problem = await perftest_pair(
+            ctx, "ib_write_bw", client, server, qps=qps, extra=[*extra, *sweep_extra(ctx.site)],
+            client_extra=SWEEP_CLIENT_EXTRA,
+        )  # fmt: skip
+        lost = sum(_delta(await loss_counters(ctx), lost_before).values())
+        if fact and not problem and fact.best_bw_gbps is not None:
+            cpu = next((r.get("cpu_util_percent") for r in fact.results
+                        if r.get("cpu_util_percent") is not None), None)  # fmt: skip
+            sweep[qps] = (fact.best_bw_gbps, cpu, lost)
+            ctx.record(f"{series}.qp_sweep.q{qps}", fact.best_bw_gbps, "Gb/s", qps=str(qps))
+            if cpu is not None:
+                ctx.record(f"{series}.qp_sweep.q{qps}.cpu", float(cpu), "%", qps=str(qps))
+            ctx.record(f"{series}.qp_sweep.q{qps}.lost", float(lost), "packets", qps=str(qps))
+    if len(sweep) == len(QP_SWEEP):
+        text = ", ".join(
+            f"{q} QP: {bw:.1f}" + (f" (CPU {cpu:.1f} %, {lost} lost)" if cpu is not None
+                                   else f" ({lost} lost)")
+            for q, (bw, cpu, lost) in sweep.items()
+        )  # fmt: skip
+        best = max(sweep, key=lambda q: sweep[q][0])
+        lost_total = sum(lost for _, _, lost in sweep.values())
+        if lost_total:
+            report.warn(
+                f"{series}-qp-sweep",
+                f"ib_write_bw {text} Gb/s: {lost_total} packets dropped or corrupted on the "
+                "node's ports during the sweep",
+                "a lossless class must not drop: check PFC on priority 3 end to end, the "
+                "switch buffers and the cabling (CRC errors)",
+                gate="T07",
+            )
+        else:
+            report.ok(f"{series}-qp-sweep", f"ib_write_bw {text} Gb/s; best with {best} QPs",
+                      gate="T07")  # fmt: skip
+    else:
+        report.fail(
+            f"{series}-qp-sweep",
+            "the QP sweep did not complete",
+            "see the perftest output",
+            gate="T07",
+        )
+    congestion_after = {
+        "node": await congestion_counters(ctx, client),
+        "far end": await congestion_counters(ctx, server),
+    }
+    report_congestion(ctx, report, series, congestion_before, congestion_after, qos=qos)
+    if functional:
+        report.ok(
+            "rdma-functional",
+            f"RDMA between {client.host} ({client.device}, GID {client.gid_index}) and "
+            f"{server.host} ({server.device}) works",
+            gate="T04",
+        )

@@ -1,0 +1,152 @@
+"""``LabHost``: one simulated machine's state, set up as the wizard would find it (and as
+the lab's faults make it), and what follows from that state (its kernel, its RDMA devices,
+the GPUs it shows). The commands it answers are its mixins, one module a subject."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from wizard.artifacts import render
+from wizard.lab.host.dispatch import CommandDispatchMixin
+from wizard.lab.host.files import FilesMixin
+from wizard.lab.host.model import RHEL_KERNEL, RHEL_PACKAGES, UBUNTU_KERNEL, Port
+from wizard.lab.host.nic import NicMixin
+from wizard.lab.host.pci import PciMixin
+from wizard.lab.host.rdma import RdmaMixin
+from wizard.lab.host.system import SystemMixin
+from wizard.lab.kmod import KernelModulesMixin
+from wizard.lab.network import NetworkMixin
+
+
+@dataclass
+class LabHost(
+    CommandDispatchMixin,
+    SystemMixin,
+    FilesMixin,
+    PciMixin,
+    NicMixin,
+    RdmaMixin,
+    NetworkMixin,
+    KernelModulesMixin,
+):
+    """One simulated machine. ``role`` is ``gpu`` (a B300 node) or ``peer`` (AIStor)."""
+
+    name: str
+    role: str
+    mgmt_ip: str
+    rdma_ip: str
+    os: str = "rhel-10.2"
+    gpu_count: int = 8
+    faults: set[str] = field(default_factory=set)
+    bond_name: str = "bond1"
+    ports: list[Port] = field(default_factory=list)
+    modules: set[str] = field(default_factory=set)
+    files: dict[str, str] = field(default_factory=dict)
+    packages: set[str] = field(default_factory=lambda: set(RHEL_PACKAGES))
+    boot_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    # systemd's machine-id(5): 32 lower-case hex digits, one per installed machine.
+    machine_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    configfs: dict[str, str] = field(default_factory=dict)
+    gpu_driver: bool = False  # set once the (simulated) GPU Operator driver is running
+    # The RDMA device's ib_core hw_counters by name (irdma: cnpSent, cnpHandled, RxECNMrkd...).
+    hw_counters: dict[str, int] = field(default_factory=dict)
+    enabled_units: set[str] = field(default_factory=set)
+    commands: list[str] = field(default_factory=list)
+    # What the boot units printed and returned at each boot (wizard/lab/shell.py runs them).
+    boot_log: list[dict[str, Any]] = field(default_factory=list)
+    # Kernel messages since boot beyond the fixed boot lines (dmesg shows both).
+    kernel_log: list[str] = field(default_factory=list)
+    # irdma's mode as loaded (module options are read when it loads), the options the
+    # initramfs was built with (it loads irdma at boot), and whether Intel's LAG kept RDMA.
+    irdma_roce: bool = False
+    initramfs_irdma_options: str = ""
+    lag_rdma_ok: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.ports:
+            second_slot = "0000:5e:00.0" if "bond-split-nics" in self.faults else "0000:3b:00.1"
+            self.ports = [
+                Port("ens5f0np0", "0000:3b:00.0", "b4:83:51:02:7a:30"),
+                Port("ens5f1np1", second_slot, "b4:83:51:02:7a:31"),
+            ]
+            if "bond-slave-down" in self.faults:
+                self.ports[1].up = False
+        base = {"ice", "bonding", "ib_core", "ib_uverbs", "rdma_cm", "iw_cm", "ib_cm", "nvme"}
+        if "irdma-not-loaded" not in self.faults:
+            # A node the wizard prepared earlier (phase 5): its own files, modules loaded.
+            base |= {"irdma", "ib_umad"}
+            self.files["/etc/modules-load.d/irdma.conf"] = render("host/irdma-modules-load.conf.j2")
+            if "iwarp" not in self.faults and "in-tree-ice" not in self.faults:
+                self.files["/etc/modprobe.d/irdma.conf"] = render("host/irdma-modprobe.conf.j2")
+        base.add("rdma_ucm")  # rdma-core's rdma.conf loads it for any RDMA device
+        self.modules = base
+        options = self.files.get("/etc/modprobe.d/irdma.conf", "")
+        self.irdma_roce = "roce_ena=1" in options
+        self.initramfs_irdma_options = options  # a host prepared earlier, consistently
+        if self.role == "peer" and "peer-qos-missing" not in self.faults:
+            # The AIStor team's side of lossless RoCE: DSCP 24 -> priority 3, PFC on 3.
+            for port in self.ports:
+                port.lldp_agent = False
+                port.dcb.dscp_mode, port.dcb.prio_tc = True, list(range(8))
+                port.dcb.app.append((24, 3))
+                port.dcb.pfc.add(3)
+        if "lag-dcb-mismatch" in self.faults:
+            self.ports[1].dcb.pfc.add(3)  # one port had PFC when the bond formed
+            self.kernel_log.append(
+                f"ice {self.ports[0].slot}: Found netdev {self.ports[1].name} with different DCB config"
+            )
+            self.lag_rdma_ok = False
+        if self.os.startswith("ubuntu"):
+            self.packages = set()
+
+    # -- derived state ---------------------------------------------------------------------
+
+    @property
+    def kernel(self) -> str:
+        return UBUNTU_KERNEL if self.os.startswith("ubuntu") else RHEL_KERNEL
+
+    @property
+    def in_tree(self) -> bool:
+        return "in-tree-ice" in self.faults
+
+    @property
+    def roce(self) -> bool:
+        """The mode irdma was loaded in (not what the options file says now)."""
+        return not self.in_tree and self.irdma_roce
+
+    @property
+    def rdma_devices(self) -> list[tuple[str, Port]]:
+        """(ibdev, port) pairs that exist: Intel's LAG registers one device on the primary."""
+        if "irdma" not in self.modules or self.in_tree or not self.lag_rdma_ok:
+            return []  # the in-tree ice drops RDMA from bonded ports
+        return [("irdma0", self.ports[0])]
+
+    @property
+    def gpus_present(self) -> int:
+        if self.role != "gpu":
+            return 0
+        return self.gpu_count - (1 if "gpu-missing" in self.faults else 0)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The host's state as JSON (``GET /lab/v1/hosts`` on the lab's API server): what a
+        crash test compares the end of a run with."""
+        return {
+            "name": self.name,
+            "boot_id": self.boot_id,
+            "machine_id": self.machine_id,
+            "modules": sorted(self.modules),
+            "ports": {
+                port.name: {
+                    "enslaved": port.enslaved,
+                    "admin_up": port.admin_up,
+                    "lldp_agent": port.lldp_agent,
+                    "pfc": sorted(port.pfc),
+                    "app": [list(entry) for entry in port.app],
+                }
+                for port in self.ports
+            },
+            "configfs": dict(self.configfs),
+            "enabled_units": sorted(self.enabled_units),
+        }
