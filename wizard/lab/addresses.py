@@ -4,8 +4,7 @@ racks' /24s."""
 
 from __future__ import annotations
 
-# Loopback addresses 127.0.2.1 ... give each GPU node its own sshd; 250 fit the lab's plan.
-MAX_NODES = 250
+# Loopback addresses 127.0.2.1 ... give each GPU node its own sshd (racks of 200).
 # A thousand simulated GPU nodes: each is one listening socket and, while the wizard probes
 # it, one connection, so the lab needs about two descriptors per node (see _descriptors,
 # wizard/lab/lab.py).
