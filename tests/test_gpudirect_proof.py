@@ -139,8 +139,20 @@ async def _two_node_run(tmp_path, *faults):
     return outcome, lab
 
 
+def leftovers(lab) -> list[str]:
+    """The measurement workloads still in the lab's cluster (each run removes its own)."""
+    kinds = (("v1", "pods"), ("batch/v1", "jobs"), ("kubeflow.org/v2beta1", "mpijobs"))
+    return [
+        f"{plural}/{obj['metadata']['name']}"
+        for api, plural in kinds
+        for obj in lab.cluster.list(api, plural, None)
+        if obj["metadata"]["name"].startswith("gnw-") and "rdma-test" not in obj["metadata"]["name"]
+    ]
+
+
 async def test_two_nodes_prove_the_path_through_an_mpijob(tmp_path):
     outcome, lab = await _two_node_run(tmp_path)
+    assert leftovers(lab) == []  # the perftest pods, the NVLink Job and the MPIJob are gone
     nccl = findings_of(outcome, "nccl.all-reduce")
     assert nccl["T11.nccl-path"].severity is Severity.PASS
     assert "GPUDirect RDMA (DMA-BUF)" in nccl["T12.gdr"].message
@@ -161,7 +173,8 @@ async def test_two_nodes_prove_the_path_through_an_mpijob(tmp_path):
 
 
 async def test_no_transport_fails_t11_and_t12_with_nccls_words(tmp_path):
-    outcome, _ = await _two_node_run(tmp_path, "nccl-no-transport")
+    outcome, lab = await _two_node_run(tmp_path, "nccl-no-transport")
+    assert leftovers(lab) == []  # a failed run leaves nothing to collide with the next
     nccl = findings_of(outcome, "nccl.all-reduce")
     assert nccl["T11.nccl-path"].severity is Severity.FAIL
     assert "No transport found" in nccl["T11.nccl-path"].message

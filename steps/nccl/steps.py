@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from steps.common import bonding_command, on_host, q, shown
@@ -72,6 +73,29 @@ async def _wait_for_pod(ctx: StepContext, label_selector: str, timeout: float) -
 
 async def _pod_log(ctx: StepContext, pod: dict) -> str:
     return await ctx.services.kube.pod_log(NAMESPACE, pod["metadata"]["name"])
+
+
+async def run_to_end(
+    ctx: StepContext,
+    what: str,
+    selector: str,
+    timeout: float,
+    create: Callable[[], Awaitable[Any]],
+    remove: Callable[[], Awaitable[Any]],
+) -> tuple[str | None, dict | None, str]:
+    """Create a workload (a pod, a Job, an MPIJob), wait for the pod ``selector`` picks to
+    end, read its log: (log, the pod, problem). A leftover of an earlier run is removed
+    first, and the workload after, whatever happened (a failed run leaves nothing behind
+    to collide with the next one)."""
+    await remove()
+    await create()
+    try:
+        ended = await _wait_for_pod(ctx, selector, timeout)
+        if ended is None:
+            return None, None, f"{what} did not finish in {timeout} s"
+        return await _pod_log(ctx, ended), ended, ""
+    finally:
+        await remove()
 
 
 def _pod_name(kind: str, node: str) -> str:
@@ -217,23 +241,27 @@ class CudaPerftest(Step):
         name = _pod_name(check, ctx.node.name)
         pod = cuda_perftest_pod(ctx.site, ctx.node, name, run.client)
         pod["metadata"]["labels"]["gnw-run"] = name
-        await kube.delete_pod(NAMESPACE, name)
+        await kube.delete_pod(NAMESPACE, name)  # a leftover, before its server starts
         server_task = asyncio.ensure_future(
             ctx.run(run.server, on=server_host, timeout=run.seconds + 10)
         )
-        try:
-            await asyncio.sleep(0.5)
+
+        async def create() -> None:
+            await asyncio.sleep(0.5)  # the server listens before the client pod starts
             await kube.create_pod(NAMESPACE, pod)
-            ended = await _wait_for_pod(ctx, f"gnw-run={name}", POD_TIMEOUT_S)
-            if ended is None:
-                return "", f"the perftest pod {name} did not finish in {POD_TIMEOUT_S} s"
-            log = await _pod_log(ctx, ended)
-            if ended["status"]["phase"] == "Failed" and not log.strip():
-                return "", f"the perftest pod {name} failed without output"
-            return log, ""
+
+        try:
+            log, ended, problem = await run_to_end(
+                ctx, f"the perftest pod {name}", f"gnw-run={name}", POD_TIMEOUT_S, create,
+                lambda: kube.delete_pod(NAMESPACE, name),
+            )  # fmt: skip
         finally:
             await stop_server(ctx, server_task, server_host, run.stop)
-            await kube.delete_pod(NAMESPACE, name)
+        if log is None or ended is None:
+            return "", problem
+        if ended["status"]["phase"] == "Failed" and not log.strip():
+            return "", f"the perftest pod {name} failed without output"
+        return log, ""
 
 
 # Inside the exported pod: the first RDMA device and its RoCEv2 IPv4 GID index, from sysfs
@@ -254,17 +282,17 @@ async def _run_job(ctx: StepContext, job: dict[str, Any]) -> tuple[str | None, s
     """Create a Job, wait for its pod, return (log, problem); the Job is removed after."""
     kube = ctx.services.kube
     name = job["metadata"]["name"]
-    await kube.delete_job(NAMESPACE, name)
-    await kube.create_job(NAMESPACE, job)
-    try:
-        ended = await _wait_for_pod(ctx, f"job-name={name}", JOB_TIMEOUT_S)
-        if ended is None:
-            return None, f"the Job {name} did not finish in {JOB_TIMEOUT_S} s"
-        return await _pod_log(ctx, ended), ""
-    finally:
+
+    async def remove() -> None:  # the Job and its pods (a Job's pods outlive it)
         await kube.delete_job(NAMESPACE, name)
         for pod in await kube.pods(NAMESPACE, label_selector=f"job-name={name}"):
             await kube.delete_pod(NAMESPACE, pod["metadata"]["name"])
+
+    log, _, problem = await run_to_end(
+        ctx, f"the Job {name}", f"job-name={name}", JOB_TIMEOUT_S,
+        lambda: kube.create_job(NAMESPACE, job), remove,
+    )  # fmt: skip
+    return log, problem
 
 
 def _busbw(log_text: str) -> float | None:
@@ -481,16 +509,12 @@ class InterNodeNccl(Step):
     async def _run(self, ctx: StepContext, job: dict[str, Any]) -> tuple[str | None, str]:
         kube = ctx.services.kube
         name = job["metadata"]["name"]
-        await kube.delete_object(MPIJOBS, name)
-        await kube.create_object(MPIJOBS, job)
-        try:
-            selector = f"{JOB_NAME_LABEL}={name},{JOB_ROLE_LABEL}=launcher"
-            ended = await _wait_for_pod(ctx, selector, JOB_TIMEOUT_S)
-            if ended is None:
-                return None, f"the MPIJob {name}'s launcher did not finish in {JOB_TIMEOUT_S} s"
-            return await _pod_log(ctx, ended), ""
-        finally:
-            await kube.delete_object(MPIJOBS, name)
+        log, _, problem = await run_to_end(
+            ctx, f"the MPIJob {name}'s launcher",
+            f"{JOB_NAME_LABEL}={name},{JOB_ROLE_LABEL}=launcher", JOB_TIMEOUT_S,
+            lambda: kube.create_object(MPIJOBS, job), lambda: kube.delete_object(MPIJOBS, name),
+        )  # fmt: skip
+        return log, problem
 
 
 PHASE = Phase(

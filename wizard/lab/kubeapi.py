@@ -109,12 +109,46 @@ class ClusterState:
                 if a == api and p == plural and (ns is None or n == ns)
             ]
 
-    def delete(self, api: str, plural: str, ns: str, name: str) -> dict[str, Any] | None:
+    def delete(
+        self, api: str, plural: str, ns: str, name: str, propagation: str | None = None
+    ) -> dict[str, Any] | None:
+        """Remove an object and, unless the deletion orphans them, its dependents (the
+        objects whose metadata.ownerReferences name its uid), as the garbage collector does.
+
+        The default is the API server's per resource: batch/v1 Jobs orphan their pods
+        ("OrphanDependents for batch/v1 for backwards compatibility",
+        kubernetes pkg/registry/batch/job/strategy.go DefaultGarbageCollectionPolicy);
+        everything else, custom resources such as an MPIJob included, cascades in the
+        background (Kubernetes docs, "Garbage Collection: cascading deletion").
+        """
+        if propagation is None:
+            propagation = "Orphan" if (api, plural) == ("batch/v1", "jobs") else "Background"
         with self.lock:
-            return self.objects.pop((api, plural, ns, name), None)
+            obj = self.objects.pop((api, plural, ns, name), None)
+            uid = (obj or {}).get("metadata", {}).get("uid")
+            if obj is None or propagation == "Orphan" or not uid:
+                return obj
+            dependents = [
+                key
+                for key, other in self.objects.items()
+                if any(
+                    ref.get("uid") == uid for ref in other["metadata"].get("ownerReferences", [])
+                )
+            ]
+            for key in dependents:
+                self.delete(*key, propagation="Background")
+            return obj
 
     def node(self, name: str) -> dict[str, Any] | None:
         return self.get("v1", "nodes", "", name)
+
+
+def owner_reference(owner: dict[str, Any]) -> dict[str, Any]:
+    """The ownerReferences entry a controller puts on what it creates for ``owner``."""
+    meta = owner["metadata"]
+    meta.setdefault("uid", str(uuid.uuid4()))
+    return {"apiVersion": owner.get("apiVersion", ""), "kind": owner.get("kind", ""),
+            "name": meta["name"], "uid": meta["uid"], "controller": True}  # fmt: skip
 
 
 def _matches(obj: dict[str, Any], labels: str | None, fields: str | None) -> bool:
@@ -289,7 +323,13 @@ class _Handler(BaseHTTPRequestHandler):
         found = self._existing()
         if found is None:
             return
-        self.state.delete(*found[0])
+        # DeleteOptions.propagationPolicy, as a query parameter or in the body.
+        query = parse_qs(urlparse(self.path).query)
+        body = self._body() if int(self.headers.get("Content-Length") or 0) else {}
+        policy = query.get("propagationPolicy", [None])[0] or (
+            body.get("propagationPolicy") if isinstance(body, dict) else None
+        )
+        self.state.delete(*found[0], propagation=policy)
         self._send(200, {"kind": "Status", "apiVersion": "v1", "status": "Success", "metadata": {}})
 
     def _evict(self, api: str, ns: str, name: str) -> None:

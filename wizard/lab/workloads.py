@@ -10,6 +10,7 @@ import shlex
 from typing import TYPE_CHECKING, Any
 
 from wizard.lab.host import LabHost
+from wizard.lab.kubeapi import owner_reference
 from wizard.lab.nccl import inter_node_log, single_node_log
 from wizard.lab.perf import PERFTEST, PerftestArgs, PerftestUsageError, client_output
 
@@ -48,7 +49,8 @@ class WorkloadsMixin:
             name = obj["metadata"]["name"]
             pod = {
                 "metadata": {"name": f"{name}-x7k2p", "namespace": obj["metadata"]["namespace"],
-                             "labels": {"job-name": name, **template.get("metadata", {}).get("labels", {})}},
+                             "labels": {"job-name": name, **template.get("metadata", {}).get("labels", {})},
+                             "ownerReferences": [owner_reference(obj)]},
                 "spec": {**template.get("spec", {}), "restartPolicy": "Never"},
             }  # fmt: skip
             self._on_create("pods", pod)
@@ -120,9 +122,6 @@ class WorkloadsMixin:
             "training.kubeflow.org/job-name": name,
             "training.kubeflow.org/job-role": "launcher",
         }
-        for old in self.cluster.list("v1", "pods", namespace):  # garbage collection of a rerun
-            if old["metadata"].get("labels", {}).get("training.kubeflow.org/job-name") == name:
-                self.cluster.delete("v1", "pods", namespace, old["metadata"]["name"])
         specs = job.get("spec", {}).get("mpiReplicaSpecs", {})
         worker = specs.get("Worker", {}).get("template", {}).get("spec", {})
         launcher = specs.get("Launcher", {}).get("template", {}).get("spec", {})
@@ -150,7 +149,13 @@ class WorkloadsMixin:
         pod_name = f"{name}-launcher-x7k2p"
         self.pod_outputs[(namespace, pod_name)] = log
         pod = {
-            "metadata": {"name": pod_name, "namespace": namespace, "labels": labels},
+            # The MPI Operator owns what it creates: deleting the MPIJob removes it.
+            "metadata": {
+                "name": pod_name,
+                "namespace": namespace,
+                "labels": labels,
+                "ownerReferences": [owner_reference(job)],
+            },
             "spec": {**launcher, "restartPolicy": "Never", "nodeName": "cpu-worker-1"},
             "status": {"phase": "Failed" if "No transport found" in log else "Succeeded"},
         }
