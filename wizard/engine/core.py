@@ -430,13 +430,10 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
             return self._finish(ctx, StepState.FAILED, refusals, "refused: a precondition failed")
         if step.kind is StepKind.MAINTENANCE:
             return await self._maintain(step, ctx)
-        try:
-            changes = await step.changes(ctx)
-        except NotAutomated:
-            return self._not_automated(step, ctx)
+        changes, result = await self._changes_to_make(step, ctx)
+        if result is not None:
+            return result
         pending = [c for c in changes if c.changed]
-        if not pending:
-            return await self._already_in_place(step, ctx, changes)
         decision = Decision(
             DecisionKind.CONFIRM_APPLY,
             step.id,
@@ -458,6 +455,19 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
         except NotAutomated:
             return self._not_automated(step, ctx)
         return await self._check(step, ctx)
+
+    async def _changes_to_make(
+        self, step: Step, ctx: StepContext
+    ) -> tuple[list[Change], tuple[StepState, list[Finding]] | None]:
+        """The step's changes, or its result when it has none to make: not automated, or
+        already in place (verified, nothing asked)."""
+        try:
+            changes = await step.changes(ctx)
+        except NotAutomated:
+            return [], self._not_automated(step, ctx)
+        if not any(c.changed for c in changes):
+            return changes, await self._already_in_place(step, ctx, changes)
+        return changes, None
 
     async def _already_in_place(
         self, step: Step, ctx: StepContext, changes: list[Change]

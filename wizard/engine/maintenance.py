@@ -48,13 +48,12 @@ class MaintenanceMixin:
         """Capture, gate, persist, then the sequence (``_sequence``)."""
         try:
             capture = await step.capture(ctx)
-            ctx.data["capture"] = capture
-            changes = await step.changes(ctx)
         except NotAutomated:
             return self._not_automated(step, ctx)
-        pending = [c for c in changes if c.changed]
-        if not pending:
-            return await self._already_in_place(step, ctx, changes)
+        ctx.data["capture"] = capture
+        changes, result = await self._changes_to_make(step, ctx)
+        if result is not None:
+            return result
         window = Decision(
             DecisionKind.MAINTENANCE_WINDOW,
             step.id,
