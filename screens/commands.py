@@ -48,6 +48,8 @@ def palette_commands(app: WizardApp, screen: Screen) -> Iterator[SystemCommand]:
                             main.action_problems_only)  # fmt: skip
         yield SystemCommand("Findings: next sort order", "As found, failures first, gate, node",
                             main.action_sort_findings)  # fmt: skip
+        yield SystemCommand("Findings: filter", "By node, gate, check or severity",
+                            main.action_filter_findings)  # fmt: skip
         yield SystemCommand("Copy the highlighted finding", "Check, message, fix and evidence",
                             main.action_copy_finding)  # fmt: skip
         yield SystemCommand("Phases sidebar: show / hide", "Hidden below 100 columns",

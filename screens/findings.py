@@ -37,6 +37,17 @@ def shows(finding: Finding, *, fleet: bool, problems_only: bool) -> bool:
     return not (fleet and finding.severity in (Severity.PASS, Severity.SKIP))
 
 
+def matches(row: Row, text: str) -> bool:
+    """Whether a finding matches the filter the operator typed (`/`): every word in its
+    node, gate, check, step or severity, case-insensitive ("T08", "gpu-b300-03 fail")."""
+    step, target, finding = row
+    where = " ".join(
+        (target, finding.gate, finding.check, step, shown_severity(finding).value,
+         "waived" if finding.waived else "")
+    ).lower()  # fmt: skip
+    return all(word in where for word in text.lower().split())
+
+
 def ordered(rows: list[Row], shown: list[int], sort: str, problems_only: bool) -> list[int]:
     """The indices of ``shown`` in the table's order. Problems only keeps failures first
     whatever the order (within a sort key, the run's order breaks ties)."""

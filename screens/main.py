@@ -16,7 +16,7 @@ from textual.content import Content
 from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import DataTable, Footer, Header, Label, ProgressBar, Static
+from textual.widgets import DataTable, Footer, Header, Input, Label, ProgressBar, Static
 from textual.widgets.data_table import ColumnKey
 
 from screens import findings as findings_view
@@ -81,6 +81,8 @@ class MainScreen(Screen[None]):
         Binding("F", "problems_only", "Problems", show=False),
         Binding("o", "sort_findings", "Sort", show=False),
         Binding("c", "copy_finding", "Copy", show=False),
+        Binding("slash", "filter_findings", "Filter", show=False),
+        Binding("escape", "clear_filter", "Clear filter", show=False),
         Binding("r", "app.report", "Report"),
         Binding("m", "app.measurements", "Measure"),
         Binding("n", "nodes", "Nodes"),
@@ -100,6 +102,7 @@ class MainScreen(Screen[None]):
         self.fleet = is_fleet(len(self.node_names))
         self.problems_only = False  # F: the findings table lists only what needs attention
         self.sort = "found"  # o: the findings table's order (screens/findings.SORTS)
+        self.filter_text = ""  # /: only the findings whose node, gate or check match
         # An ordered table is filled anew once per drain, not once per finding (a fleet's
         # check brings thousands); the finding to show then, if one needs attention.
         self._refill_due = False
@@ -136,6 +139,8 @@ class MainScreen(Screen[None]):
                     yield ProgressBar(total=self.total, id="progress", show_eta=False)
                     yield Label("", id="elapsed")
                 yield Static("", id="error-panel")
+                yield Input(placeholder="filter the findings: node, gate, check or severity "
+                            "(Esc clears)", id="findings-filter")  # fmt: skip
                 yield DataTable(id="findings", cursor_type="row", zebra_stripes=True)
                 yield Static("Select a finding to see its remediation and evidence.", id="detail")
                 yield Label("Live log", classes="pane-title")
@@ -170,6 +175,7 @@ class MainScreen(Screen[None]):
         findings.add_column("message", key="message")
         self._fit_findings()
         self.query_one("#error-panel", Static).display = False
+        self.query_one("#findings-filter", Input).display = False
         self.set_interval(1.0, self._tick)
 
     def on_resize(self) -> None:
@@ -334,7 +340,7 @@ class MainScreen(Screen[None]):
     def _add_finding(self, step: str, target: str, finding: Finding) -> None:
         self.findings.append((step, target, finding))
         index = len(self.findings) - 1
-        if self._shows(finding):
+        if self._shows(finding, index):
             if self._ordered():
                 self._refill_due = True  # the new one takes its place at the drain's end
                 if finding.severity is not Severity.PASS:
@@ -358,11 +364,14 @@ class MainScreen(Screen[None]):
             )
             panel.display = True
 
-    def _shows(self, finding: Finding) -> bool:
+    def _shows(self, finding: Finding, index: int | None = None) -> bool:
+        filtered = self.filter_text and index is not None
+        if filtered and not findings_view.matches(self.findings[index], self.filter_text):
+            return False
         return findings_view.shows(finding, fleet=self.fleet, problems_only=self.problems_only)
 
     def _ordered(self) -> bool:
-        return self.problems_only or self.sort != "found"
+        return self.problems_only or self.sort != "found" or bool(self.filter_text)
 
     def _select(self, index: int) -> None:
         table = self.query_one("#findings", DataTable)
@@ -395,7 +404,7 @@ class MainScreen(Screen[None]):
         with problems only)."""
         table = self.query_one("#findings", DataTable)
         table.clear()
-        shown = [i for i, (_, _, f) in enumerate(self.findings) if self._shows(f)]
+        shown = [i for i, (_, _, f) in enumerate(self.findings) if self._shows(f, i)]
         for index in findings_view.ordered(self.findings, shown, self.sort, self.problems_only):
             self._add_row(index)
 
@@ -413,6 +422,30 @@ class MainScreen(Screen[None]):
         self.sort = findings_view.next_sort(self.sort)
         self._fill_findings()
         self.notify(f"findings: {findings_view.SORT_TITLES[self.sort]}", timeout=3)
+
+    def action_filter_findings(self) -> None:
+        """Show the filter box over the findings and put the cursor there."""
+        box = self.query_one("#findings-filter", Input)
+        box.display = True
+        box.focus()
+
+    @on(Input.Changed, "#findings-filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        self.filter_text = event.value.strip()
+        self._fill_findings()
+
+    @on(Input.Submitted, "#findings-filter")
+    def _filter_submitted(self) -> None:
+        self.query_one("#findings", DataTable).focus()  # the filter stays; Esc there clears it
+
+    def action_clear_filter(self) -> None:
+        """Esc: no filter (the box goes away); nothing happens without one."""
+        box = self.query_one("#findings-filter", Input)
+        box.value = ""
+        box.display = False
+        self.filter_text = ""
+        self._fill_findings()
+        self.query_one("#findings", DataTable).focus()
 
     def action_copy_finding(self) -> None:
         """The highlighted finding in full (check, message, fix, evidence) to the clipboard."""

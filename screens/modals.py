@@ -391,6 +391,7 @@ Keys
   l        the log, full screen: / searches (only matching lines), end follows again
   f        focus the findings        F   problems only (failures first) / all
   o        sort the findings: as found, failures first, by gate, by node
+  /        filter the findings by node, gate, check or severity (Esc clears)
   c        copy the highlighted finding (check, message, fix, evidence)
   p        show or hide the phases sidebar (hidden below 100 columns)
            the live log follows new lines unless you scroll up (end: follow again)

@@ -157,3 +157,26 @@ async def test_the_chosen_theme_is_the_next_runs_theme():
         await pilot.pause()
         assert third.theme == "textual-dark"  # a mangled file is the defaults, not an error
     path.unlink()
+
+
+async def test_slash_filters_the_findings_by_node_gate_or_severity_and_escape_clears():
+    app = IdleApp()
+    async with app.run_test(size=(120, 40)) as pilot:
+        main = await loaded_main(app, pilot)
+        await pilot.press("slash")
+        await pilot.pause()
+        box = main.query_one("#findings-filter")
+        assert box.display and app.focused is box
+        await pilot.press(*"gpu-1 fail")
+        await pilot.pause(0.1)
+        assert rows(main) == [("gpu-1", "T11.acs"), ("gpu-1", "T00.gpu-count")]
+        await pilot.press("enter")  # back to the table, the filter stays
+        await pilot.pause()
+        assert app.focused is main.query_one("#findings")
+        late = Finding("T02.bond", "T02", Severity.FAIL, "slave down")
+        main.deliver(StepFinished("bond.lacp", "gpu-2", StepState.FAILED, "", (late,)))
+        await pilot.pause(0.1)
+        assert ("gpu-2", "T02.bond") not in rows(main)  # a new finding is filtered too
+        await pilot.press("escape")
+        await pilot.pause(0.1)
+        assert not box.display and len(rows(main)) == 5
