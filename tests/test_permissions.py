@@ -89,3 +89,24 @@ def test_report_out_at_a_file_or_under_a_file_is_a_usage_error(site_file, tmp_pa
     code, err = report(site_file, state, a_file / "sub", capsys)
     assert code == 2 and "a file is in the way" in err
     assert a_file.read_text() == "mine"
+
+
+async def test_the_lab_never_tightens_a_shared_folder_it_writes_its_site_into(tmp_path):
+    """`lab --write-site /tmp/s.yaml` chmod-ed /tmp to 0700 (a new user's review found it)."""
+    import os
+    import stat
+
+    from wizard.lab.lab import Lab
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    lab = Lab(shared)
+    await lab.start()
+    await lab.stop()
+    assert stat.S_IMODE(os.stat(shared).st_mode) == 0o1777
+    own = tmp_path / "own"
+    lab = Lab(own)
+    await lab.start()
+    await lab.stop()
+    assert stat.S_IMODE(os.stat(own).st_mode) == 0o700  # a folder the lab made is private

@@ -494,7 +494,6 @@ def cmd_lab(args: argparse.Namespace) -> int:
         check_faults(args.fault)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    _check_lab_nodes(args.nodes)
     folder = args.write_site.parent
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent

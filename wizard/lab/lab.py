@@ -37,6 +37,7 @@ from wizard.lab.shell import LabShell
 from wizard.lab.site_files import SiteFilesMixin
 from wizard.lab.sshd import LabSshServer
 from wizard.lab.workloads import WorkloadsMixin
+from wizard.private import private_dir
 
 
 @dataclass
@@ -87,8 +88,9 @@ class Lab(SiteFilesMixin, ClusterMixin, GpuOperatorMixin, WorkloadsMixin):
     # -- lifecycle -------------------------------------------------------------------------------
 
     async def start(self) -> Path:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.directory, 0o700)
+        # 0700 when the lab makes its folder or owns it; never a shared folder the site file
+        # was put in (`lab --write-site /tmp/s.yaml`: /tmp keeps its 1777).
+        private_dir(self.directory)
         saved = (
             persist.load(self.directory, self.nodes, self.peers, self.faults)
             if self.persist
