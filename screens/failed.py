@@ -20,11 +20,14 @@ class FailedStepScreen(AnswerScreen):
     recorded in the checkpoint with who and when, as the CLI's ``--waive`` is, and shown as
     waived (never as pass) in the findings and the report."""
 
+    # Retry has the focus; where the checks may be waived the reason box has it instead, so
+    # that typing goes there (typed into a focused button, "lab rack" pressed r: a retry).
     AUTO_FOCUS = "#proceed"
 
     BINDINGS = [
-        Binding("r", "answer('proceed')", "Retry"),
-        Binding("w", "waive", "Waive"),
+        Binding("ctrl+r", "answer('proceed')", "Retry"),
+        Binding("r", "answer('proceed')", "Retry", show=False),
+        Binding("w", "waive", "Waive", show=False),
         Binding("escape", "answer('skip')", "Leave failed"),
         Binding("ctrl+x", "answer('abort')", "Abort run"),
         *DIALOG_BINDINGS,
@@ -45,7 +48,8 @@ class FailedStepScreen(AnswerScreen):
                     markup=False,
                 )
             if d.waivable:
-                yield Label("To waive: the reason (recorded with your name and the time):")
+                yield Label("To waive: type the reason and Enter (recorded with your name "
+                            "and the time); ctrl+r retries, Esc leaves it failed")  # fmt: skip
                 yield Input(placeholder="e.g. lab machine without ACS control", id="reason")
             yield Static("", id="waive-error", classes="error-text")
             with Horizontal(classes="buttons"):
@@ -54,6 +58,10 @@ class FailedStepScreen(AnswerScreen):
                     yield Button("Waive", id="waive", variant="warning")
                 yield Button("Leave failed", id="skip")
                 yield Button("Abort run", id="abort", variant="error")
+
+    def on_mount(self) -> None:
+        if self.decision.waivable:
+            self.query_one("#reason", Input).focus()
 
     def copy_text(self) -> str:
         return findings_text(self.decision.findings)

@@ -216,7 +216,10 @@ class MaintenanceScreen(Dialog):
     their commands, what is disrupted, the diffs, the rollback computed from the captured
     live state, and the node name typed in. No second review follows."""
 
-    AUTO_FOCUS = "#cancel"  # the safe choice
+    # The name box has the focus: what the operator types goes there (with Cancel focused,
+    # a typed name went nowhere and Enter pressed Cancel: the window was skipped). Enter
+    # confirms only the exact node name; anything else is refused where it was typed.
+    AUTO_FOCUS = "#node-name"
 
     BINDINGS = [Binding("escape", "cancel", "Cancel"), *DIALOG_BINDINGS]
 
@@ -254,7 +257,7 @@ class MaintenanceScreen(Dialog):
                         markup=False,
                     )
             yield Label(f"Type the node name ({d.confirm_text}) to confirm the window is open:")
-            yield Input(placeholder=d.confirm_text or "", id="node-name")
+            yield Input(placeholder=f"type {d.confirm_text} here", id="node-name")
             yield Static("", id="mismatch", classes="error-text")
             with Horizontal(classes="buttons"):
                 yield Button("Cancel", id="cancel")
@@ -403,10 +406,10 @@ In a review:       a apply   s skip   ctrl+x abort the run
                    A apply, and on the step's other nodes whose change is the same
                      (any node whose diff differs is still shown; never for maintenance)
 In a maintenance:  the ordered actions, the diffs, the rollback; type the node name,
-                   then Start maintenance (Cancel has the focus)
+                   and Enter (the name box has the focus; Esc cancels)
 In a rollback:     r roll back   escape leave as is
-A failed step:     r retry (once the cause is fixed)   escape leave it failed
-                   w waive a failed check: type the reason (recorded with your name)
+A failed step:     ctrl+r retry (once the cause is fixed)   escape leave it failed
+                   to waive a failed check: type the reason, Enter (recorded with your name)
 Your turn:         d done, verify it   s skip   ctrl+x abort the run
 Every dialog:      pageup/pagedown scroll the diff   ctrl+c copy its commands and diffs
                    ? help   q quit

@@ -183,7 +183,7 @@ def test_a_front_end_that_does_not_offer_retries_is_never_asked(site_path, tmp_p
 # -- the dialog --------------------------------------------------------------------------
 
 
-async def answer_of(decision, *keys: str, typed: str = ""):
+async def answer_of(decision, *keys: str):
     from screens.failed import FailedStepScreen
     from tests.test_tui import ModalHost
 
@@ -196,29 +196,40 @@ async def answer_of(decision, *keys: str, typed: str = ""):
         for key in keys:
             await pilot.press(key)
             await pilot.pause()
-        if typed:
-            from textual.widgets import Input
-
-            assert app.focused is screen.query_one("#reason", Input)  # w put the cursor there
-            assert "type the reason" in str(screen.query_one("#waive-error").content)
-            await pilot.press(*typed, "enter")
-            await pilot.pause()
     return app.return_value
 
 
-async def test_the_dialog_retries_on_r_and_leaves_it_failed_on_escape():
+async def test_the_dialog_retries_on_ctrl_r_and_leaves_it_failed_on_escape():
     from tests.test_tui_keys import failed_decision
 
-    assert (await answer_of(failed_decision(), "r")).answer is Answer.PROCEED
+    assert (await answer_of(failed_decision(), "ctrl+r")).answer is Answer.PROCEED
     assert (await answer_of(failed_decision(), "escape")).answer is Answer.SKIP
-    assert (await answer_of(failed_decision(), "enter")).answer is Answer.PROCEED  # the focus
+    # Not waivable: Retry has the focus, and r answers too.
+    assert (await answer_of(failed_decision(waivable=False), "enter")).answer is Answer.PROCEED
+    assert (await answer_of(failed_decision(waivable=False), "r")).answer is Answer.PROCEED
 
 
-async def test_the_dialog_waives_only_with_a_typed_reason():
+async def test_typing_goes_into_the_reason_and_enter_waives_with_it():
+    """Typed into a focused button, "lab rack" pressed r and retried (a new user's review):
+    the reason box has the focus, so letters are the reason, never a key's action."""
     from tests.test_tui_keys import failed_decision
 
-    reply = await answer_of(failed_decision(), "w", typed="lab host")
-    assert reply.answer is Answer.WAIVE and reply.reason == "lab host"
+    reply = await answer_of(failed_decision(), *"lab rack", "enter")
+    assert reply.answer is Answer.WAIVE and reply.reason == "lab rack"
+
+
+async def test_enter_without_a_reason_waives_nothing():
+    from screens.failed import FailedStepScreen
+    from tests.test_tui import ModalHost
+    from tests.test_tui_keys import failed_decision
+
+    app = ModalHost(FailedStepScreen(failed_decision()))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        await pilot.press("enter")
+        await pilot.pause()
+        assert "type the reason" in str(app.screen.query_one("#waive-error").content)
+        assert app.return_value is None  # still open
 
 
 async def test_a_dialog_for_checks_that_cannot_be_waived_has_no_waiver():

@@ -211,10 +211,12 @@ async def test_maintenance_modal_refuses_a_wrong_node_name():
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         modal = app.screen
-        assert app.focused is modal.query_one("#cancel", Button)  # Cancel is the default
+        # The name box has the focus: typing goes there, and Enter on nothing is no answer.
+        assert app.focused is modal.query_one("#node-name", Input)
         confirm = modal.query_one("#confirm", Button)
         assert confirm.disabled
-        modal.query_one("#node-name", Input).focus()
+        await pilot.press("enter")
+        assert app.screen is modal  # an empty name is not an answer (it was Cancel's Enter)
         await pilot.press(*"gpu-b300-02")
         assert confirm.disabled
         await pilot.press("enter")
@@ -269,7 +271,7 @@ async def test_maintenance_cancel_skips():
     app = ModalHost(MaintenanceScreen(maintenance_decision()))
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
-        await pilot.press("enter")  # Cancel has the focus
+        await pilot.press("escape")  # Esc cancels
     assert app.return_value.answer is Answer.SKIP
 
 
@@ -401,9 +403,8 @@ def test_demo_in_tmux_walks_to_the_report():
             if "T00-T17 verdicts" in shown:
                 break
             if "Maintenance window:" in shown:  # type the node name into the box, confirm
-                # Longer: a key before the dialog set its focus (Cancel) would skip the
-                # window, and the report would then rightly say skip, not pass.
-                act("Maintenance window:", ["BTab"], ["-l", "gpu-b300-01"], ["Enter"], settle=1.5)
+                # The name box has the focus: a person types the name and presses Enter.
+                act("Maintenance window:", ["-l", "gpu-b300-01"], ["Enter"], settle=1.5)
             elif "Review:" in shown:  # a change to approve: read it, then apply
                 act("Review:", ["a"])
             elif "Your turn:" in shown:  # a manual step: done, verify it
