@@ -106,6 +106,7 @@ class MainScreen(Screen[None]):
         # An ordered table is filled anew once per drain, not once per finding (a fleet's
         # check brings thousands); the finding to show then, if one needs attention.
         self._refill_due = False
+        self._reported: set[tuple[str, str]] = set()  # (step, target) that brought findings
         self._select_due: int | None = None
         # A fleet gets one count column instead of a column per node, so that the phase
         # titles stay in view; the fleet view (n) has a row per node.
@@ -287,6 +288,12 @@ class MainScreen(Screen[None]):
                 self._log(f"{target}: {step}: {state.value}{f' - {msg}' if msg else ''}{took}")
                 if self._current is not None and self._current[1:] == (step, target):
                     self._current = None
+                if (step, target) in self._reported:
+                    # A retry's result replaces the one before it (the checkpoint keeps only
+                    # the latest too): a superseded failure must not stand beside its waiver.
+                    self.findings = [r for r in self.findings if r[:2] != (step, target)]
+                    self._refill_due = True
+                self._reported.add((step, target))
                 for finding in fs:
                     self._add_finding(step, target, finding)
             case Waiting(step=step, target=target, message=text, timeout_s=timeout):
@@ -341,7 +348,7 @@ class MainScreen(Screen[None]):
         self.findings.append((step, target, finding))
         index = len(self.findings) - 1
         if self._shows(finding, index):
-            if self._ordered():
+            if self._ordered() or self._refill_due:
                 self._refill_due = True  # the new one takes its place at the drain's end
                 if finding.severity is not Severity.PASS:
                     self._select_due = index

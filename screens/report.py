@@ -5,7 +5,7 @@ from __future__ import annotations
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
 from textual.screen import Screen
 from textual.widgets import Button, DataTable, Footer, Header, Label, Static
@@ -27,6 +27,10 @@ DETAIL_ROWS = 8  # a gate's findings listed in full up to this many
 
 
 class ReportScreen(Screen[None]):
+    """The gates table scrolls itself and the gate's detail in its own box, so that the
+    buttons and footer stay in view at 100x30 and 80x24 (they were cut off)."""
+
+    AUTO_FOCUS = "#gates"
     HORIZONTAL_BREAKPOINTS = layout.HORIZONTAL
     VERTICAL_BREAKPOINTS = layout.VERTICAL
 
@@ -52,7 +56,8 @@ class ReportScreen(Screen[None]):
             if self.stopped:
                 yield Static(f"The run stopped: {self.stopped}", classes="error-text")
             yield DataTable(id="gates", cursor_type="row")
-            yield Static("", id="gate-detail")
+            with VerticalScroll(id="gate-detail-scroll"):
+                yield Static("", id="gate-detail")
             with Horizontal(classes="buttons"):
                 yield Button("Back", id="back")
                 yield Button("Quit", id="quit", variant="primary")
@@ -95,7 +100,11 @@ class ReportScreen(Screen[None]):
                 if problems
                 else f"... all {len(mine)} pass ({len(mine) - DETAIL_ROWS} more)"
             )
-        lines = [f"[{f.severity.value}] {target}: {f.check}: {f.message}" for target, f in shown]
+        lines = [
+            f"[{'waived' if f.waived else f.severity.value}] {target}: {f.check}: {f.message}"
+            + (f" (waived: {f.waived})" if f.waived else "")
+            for target, f in shown
+        ]
         if note:
             lines.append(note)
         self.query_one("#gate-detail", Static).update(

@@ -403,8 +403,9 @@ def test_demo_in_tmux_walks_to_the_report():
             if "T00-T17 verdicts" in shown:
                 break
             if "Maintenance window:" in shown:  # type the node name into the box, confirm
-                # The name box has the focus: a person types the name and presses Enter.
-                act("Maintenance window:", ["-l", "gpu-b300-01"], ["Enter"], settle=1.5)
+                # The name box has the focus: a person types the name and presses Enter
+                # (after ctrl+u: a second try starts from an empty box).
+                act("Maintenance window:", ["C-u"], ["-l", "gpu-b300-01"], ["Enter"], settle=1.5)
             elif "Review:" in shown:  # a change to approve: read it, then apply
                 act("Review:", ["a"])
             elif "Your turn:" in shown:  # a manual step: done, verify it

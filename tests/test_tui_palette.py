@@ -180,3 +180,34 @@ async def test_slash_filters_the_findings_by_node_gate_or_severity_and_escape_cl
         await pilot.press("escape")
         await pilot.pause(0.1)
         assert not box.display and len(rows(main)) == 5
+
+
+async def test_a_retried_steps_result_replaces_the_one_before_and_the_report_says_waived():
+    """After a waiver the report showed T00 fail and the failure twice (a new user's review):
+    the failed result stood beside the waived one."""
+    from screens.report import ReportScreen
+
+    app = IdleApp()
+    async with app.run_test(size=(120, 40)) as pilot:
+        main = await show(app, pilot, "main")
+        failed = Finding("T00.gpu-count", "T00", Severity.FAIL, "7 GPUs, expected 8")
+        other = Finding("T00.os", "T00", Severity.PASS, "RHEL 10.2")
+        main.deliver(StepFinished("preflight.gpus", "gpu-1", StepState.FAILED, "", (failed, other)))
+        main.deliver(StepFinished("preflight.host", "gpu-2", StepState.DONE, "", (other,)))
+        waived = Finding("T00.gpu-count", "T00", Severity.FAIL, "7 GPUs, expected 8",
+                         waived="lab node, one GPU out for repair")  # fmt: skip
+        main.deliver(StepFinished("preflight.gpus", "gpu-1", StepState.DONE, "", (waived, other)))
+        await pilot.pause(0.2)
+        assert [(s, t, f.check, bool(f.waived)) for s, t, f in main.findings] == [
+            ("preflight.host", "gpu-2", "T00.os", False),
+            ("preflight.gpus", "gpu-1", "T00.gpu-count", True),
+            ("preflight.gpus", "gpu-1", "T00.os", False),
+        ]
+        assert len(rows(main)) == 3
+        report = ReportScreen(list(main.findings), None)
+        await app.push_screen(report)
+        await wait_for(pilot, lambda: report.is_mounted, 5)
+        await pilot.pause(0.1)
+        assert str(report.query_one("#gates").get_cell("T00", "verdict")) == "warn"
+        detail = str(report.query_one("#gate-detail").content)
+        assert "[waived] gpu-1: T00.gpu-count" in detail and "[fail]" not in detail
