@@ -266,3 +266,36 @@ def test_bad_input_is_exit_2_with_a_clear_message(tmp_path, capsys, monkeypatch,
     assert "Traceback" not in out + err and "internal error" not in out + err, out + err
     assert code == 2, (code, out[-2000:], err[-2000:])
     assert says.lower() in (out + err).lower(), (out[-2000:], err[-2000:])
+
+
+def test_a_closed_stdout_is_not_a_failed_step(tmp_path):
+    """`run ... --headless | head -4` recorded "internal error" on the step being printed
+    (BrokenPipeError in the front end); the reader leaving is not the step failing."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO, served_lab
+    from wizard.checkpoint import read_state, site_state_dir
+    from wizard.site import load_site
+
+    site = tmp_path / "site.yaml"
+    state = tmp_path / "state"
+    with served_lab(site):
+        run = subprocess.Popen(
+            [sys.executable, "-m", "wizard.cli", "run", str(site), "--headless", "--yes",
+             "--phase", "preflight", "--state-dir", str(state)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO,
+        )  # fmt: skip
+        assert run.stdout is not None
+        run.stdout.readline()
+        run.stdout.close()  # the reader is gone, as `| head -1` leaves
+        _, err = run.communicate(timeout=120)
+    assert b"Traceback" not in err
+    recorded = read_state(site_state_dir(state, load_site(site)))["steps"]
+    errors = [
+        (step, target)
+        for step, targets in recorded.items()
+        for target, record in targets.items()
+        if record.get("message") == "internal error"
+    ]
+    assert errors == []

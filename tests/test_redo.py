@@ -97,6 +97,8 @@ def test_redo_names_what_is_wrong_with_its_argument(setup):
     with pytest.raises(UsageError, match="runs on gpu-1, gpu-2, not on 'gpu-9'"):
         parse_redo("qos.apply@gpu-9", plan, site)
     assert parse_redo("qos.apply", plan, site) == Redo("qos.apply", None)
+    with pytest.raises(UsageError, match="a node after the @"):
+        parse_redo("qos.apply@", plan, site)  # was every node
 
 
 def test_the_cli_redo_says_what_it_forgot_and_refuses_bad_input(tmp_path, site_file):

@@ -34,6 +34,7 @@ import contextlib
 import fcntl
 import json
 import os
+import pwd
 import socket
 import tempfile
 import time
@@ -550,7 +551,12 @@ def who_am_i() -> str:
     try:
         user = os.getlogin()
     except OSError:
-        user = os.environ.get("USER", str(os.getuid()))
+        # No controlling terminal (a container, a service): the password database names
+        # the uid ("root", not "0"); a uid without an entry is the number.
+        try:
+            user = pwd.getpwuid(os.getuid()).pw_name
+        except KeyError:
+            user = os.environ.get("USER") or str(os.getuid())
     return f"{user}@{socket.gethostname()}"
 
 

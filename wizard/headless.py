@@ -7,6 +7,8 @@ Without them the run stops at the first decision and says which flag it needed.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 from typing import TextIO
 
@@ -51,10 +53,23 @@ class HeadlessFrontEnd:
         self.verbose = verbose
         self.wants_output_lines = verbose  # lines are printed only with --verbose
         self.out = out or sys.stdout
+        self.out_closed = False
         self.events: list[Event] = []
 
     def _print(self, text: str) -> None:
-        print(text, file=self.out, flush=True)
+        """Print a line; once the reader is gone (``run ... | head``) print nothing more.
+        A closed pipe is the reader's choice, not a failure of the step being told about
+        (it was recorded as the step's internal error)."""
+        if self.out_closed:
+            return
+        try:
+            print(text, file=self.out, flush=True)
+        except BrokenPipeError:
+            self.out_closed = True
+            with contextlib.suppress(OSError, ValueError):
+                # Python flushes stdout again at exit: point it at nothing, quietly.
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, self.out.fileno())
 
     def emit(self, event: Event) -> None:
         self.events.append(event)

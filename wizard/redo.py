@@ -27,7 +27,9 @@ class Redo:
 
 def parse_redo(text: str, plan: Plan, site: Site) -> Redo:
     """``STEP`` or ``STEP@NODE``, checked against the plan and the site."""
-    step_id, _, target = text.partition("@")
+    step_id, at, target = text.partition("@")
+    if at and not target:
+        raise UsageError(f"--redo {text!r}: a node after the @ (or no @ for every node)")
     try:
         step = plan.step(step_id)
     except KeyError:
