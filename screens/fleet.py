@@ -19,6 +19,7 @@ from screens.main import GLYPHS, SEVERITY_STYLE, MainScreen, phase_glyph
 from wizard.model import Severity, StepState
 
 REFRESH_S = 0.5
+SKIPPED_MARK = GLYPHS[StepState.SKIPPED]
 _PROBLEM_GLYPHS = (GLYPHS[StepState.FAILED], GLYPHS[StepState.BLOCKED])
 
 
@@ -73,6 +74,10 @@ class FleetScreen(Screen[None]):
         for (step, target), state in states.items():
             if state in (StepState.FAILED, StepState.BLOCKED):
                 problems.setdefault(target, f"{step}: {state.value}")
+        # A skipped step is not a made one: it needs attention too (after any failure).
+        for (step, target), state in states.items():
+            if state is StepState.SKIPPED:
+                problems.setdefault(target, f"{SKIPPED_MARK} {step} skipped")
         node_steps = {p.id: [s.id for s in p.steps if s.scope.value == "node"] for p in self.phases}
         rows = {}
         for node in self.main.node_names:
@@ -115,17 +120,28 @@ class FleetScreen(Screen[None]):
         return ["node", *(p.id for p in self.phases), "problem"]
 
     def _summarise(self, rows: dict[str, dict[str, str]]) -> None:
-        finished = (GLYPHS[StepState.DONE], GLYPHS[StepState.SKIPPED])
-        failed = sum(_has_problem(r) for r in rows.values())
+        failed = sum(_has_failure(r) for r in rows.values())
+        skipped = sum(
+            1
+            for r in rows.values()
+            if not _has_failure(r)
+            and (
+                r["problem"].startswith(SKIPPED_MARK)
+                or any(r[p.id] == GLYPHS[StepState.SKIPPED] for p in self.phases)
+            )
+        )
         running = sum(
             1
             for r in rows.values()
             if not _has_problem(r) and GLYPHS[StepState.RUNNING] in r.values()
         )
-        done = sum(1 for r in rows.values() if all(r[p.id] in finished for p in self.phases))
+        done = sum(
+            1 for r in rows.values() if all(r[p.id] == GLYPHS[StepState.DONE] for p in self.phases)
+        )
         shown = " (problems only: p shows all)" if self.problems_only else ""
         self.query_one("#fleet-summary", Label).update(
             f"{len(rows)} nodes: {done} {GLYPHS[StepState.DONE]} all phases done, "
+            f"{skipped} {GLYPHS[StepState.SKIPPED]} with a skipped step, "
             f"{running} {GLYPHS[StepState.RUNNING]} running, "
             f"{failed} {GLYPHS[StepState.FAILED]} with a problem{shown}"
         )
@@ -155,6 +171,14 @@ class FleetScreen(Screen[None]):
         if len(lines) == 1:
             lines.append(Content("no warnings or failures so far"))
         self.query_one("#node-detail", Static).update(Content("\n").join(lines))
+
+
+def _has_failure(row: dict[str, str]) -> bool:
+    """A failed or blocked step, or a failing check (a skip is counted apart)."""
+    problem = row["problem"]
+    return (bool(problem) and not problem.startswith(SKIPPED_MARK)) or any(
+        v in _PROBLEM_GLYPHS for v in row.values()
+    )
 
 
 def _has_problem(row: dict[str, str]) -> bool:

@@ -34,9 +34,14 @@ def site_summary(site: Site) -> str:
 def checkpoint_summary(status: Status) -> str:
     if not status.exists:
         return "No checkpoint yet: the run starts at phase 1."
-    done = sum(1 for s in status.steps if s.state in (StepState.DONE, StepState.SKIPPED))
+    done = sum(1 for s in status.steps if s.state is StepState.DONE)
+    skipped = [s for s in status.steps if s.state is StepState.SKIPPED]
     failed = [s for s in status.steps if s.state in (StepState.FAILED, StepState.BLOCKED)]
-    lines = [f"Checkpoint from {status.updated}: {done} of {len(status.steps)} step runs done."]
+    lines = [
+        f"Checkpoint from {status.updated}: {done} of {len(status.steps)} step runs done"
+        + (f", {len(skipped)} skipped (kept on resume; `run --redo STEP@NODE`)" if skipped else "")
+        + "."
+    ]
     if status.interrupted:
         lines.append(
             "Interrupted (verified first on resume): "

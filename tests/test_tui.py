@@ -374,7 +374,11 @@ def test_demo_in_tmux_walks_to_the_report():
             time.sleep(0.3)
         raise AssertionError(f"never saw {text!r}; screen:\n{screen()}")
 
-    env = {**os.environ, "TERM": "xterm-256color"}
+    # An xdist worker has COLUMNS=80 and LINES=24 in its environment; the demo would read
+    # them (shutil.get_terminal_size prefers them to the pane) and lay out 80x24 in a
+    # 140x45 pane: the report's rows past T05 were never on the screen.
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    env["TERM"] = "xterm-256color"
     subprocess.run([tmux, "new-session", "-d", "-s", session, "-x", "140", "-y", "45", command],
                    check=True, cwd=REPO, env=env)  # fmt: skip
     try:

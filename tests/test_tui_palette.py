@@ -211,3 +211,39 @@ async def test_a_retried_steps_result_replaces_the_one_before_and_the_report_say
         assert str(report.query_one("#gates").get_cell("T00", "verdict")) == "warn"
         detail = str(report.query_one("#gate-detail").content)
         assert "[waived] gpu-1: T00.gpu-count" in detail and "[fail]" not in detail
+
+
+async def test_a_node_with_a_skipped_step_is_not_all_done_in_the_fleet_view():
+    """The nodes view said "1 ✔ all phases done" with phases 11, 12 and 16 skipped, and p
+    (problems only) hid the node (a new user's review)."""
+    from screens.fleet import FleetScreen
+
+    app = IdleApp()
+    async with app.run_test(size=(120, 40)) as pilot:
+        main = await show(app, pilot, "main")
+        main.deliver(StepFinished("preflight.host", "gpu-1", StepState.DONE, "", ()))
+        main.deliver(StepFinished("qos.apply", "gpu-1", StepState.SKIPPED, "window not confirmed"))
+        await pilot.pause(0.1)
+        fleet = FleetScreen(main)
+        await app.push_screen(fleet)
+        await wait_for(pilot, lambda: fleet.is_mounted, 5)
+        summary = str(fleet.query_one("#fleet-summary").content)
+        assert "0 ✔ all phases done" in summary and "1 ↷ with a skipped step" in summary
+        assert "0 ✖ with a problem" in summary
+        table = fleet.query_one("#fleet")
+        assert "qos.apply skipped" in str(table.get_cell("gpu-1", "problem"))
+        await pilot.press("p")
+        await pilot.pause(0.1)
+        assert table.row_count == 1  # problems only keeps it
+
+
+def test_the_start_screen_counts_skips_apart_from_done():
+    from pathlib import Path
+
+    from screens.start import checkpoint_summary
+    from wizard.status import Status, StepStatus
+
+    steps = [StepStatus("preflight.host", "Host", "preflight", "gpu-1", StepState.DONE),
+             StepStatus("qos.apply", "QoS", "qos", "gpu-1", StepState.SKIPPED)]  # fmt: skip
+    text = checkpoint_summary(Status(Path("/x"), True, updated="now", steps=steps))
+    assert "1 of 2 step runs done, 1 skipped" in text
