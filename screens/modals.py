@@ -168,6 +168,12 @@ class ReviewScreen(AnswerScreen):
             return  # no other node to cover: only Apply or Skip mean something here
         super().action_answer(answer)
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """No "Apply + alike" in the footer when no other node could share the change."""
+        if action == "answer" and parameters == ("proceed-same",):
+            return bool(self.decision.other_nodes)
+        return True
+
 
 class RollbackScreen(AnswerScreen):
     """A change failed to verify: which checks failed, with their evidence, and the

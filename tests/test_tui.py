@@ -260,6 +260,7 @@ async def test_review_of_the_last_node_has_no_same_change_choice():
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         assert not app.screen.query("#proceed_same")
+        assert "A" not in app.active_bindings  # nor in the footer (it did nothing there)
         await pilot.press("A")  # nothing later to cover: ignored
         await pilot.pause()
         assert isinstance(app.screen, ReviewScreen)
