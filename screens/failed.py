@@ -10,7 +10,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Button, Footer, Input, Label, Static
 
-from screens.modals import DIALOG_BINDINGS, AnswerScreen, findings_text
+from screens.modals import DIALOG_BINDINGS, AnswerScreen, failing_checks, findings_text
 from wizard.events import Answer, Reply
 
 
@@ -40,13 +40,7 @@ class FailedStepScreen(AnswerScreen):
             yield Label(f"{d.title} ({d.target})", classes="dialog-title danger")
             yield Static(d.summary, classes="summary", markup=False)
             with VerticalScroll(id="diffs"):
-                yield Label(f"Failing checks ({len(d.findings)})", classes="diff-title")
-                yield Static(
-                    findings_text(d.findings) or "(no failing check recorded)",
-                    id="failing",
-                    classes="failing",
-                    markup=False,
-                )
+                yield from failing_checks(d.findings, "(no failing check recorded)")
             if d.waivable:
                 yield Label("To waive: type the reason and Enter (recorded with your name "
                             "and the time); ctrl+r retries, Esc leaves it failed")  # fmt: skip

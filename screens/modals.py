@@ -77,6 +77,15 @@ def findings_text(findings: tuple[Finding, ...]) -> str:
     return "\n".join(lines)
 
 
+def failing_checks(findings: tuple[Finding, ...], none: str) -> tuple[Label, Static]:
+    """A dialog's "Failing checks (N)" with their evidence (``none`` when there are none)."""
+    title = f"Failing checks ({len(findings)})" if findings else "Failing checks"
+    return (
+        Label(title, classes="diff-title"),
+        Static(findings_text(findings) or none, id="failing", classes="failing", markup=False),
+    )
+
+
 class DiffTheme(HighlightTheme):
     """Textual's default highlight theme leaves diff lines uncoloured; colour them."""
 
@@ -195,16 +204,7 @@ class RollbackScreen(AnswerScreen):
             yield Label(f"Roll back? {d.title}", classes="dialog-title danger")
             yield Static(d.summary, classes="summary", markup=False)
             with VerticalScroll(id="diffs"):
-                yield Label(
-                    f"Failing checks ({len(d.findings)})" if d.findings else "Failing checks",
-                    classes="diff-title",
-                )
-                yield Static(
-                    findings_text(d.findings) or "(no check failed: the change broke off)",
-                    id="failing",
-                    classes="failing",
-                    markup=False,
-                )
+                yield from failing_checks(d.findings, "(no check failed: the change broke off)")
                 yield Label("Rollback plan (from the state captured before the change)",
                             classes="diff-title")  # fmt: skip
                 yield Static(d.rollback or "(none recorded)", classes="rollback", markup=False)
