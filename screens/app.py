@@ -475,11 +475,10 @@ def _freeze_startup_objects() -> None:
 
 
 def _measurements(session: Session, plan: Any) -> list[dict[str, Any]]:
-    from wizard.checkpoint import read_state
-    from wizard.report import build_report
+    from wizard.report import checkpoint_report
 
-    state = read_state(site_state_dir(session.state_dir, session.site))
-    return build_report(state, session.site, plan)["measurements"]
+    report = checkpoint_report(session.state_dir, session.site, plan)
+    return report["measurements"] if report else []
 
 
 def _journal_failure(checkpoint: Checkpoint, failure: Failure) -> None:

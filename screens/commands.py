@@ -94,9 +94,8 @@ async def export_artifacts(app: WizardApp, here: Path | None = None) -> Path | N
 
 async def write_report_files(app: WizardApp, here: Path | None = None) -> Path | None:
     """What `gpu-node-wizard report SITE --out DIR` writes, from the checkpoint."""
-    from wizard.checkpoint import read_state, site_state_dir
     from wizard.redact import Redactor
-    from wizard.report import build_report, write_report
+    from wizard.report import checkpoint_report, write_report
 
     session = app.session
     if session is None:
@@ -104,11 +103,10 @@ async def write_report_files(app: WizardApp, here: Path | None = None) -> Path |
     site = session.site
 
     def write() -> Path | None:
-        state = read_state(site_state_dir(session.state_dir, site))
-        if state is None:
+        report = checkpoint_report(session.state_dir, site, app.plan)
+        if report is None:
             return None
         out = new_folder("report", site.name, here)
-        report = build_report(state, site, app.plan)
         write_report(report, out, redactor=Redactor(site.secret_values()))
         return out
 

@@ -328,19 +328,18 @@ def _state_dir(args: argparse.Namespace) -> Path:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from steps import build_plan
-    from wizard.checkpoint import read_state, site_state_dir
     from wizard.redact import Redactor
-    from wizard.report import build_report, write_report
+    from wizard.report import checkpoint_report, write_report
     from wizard.site import load_site
 
     site = load_site(args.site)
-    state = read_state(site_state_dir(_state_dir(args), site))
-    if state is None:
+    report = checkpoint_report(_state_dir(args), site, build_plan())
+    if report is None:
         raise UsageError(
             f"no checkpoint for site {site.name} yet: run `gpu-node-wizard check` or `run` first"
         )
     paths = write_report(
-        build_report(state, site, build_plan()),
+        report,
         args.out,
         compare=args.compare,
         redactor=Redactor(site.secret_values()),

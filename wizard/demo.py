@@ -40,11 +40,11 @@ async def run_demo_headless(
             state = state_dir or directory / "state"
             outcome = await run_engine(site, build_plan(), state, frontend)
             if report_dir is not None:
-                from wizard.checkpoint import read_state, site_state_dir
                 from wizard.redact import Redactor
-                from wizard.report import build_report, write_report
+                from wizard.report import build_report, checkpoint_report, write_report
 
-                data = build_report(read_state(site_state_dir(state, site)), site, build_plan())
+                plan = build_plan()
+                data = checkpoint_report(state, site, plan) or build_report(None, site, plan)
                 redactor = Redactor(site.secret_values())
                 for path in write_report(data, report_dir, redactor=redactor):
                     print(f"wrote {path}")

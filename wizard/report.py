@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from wizard.checkpoint import read_state, site_state_dir
 from wizard.errors import UsageError
 from wizard.fleet import group_targets, targets_text
 from wizard.model import GATES, SKIPPED_CHECK, Finding, Severity, is_skipped_step, verdict
@@ -36,6 +37,12 @@ KEY_NUMBERS = {
     "T15": re.compile(r"^vllm"),
     "T16": re.compile(r"^soak\."),
 }
+
+
+def checkpoint_report(state_dir: Path, site: Site, plan: Plan) -> dict[str, Any] | None:
+    """The report of the site's checkpoint in ``state_dir``; None when it has none yet."""
+    state = read_state(site_state_dir(state_dir, site))
+    return None if state is None else build_report(state, site, plan)
 
 
 def build_report(state: dict[str, Any] | None, site: Site, plan: Plan) -> dict[str, Any]:
