@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wizard.facts import parser
-from wizard.facts.base import Fact, ParseError, clean, to_float, to_int
+from wizard.facts.base import Fact, ParseError, clean, strip_line_tags, to_float, to_int
 
 _VERSION = re.compile(r"NCCL version (?P<version>\d+\.\d+\.\d+)(?:\+cuda(?P<cuda>[\d.]+))?")
 _NET_IB = re.compile(r"NET/IB : Using\s+(?P<devices>.*?)(?:;\s*OOB\s+(?P<oob>\S+))?\s*$")
@@ -283,7 +283,8 @@ def _cell(key: str, token: str) -> Any:
 
 @parser("nccl-tests", "all_reduce_perf (nccl-tests)")
 def parse_nccl_tests(text: str) -> NcclTests:
-    text = clean(text, "nccl-tests")
+    # mpirun --tag-output, SkyPilot and kubectl prefixes are not part of the table.
+    text = strip_line_tags(clean(text, "nccl-tests"))
     keys: tuple[str, ...] | None = None
     seen_header = False
     rows: list[dict[str, Any]] = []
