@@ -7,6 +7,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+# typing_extensions (a pydantic dependency): pydantic reads typing.TypedDict only on 3.12+.
+from typing_extensions import TypedDict
+
 from wizard.facts import parser
 from wizard.facts.base import Fact, ParseError, clean, strip_line_tags, to_float, to_int
 
@@ -48,6 +51,18 @@ _PREFIXLESS = re.compile(
 )
 
 
+# An interface and its address as NCCL prints them ("eth0:10.0.0.1<0>"): the key is "if".
+Endpoint = TypedDict("Endpoint", {"if": str, "ip": str})
+
+
+class GdrDisabled(TypedDict):
+    """``GPU Direct RDMA Disabled for HCA 0 'mlx5_0' (no module)``."""
+
+    hca: str
+    index: int
+    reason: str | None
+
+
 @dataclass
 class NetDevice(Fact):
     index: int
@@ -74,11 +89,11 @@ class NcclChannel(Fact):
 class NcclLog(Fact):
     version: str | None
     net_devices: list[NetDevice]
-    oob: dict[str, str] | None
+    oob: Endpoint | None
     socket_only: bool
     env: dict[str, str]
     dmabuf_gpus: list[int]
-    gdr_disabled: list[dict[str, Any]]
+    gdr_disabled: list[GdrDisabled]
     channels: list[NcclChannel]
     verdict: str
     cuda: str | None = None
@@ -86,7 +101,7 @@ class NcclLog(Fact):
     warnings: list[str] = field(default_factory=list)
     # NCCL said "No transport found for rank ..." (src/transport.cc): the job cannot run.
     no_transport: bool = False
-    bootstrap: dict[str, str] | None = None
+    bootstrap: Endpoint | None = None
 
 
 def _channel(match: re.Match[str]) -> NcclChannel:
@@ -192,7 +207,7 @@ def parse_nccl_log(text: str) -> NcclLog:
         for line in _lines_with(text, "DMA-BUF is available")
         if (m := _DMABUF.search(line))
     }
-    disabled: dict[str, dict[str, Any]] = {}
+    disabled: dict[str, GdrDisabled] = {}
     for line in _lines_with(text, "Disabled for HCA"):
         if m := _GDR_DISABLED.search(line):
             disabled.setdefault(
@@ -265,9 +280,28 @@ def _guess_layout(tokens: list[str]) -> tuple[str, ...]:
     return _ROW_KEYS_NO_REDOP if tokens[3].lstrip("-").isdigit() else _ROW_KEYS_NO_ROOT
 
 
+class NcclTestsRow(TypedDict):
+    """One row of the result table; ``redop`` and ``root`` are null where the table has no
+    such column (older nccl-tests, tests without a reduction)."""
+
+    size: int | None
+    count: int | None
+    type: str
+    redop: str | None
+    root: int | None
+    oop_time_us: float | None
+    oop_algbw: float | None
+    oop_busbw: float | None
+    oop_wrong: int | None
+    ip_time_us: float | None
+    ip_algbw: float | None
+    ip_busbw: float | None
+    ip_wrong: int | None
+
+
 @dataclass
 class NcclTests(Fact):
-    rows: list[dict[str, Any]]
+    rows: list[NcclTestsRow]
     avg_busbw: float | None
     out_of_bounds: int | None
     test: str | None = None
@@ -287,7 +321,7 @@ def parse_nccl_tests(text: str) -> NcclTests:
     text = strip_line_tags(clean(text, "nccl-tests"))
     keys: tuple[str, ...] | None = None
     seen_header = False
-    rows: list[dict[str, Any]] = []
+    rows: list[NcclTestsRow] = []
     avg = None
     oob = None
     test = None

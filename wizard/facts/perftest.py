@@ -6,6 +6,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+# typing_extensions (a pydantic dependency): pydantic reads typing.TypedDict only on 3.12+.
+from typing_extensions import TypedDict
+
 from wizard.facts import parser
 from wizard.facts.base import Fact, ParseError, clean, to_int
 
@@ -53,6 +56,25 @@ _LAT_COLUMNS = {
 }
 
 
+class PerftestRow(TypedDict, total=False):
+    """A result row: the bandwidth keys or the latency keys, those the header announced
+    (null where a row has fewer numbers than the header has columns)."""
+
+    bytes: int | None
+    iterations: int | None
+    bw_peak: float | int | None
+    bw_average: float | int | None
+    msg_rate_mpps: float | int | None
+    cpu_util_percent: float | int | None
+    t_min_us: float | int | None
+    t_max_us: float | int | None
+    t_typical_us: float | int | None
+    t_avg_us: float | int | None
+    t_stdev_us: float | int | None
+    p99_us: float | int | None
+    p99_9_us: float | int | None
+
+
 @dataclass
 class Perftest(Fact):
     test: str | None
@@ -65,7 +87,7 @@ class Perftest(Fact):
     rdma_cm: bool | None
     tos: int | None
     units: str | None
-    results: list[dict[str, Any]]
+    results: list[PerftestRow]
     error: str | None
     warnings: list[str] = field(default_factory=list)
     kind: str | None = None  # "bw" or "lat"
@@ -121,7 +143,7 @@ def parse_perftest(text: str) -> Perftest:
     kind = None
     columns: list[str] = []
     units = None
-    results: list[dict[str, Any]] = []
+    results: list[PerftestRow] = []
     errors: list[str] = []
     warnings: list[str] = []
     for raw in text.splitlines():
