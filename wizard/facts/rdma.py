@@ -10,11 +10,15 @@ from typing import Any
 from wizard.facts import parser
 from wizard.facts.base import Fact, ParseError, clean, to_int
 
+# `rdma -j` prints one array of objects ("[{...},...]" or "[]"); a pasted shell prompt
+# ("[user@host ~]$ rdma dev") also starts with "[" but is text.
+_JSON_ARRAY_START = re.compile(r"\s*\[\s*[{\]]")
+
 
 def _json_array(text: str, kind: str) -> list[dict[str, Any]] | None:
     """The parsed JSON array when ``text`` is `rdma -j` output, else None."""
     stripped = text.strip()
-    if not stripped.startswith("["):
+    if not _JSON_ARRAY_START.match(stripped):
         return None
     try:
         data = json.loads(stripped)
