@@ -96,11 +96,14 @@ DIFFERENCES: dict[str, str] = {
     "ethtool-priv-flags": "a kind FACTS.md does not name: the E810 checks read the ice "
     "driver's private flags (e.g. `fw-lldp-agent`) by name.",
     "ip-addr": "a kind FACTS.md does not name: which interface owns an address, its "
-    "bond master and state, read from `ip -j addr` (JSON, so no layout to guess).",
+    "bond master and state, read from `ip -j addr` (JSON, so no layout to guess); the empty "
+    "objects older `ip --json --brief` prints for filtered-out interfaces are skipped.",
     "packages": "a kind FACTS.md does not name: installed and missing packages from "
     "`rpm -q` or `dpkg-query -W`.",
     "rdma-hw-counters": "a kind FACTS.md does not name: the RDMA device's hardware "
-    "counters (irdma's cnpSent, RxECNMrkd ...) as `grep -H . .../hw_counters/*` prints them.",
+    "counters (irdma's cnpSent, RxECNMrkd ...) as `grep -H . .../hw_counters/*` prints them "
+    "(also through /sys/devices/... and the port's PMA counters/ files); a file whose value is "
+    "not a number (`N/A (no PMA)`) is listed in `unreadable`, never given a number.",
 }
 
 HEADER = """\

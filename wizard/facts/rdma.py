@@ -355,12 +355,17 @@ def parse_show_gids(text: str) -> ShowGids:
 # `grep -H . /sys/class/infiniband/DEV/ports/N/hw_counters/NAME ...`: one "path:value" line
 # per counter file (grep -H names the file). ib_core exposes the driver's hw stats there;
 # irdma's names include cnpSent, cnpHandled, cnpIgnored and RxECNMrkd (the congestion
-# notification and ECN counters of DCQCN), ip4InDiscards.
+# notification and ECN counters of DCQCN), ip4InDiscards. The same files are reached
+# through the device's own sysfs path (/sys/devices/pci.../infiniband/DEV/...), and the
+# port's PMA counters (ports/N/counters/) print the same way; a file whose value is not a
+# number ("N/A (no PMA)" on Intel's iWARP devices, prometheus/node_exporter#966) is named in
+# ``unreadable``, never given a number.
 _HW_COUNTER = re.compile(
-    r"^/sys/class/infiniband/(?P<device>[^/\s]+)/ports/(?P<port>\d+)/hw_counters/"
-    r"(?P<name>[A-Za-z0-9_]+):(?P<value>\d{1,20})\s*$",
+    r"^(?:/sys/class|/sys/devices/\S{1,400}?)/infiniband/(?P<device>[^/\s]+)/ports/"
+    r"(?P<port>\d{1,5})/(?:hw_)?counters/(?P<name>[A-Za-z0-9_]+):(?P<value>[^\n]{0,200})$",
     re.MULTILINE,
 )
+_COUNTER_VALUE = re.compile(r"\s*(\d{1,20})\s*")
 
 
 @dataclass
@@ -368,19 +373,25 @@ class RdmaHwCounters(Fact):
     device: str | None
     port: int | None
     counters: dict[str, int]
+    # Counter files that printed something other than a number (e.g. "N/A (no PMA)").
+    unreadable: list[str] = field(default_factory=list)
 
 
 @parser("rdma-hw-counters", "grep -H . /sys/class/infiniband/DEV/ports/N/hw_counters/*")
 def parse_rdma_hw_counters(text: str) -> RdmaHwCounters:
     text = clean(text, "rdma-hw-counters")
     counters: dict[str, int] = {}
+    unreadable: list[str] = []
     device = port = None
     for match in _HW_COUNTER.finditer(text):
         device = device or match["device"]
         port = port or int(match["port"])
-        counters[match["name"]] = int(match["value"])
-    if not counters:
+        if value := _COUNTER_VALUE.fullmatch(match["value"]):
+            counters[match["name"]] = int(value[1])
+        elif match["name"] not in unreadable:
+            unreadable.append(match["name"])
+    if not counters and not unreadable:
         raise ParseError(
             "rdma-hw-counters", "no /sys/class/infiniband/DEV/ports/N/hw_counters/NAME:VALUE lines"
         )
-    return RdmaHwCounters(device, port, counters)
+    return RdmaHwCounters(device, port, counters, unreadable)
