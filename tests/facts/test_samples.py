@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import fixture_files, run_cli
 from tests.facts.samples_check import SAMPLES, compare, samples
 from wizard.facts import KINDS, ParseError, parse
 
@@ -63,3 +63,27 @@ def test_line_prefixes_are_stripped_by_rule_with_crlf_too(kind, name):
     body = [line for line in sample.text_path.read_text().splitlines() if not line.startswith("# ")]
     tagged = "\r\n".join(PREFIXES[name] + line for line in body)
     assert parse(kind, tagged).to_json() == plain
+
+
+# Kinds with fewer than three real outputs found (tests/facts/samples plus
+# ../shared/fixtures), and why; their parsers stay strict (only the documented form).
+SCARCE = {
+    "rdma-hw-counters": "no real `grep -H` of an irdma device's hw_counters was found in public "
+    "issues, docs or code; the two real outputs are an i40iw device's PMA counters "
+    "(node_exporter#966) and a ConnectX-7 port's sysfs files quoted in a test",
+}
+
+
+def real_outputs(kind: str) -> int:
+    shared = [path for other, path in fixture_files() if other == kind]
+    return len([s for s in SAMPLES_FOUND if s.kind == kind]) + len(shared)
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_every_kind_has_three_real_outputs_or_says_why_not(kind):
+    found = real_outputs(kind)
+    if kind in SCARCE:
+        assert found < 3, f"{kind} has {found} real outputs now: drop it from SCARCE"
+        assert found >= 1 or "no real output" in SCARCE[kind]
+    else:
+        assert found >= 3, f"{kind}: {found} real outputs (samples and ../shared/fixtures)"

@@ -91,6 +91,10 @@ DIFFERENCES: dict[str, str] = {
     "utilisation come from its own second table line only: `N/A` (MIG on) is null, never "
     "a number from the MIG devices table.",
     "os-release": "adds `version` and `fields` (every KEY=value line, unquoted).",
+    "nvidia-smi-topo": "the same keys, read by two rules FACTS.md does not state: cells are "
+    "split on the tabs nvidia-smi prints, so an empty CPU Affinity cell is null and the NUMA "
+    "node is not read as a CPU list; and a cell nvidia-smi printed without its separating tab "
+    "(`PXBNODE`, `SYSSYS`, ` X NODE` on 8x B200 with 16 NICs) is the two links it holds.",
     "perftest": "adds `kind` (`bw` or `lat`: which table the run printed); bandwidth rows "
     "may carry `cpu_util_percent` (perftest's --cpu_util column).",
     "ethtool-priv-flags": "a kind FACTS.md does not name: the E810 checks read the ice "

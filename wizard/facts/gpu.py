@@ -179,6 +179,46 @@ class NvidiaSmiTopo(Fact):
         return self.matrix.get(gpu, {}).get(label)
 
 
+# Every link name nvidia-smi topo prints (its Legend), longest first for the split below.
+_LINK_NAME = re.compile(r"NV\d{1,3}|PIX|PXB|PHB|NODE|SYS|X")
+
+
+def _link_cells(cell: str) -> list[str]:
+    """One printed cell as the link cells it holds. nvidia-smi itself (B200 with 16 NICs,
+    NVIDIA/nccl B200 report) sometimes drops the tab between two cells: "PXBNODE",
+    "SYSSYS", " X NODE" are two links; anything that is not made only of link names is
+    one cell as printed."""
+    words = cell.split()
+    cells: list[str] = []
+    for word in words:
+        parts = _LINK_NAME.findall(word)
+        cells.extend(parts if parts and "".join(parts) == word else [word])
+    return cells
+
+
+def _row_cells(line: str, width: int) -> tuple[list[str], list[str]]:
+    """(the row's ``width`` link cells, the cells after them). nvidia-smi separates cells
+    with tabs and leaves a cell empty when it has nothing to say (no CPU affinity for a
+    GPU on another socket's NUMA node): with tabs the empty cells keep their place, so a
+    NUMA node is never read as a CPU list. Text whose tabs were turned into spaces is
+    split on spaces (an empty cell cannot be seen there)."""
+    if "\t" not in line:
+        words = line.split()[1:]
+        links: list[str] = []
+        index = 0
+        while index < len(words) and len(links) < width:
+            links.extend(_link_cells(words[index]))
+            index += 1
+        return links, words[index:]
+    links, rest = [], []
+    for cell in line.split("\t")[1:]:
+        if len(links) < width:
+            links.extend(_link_cells(cell))
+        else:
+            rest.append(cell.strip())
+    return links[:width], links[width:] + rest
+
+
 @parser("nvidia-smi-topo", "nvidia-smi topo -m")
 def parse_nvidia_smi_topo(text: str) -> NvidiaSmiTopo:
     text = clean(text, "nvidia-smi-topo")
@@ -206,16 +246,17 @@ def parse_nvidia_smi_topo(text: str) -> NvidiaSmiTopo:
             if matrix and not line.strip():
                 break
             continue
-        label, links = words[0], words[1 : 1 + len(devices)]
+        label = words[0]
+        links, extra = _row_cells(line, len(devices))
         if len(links) < len(devices):
             raise ParseError(
                 "nvidia-smi-topo", f"row {label} has {len(links)} of {len(devices)} links"
             )
         matrix[label] = dict(zip(devices, links, strict=True))
-        extra = words[1 + len(devices) :]
-        if extra and label.startswith("GPU"):
-            cpu[label] = extra[0]
-            if len(extra) > 1:
+        if label.startswith("GPU"):
+            if extra and extra[0]:
+                cpu[label] = extra[0]
+            if len(extra) > 1 and extra[1]:
                 numa[label] = extra[1]
     legend = dict(re.findall(r"^\s*(NIC\d+):\s*(\S+)\s*$", text, re.MULTILINE))
     if not matrix:
