@@ -76,7 +76,10 @@ DIFFERENCES: dict[str, str] = {
     "dcb-app": "adds `default_prio` and `other` (the ethtype, port and pcp selectors "
     "`dcb app show` prints beside dscp-prio), so that nothing the tool printed is lost.",
     "ethtool-i": "adds `nvm_version` (Intel prints the NVM version as the first word of "
-    "`firmware-version`; the E810 checks compare it) and `supports_priv_flags`.",
+    "`firmware-version`; the E810 checks compare it) and `supports_priv_flags`. `in_tree` is "
+    "also true for a plain version from 3 up on ice and i40e, whose out-of-tree releases are "
+    "numbered below 3: that is a mainline kernel's release (`6.8.2`), which the kernel fills "
+    "in for a driver that sets no version.",
     "iommu": "adds `amd_iommu` (AMD-Vi lines: an AMD host has no DMAR lines at all).",
     "modinfo": "a kind FACTS.md does not name: the irdma/ice module checks need the file "
     "(in tree or out of tree), version, vermagic, dependencies and parameter names.",
