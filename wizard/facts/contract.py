@@ -86,7 +86,8 @@ DIFFERENCES: dict[str, str] = {
     "nccl-log": "adds `cuda` (the +cudaX.Y of the version banner), `warnings` (every "
     "distinct `NCCL WARN` message), `no_transport` (NCCL found no transport for a peer: "
     "the job cannot run) and `bootstrap` (the bootstrap interface); `gdr_disabled` "
-    "entries carry the HCA's `index` too.",
+    "entries carry the HCA's `index` too. A channel's transport keeps a network plugin's "
+    "name whole (`NET/AWS Libfabric` from `via NET/AWS Libfabric/0`).",
     "nccl-tests": "adds `test` (the `Collective test starting:` name newer nccl-tests print).",
     "nvidia-smi": "each GPU carries `bus_id` (to match a GPU row with lspci and the "
     "topology). The banner is read by label: `KMD Version` / `CUDA UMD Version` "

@@ -24,10 +24,13 @@ _DMABUF = re.compile(r"DMA-BUF is available on GPU device (?P<gpu>\d+)")
 _GDR_DISABLED = re.compile(
     r"GPU Direct RDMA Disabled for HCA (?P<index>\d+) '(?P<hca>[^']+)'(?:\s*\((?P<reason>[^)]+)\))?"
 )
-# Channel lines are found in the whole text at once, so no part may cross a line end.
+# Channel lines are found in the whole text at once, so no part may cross a line end. A
+# network plugin's name may hold spaces ("via NET/AWS Libfabric/0", aws-ofi-nccl): after
+# "NET/" the name runs to the next "/".
 _CHANNEL = re.compile(
     r"Channel (?P<channel>\d+)(?:/\d+)?[ \t]*:[ \t]*\d+\[[^\]\n]*\][ \t]*->[ \t]*\d+\[[^\]\n]*\]"
-    r"(?:[ \t]*\[(?P<direction>send|receive)\])?[ \t]+via[ \t]+(?P<via>\S+)"
+    r"(?:[ \t]*\[(?P<direction>send|receive)\])?[ \t]+via[ \t]+"
+    r"(?P<via>NET/[^/\n]{1,64}/\S*|\S+)"
 )
 # A cheap superset of channel lines ("Channel " to the end of the line): findall of this runs
 # at about 1 GB/s; the full _CHANNEL pattern then reads each distinct text once.
