@@ -10,7 +10,7 @@ from typing import Any
 from typing_extensions import TypedDict
 
 from wizard.facts import parser
-from wizard.facts.base import Fact, ParseError, clean, to_int
+from wizard.facts.base import Fact, ParseError, clean, strip_line_tags, to_int
 
 _TITLE = re.compile(r"^\s*(?P<title>[A-Za-z_ ]+?(?:BW|Latency|Lat)[A-Za-z ]*Test)\s*$")
 MAX_PAIR_LINE = 512
@@ -137,7 +137,8 @@ def _number(token: str) -> float | int | None:
 
 @parser("perftest", "ib_write_bw | ib_read_bw | ib_send_bw | ib_*_lat")
 def parse_perftest(text: str) -> Perftest:
-    text = clean(text, "perftest")
+    # kubectl logs --prefix / --timestamps or mpirun tags in front of the lines are not its own.
+    text = strip_line_tags(clean(text, "perftest"))
     values: dict[str, str] = {}
     title = None
     kind = None
