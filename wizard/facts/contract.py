@@ -93,7 +93,8 @@ DIFFERENCES: dict[str, str] = {
     "topology). The banner is read by label: `KMD Version` / `CUDA UMD Version` "
     "(driver 610 on) and the older `Driver Version` / `CUDA Version`. A GPU's memory and "
     "utilisation come from its own second table line only: `N/A` (MIG on) is null, never "
-    "a number from the MIG devices table.",
+    "a number from the MIG devices table. Windows' driver model (`WDDM`, `TCC`) stands where "
+    "Linux prints the persistence mode.",
     "os-release": "adds `version` and `fields` (every KEY=value line, unquoted).",
     "nvidia-smi-topo": "the same keys, read by two rules FACTS.md does not state: cells are "
     "split on the tabs nvidia-smi prints, so an empty CPU Affinity cell is null and the NUMA "

@@ -43,8 +43,11 @@ def parse_nvidia_smi_l(text: str) -> NvidiaSmiList:
 # A row of the table is about 90 characters; a far longer line is not one, and is not
 # searched (the row patterns backtrack on long runs of digits or spaces).
 MAX_ROW_CHARS = 512
+# The column after the name is the persistence mode on Linux (On/Off) and the driver model
+# on Windows (WDDM, TCC, MCDM: the header then reads "TCC/WDDM" or "Driver-Model").
 _GPU_ROW = re.compile(
-    r"^\|\s+(?P<index>\d+)\s+(?P<name>.+?)\s+(?P<persistence>On|Off)\s+\|\s*(?P<bus>[0-9A-Fa-f:.]+)"
+    r"^\|\s+(?P<index>\d+)\s+(?P<name>.+?)\s+(?P<persistence>On|Off|WDDM|TCC|MCDM|N/A)\s+\|"
+    r"\s*(?P<bus>[0-9A-Fa-f:.]+)"
 )
 _MEMORY_CELL = re.compile(r"^\s*(?P<used>\d{1,12})MiB\s*/\s*(?P<total>\d{1,12})MiB\s*$")
 _UTIL_CELL = re.compile(r"^\s*(?P<util>\d{1,3})\s*%")
