@@ -54,7 +54,7 @@ PREFIXES = {
 
 
 @pytest.mark.parametrize("name", sorted(PREFIXES))
-@pytest.mark.parametrize("kind", ["nvidia-smi", "nccl-tests", "perftest"])
+@pytest.mark.parametrize("kind", ["nvidia-smi", "nccl-tests", "perftest", "nvidia-smi-topo"])
 def test_line_prefixes_are_stripped_by_rule_with_crlf_too(kind, name):
     """Every line of a real sample behind each launcher's prefix, with Windows line ends:
     the same fact as the sample itself."""

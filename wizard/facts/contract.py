@@ -133,9 +133,9 @@ Rules every kind follows:
   value is never borrowed from another table of the same output.
 - Leading `# source:` / `# note:` lines are skipped (the samples' headers); CRLF line ends,
   tabs for spaces, trailing spaces and colour codes are text like any other.
-- The table parsers (`nccl-tests`, `nvidia-smi`, `perftest`) strip what launchers put in front of every
-  line: `mpirun --tag-output`'s `[1,0]<stdout>:`, SkyPilot's `(head, rank=0, pid=N) `,
-  `kubectl logs --prefix` and `--timestamps`, stacked in any order.
+- The table parsers (`nccl-tests`, `nvidia-smi`, `nvidia-smi-topo`, `perftest`) strip what
+  launchers put in front of every line: `mpirun --tag-output`'s `[1,0]<stdout>:`, SkyPilot's
+  `(head, rank=0, pid=N) `, `kubectl logs --prefix` and `--timestamps`, stacked in any order.
 - Labels that changed between releases are read under each name (see the kinds below).
 - Every parser is linear in its input and bounded (64 MB at most; tests/facts/test_fuzz.py).
 

@@ -224,7 +224,7 @@ def _row_cells(line: str, width: int) -> tuple[list[str], list[str]]:
 
 @parser("nvidia-smi-topo", "nvidia-smi topo -m")
 def parse_nvidia_smi_topo(text: str) -> NvidiaSmiTopo:
-    text = clean(text, "nvidia-smi-topo")
+    text = strip_line_tags(clean(text, "nvidia-smi-topo"))
     lines = text.splitlines()
     header_index = None
     devices: list[str] = []
