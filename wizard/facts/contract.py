@@ -96,6 +96,10 @@ DIFFERENCES: dict[str, str] = {
     "a number from the MIG devices table. Windows' driver model (`WDDM`, `TCC`) stands where "
     "Linux prints the persistence mode.",
     "os-release": "adds `version` and `fields` (every KEY=value line, unquoted).",
+    "rdma-link": "the same keys; the first rdma tool's `0/1: mlx5_0/1: state ...` lines are read "
+    "as well as today's `link mlx5_0/1 state ...`.",
+    "rdma-dev": "the same keys; `rdma -j` JSON is recognised by what it prints (`[{` or `[]`), so "
+    "a pasted prompt such as `[user@host ~]$ rdma dev` is read as text.",
     "nvidia-smi-topo": "the same keys, read by two rules FACTS.md does not state: cells are "
     "split on the tabs nvidia-smi prints, so an empty CPU Affinity cell is null and the NUMA "
     "node is not read as a CPU list; and a cell nvidia-smi printed without its separating tab "

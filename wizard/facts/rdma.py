@@ -31,7 +31,12 @@ def _json_array(text: str, kind: str) -> list[dict[str, Any]] | None:
 
 # -- rdma link
 
-_LINK = re.compile(r"^link\s+(?P<device>[^/\s]+)/(?P<port>\d+)\s+(?P<rest>.*)$")
+# "link mlx5_0/1 state ACTIVE ..." in today's iproute2; the first releases of the rdma tool
+# (2017-2018, linux-rdma mails in tests/facts/samples/rdma-link/03.txt) printed
+# "0/1: mlx5_0/1: state ACTIVE ..." (device index/port, then the name).
+_LINK = re.compile(
+    r"^(?:link\s+|\d{1,9}/\d{1,9}:\s+)(?P<device>[^/\s]+)/(?P<port>\d+):?\s+(?P<rest>.*)$"
+)
 
 
 @dataclass
