@@ -12,6 +12,10 @@ line is ``# source: ADDRESS`` (a ``# note:`` line may follow; the parsers skip b
 - ``last``: dotted path -> what the list's last element holds (the largest message size,
   the last GPU).
 - ``error``: instead of the three above, the reason the parser must refuse the text with.
+
+The real outputs of ../shared/fixtures (the project's first samples) get the same treatment:
+``tests/facts/shared_expected/KIND/NAME.json`` holds what a person reads off
+``../shared/fixtures/KIND/NAME``.
 """
 
 from __future__ import annotations
@@ -21,21 +25,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.conftest import FIXTURES
+
 SAMPLES = Path(__file__).parent / "samples"
+SHARED_EXPECTED = Path(__file__).parent / "shared_expected"
 
 
 @dataclass(frozen=True)
 class Sample:
     kind: str
     text_path: Path
+    expected_path: Path
 
     @property
     def name(self) -> str:
-        return f"{self.kind}/{self.text_path.name}"
+        where = "shared/" if self.text_path.is_relative_to(FIXTURES) else ""
+        return f"{where}{self.kind}/{self.text_path.name}"
 
     @property
     def expected(self) -> dict[str, Any]:
-        return json.loads(self.text_path.with_suffix(".json").read_text())
+        return json.loads(self.expected_path.read_text())
 
     @property
     def source(self) -> str:
@@ -43,7 +52,21 @@ class Sample:
 
 
 def samples() -> list[Sample]:
-    return [Sample(path.parent.name, path) for path in sorted(SAMPLES.glob("*/*.txt"))]
+    """The project's own samples (tests/facts/samples)."""
+    return [
+        Sample(path.parent.name, path, path.with_suffix(".json"))
+        for path in sorted(SAMPLES.glob("*/*.txt"))
+    ]
+
+
+def shared_samples() -> list[Sample]:
+    """The ../shared/fixtures outputs whose values are written down in shared_expected/."""
+    found = []
+    for expected in sorted(SHARED_EXPECTED.glob("*/*.json")):
+        fixture = FIXTURES / expected.parent.name / f"{expected.stem}.txt"
+        if fixture.is_file():
+            found.append(Sample(expected.parent.name, fixture, expected))
+    return found
 
 
 def mismatches(actual: Any, expected: Any, path: str = "") -> list[str]:

@@ -9,13 +9,14 @@ import json
 import pytest
 
 from tests.conftest import fixture_files, run_cli
-from tests.facts.samples_check import SAMPLES, compare, samples
+from tests.facts.samples_check import SAMPLES, SHARED_EXPECTED, compare, samples, shared_samples
 from wizard.facts import KINDS, ParseError, parse
 
 SAMPLES_FOUND = samples()
+SHARED_FOUND = shared_samples()
 
 
-@pytest.mark.parametrize("sample", SAMPLES_FOUND, ids=lambda s: s.name)
+@pytest.mark.parametrize("sample", SAMPLES_FOUND + SHARED_FOUND, ids=lambda s: s.name)
 def test_sample_gives_the_values_written_down(sample):
     expected = sample.expected
     if "error" in expected:
@@ -45,6 +46,17 @@ def test_samples_folder_is_beside_this_test():
     assert SAMPLES.is_dir() and SAMPLES_FOUND
 
 
+def test_every_written_down_shared_fixture_exists():
+    """A values file under shared_expected/ names a fixture that exists (a typo would
+    silently test nothing)."""
+    from tests.conftest import FIXTURES
+
+    if not FIXTURES.is_dir():
+        pytest.skip("../shared is not beside the repository")
+    for expected in SHARED_EXPECTED.glob("*/*.json"):
+        assert (FIXTURES / expected.parent.name / f"{expected.stem}.txt").is_file(), expected
+
+
 PREFIXES = {
     "kubectl logs --timestamps": "2026-06-07T08:16:57.123456789Z ",
     "kubectl logs --prefix": "[pod/nccl-launcher-x7k2p/launcher] ",
@@ -58,7 +70,9 @@ PREFIXES = {
 def test_line_prefixes_are_stripped_by_rule_with_crlf_too(kind, name):
     """Every line of a real sample behind each launcher's prefix, with Windows line ends:
     the same fact as the sample itself."""
-    sample = next(s for s in SAMPLES_FOUND if s.kind == kind)
+    sample = next(
+        s for s in SAMPLES_FOUND + SHARED_FOUND if s.kind == kind and "error" not in s.expected
+    )
     plain = parse(kind, sample.text_path.read_text()).to_json()
     body = [line for line in sample.text_path.read_text().splitlines() if not line.startswith("# ")]
     tagged = "\r\n".join(PREFIXES[name] + line for line in body)
@@ -79,6 +93,10 @@ def real_outputs(kind: str) -> int:
     return len([s for s in SAMPLES_FOUND if s.kind == kind]) + len(shared)
 
 
+def written_down(kind: str) -> int:
+    return len([s for s in SAMPLES_FOUND + SHARED_FOUND if s.kind == kind])
+
+
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_every_kind_has_three_real_outputs_or_says_why_not(kind):
     found = real_outputs(kind)
@@ -87,3 +105,4 @@ def test_every_kind_has_three_real_outputs_or_says_why_not(kind):
         assert found >= 1 or "no real output" in SCARCE[kind]
     else:
         assert found >= 3, f"{kind}: {found} real outputs (samples and ../shared/fixtures)"
+        assert written_down(kind) >= 3, f"{kind}: values written down for {written_down(kind)}"

@@ -145,8 +145,9 @@ Rules every kind follows:
 
 Each kind below lists its keys with their JSON types, the keys `../shared/FACTS.md` (the
 first written contract) did not have and why, and the JSON Schema the types generate.
-Real outputs of every kind, with the values a person reads off them, are in
-`tests/facts/samples/KIND/` (and `../shared/fixtures/KIND/`).
+Real outputs of every kind, at least three each, with the values a person reads off them, are in
+`tests/facts/samples/KIND/` and `../shared/fixtures/KIND/` (values in
+`tests/facts/shared_expected/KIND/`).
 
 | kind | command | fact type |
 |---|---|---|
