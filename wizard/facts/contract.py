@@ -192,15 +192,14 @@ def _type_text(node: dict[str, Any], defs: dict[str, Any]) -> str:
     }.get(kind, "any")
 
 
-def _key_table(properties: dict[str, Any], required: list[str], defs: dict[str, Any],
-               shared: tuple[str, ...] | None) -> list[str]:  # fmt: skip
+def _key_table(
+    properties: dict[str, Any], defs: dict[str, Any], shared: tuple[str, ...] | None
+) -> list[str]:
+    """Every key (the JSON always carries all of them, defaults included) and which ones
+    ../shared/FACTS.md did not list."""
     lines = ["| key | type | |", "|---|---|---|"]
     for name, node in properties.items():
-        note = ""
-        if shared is not None and name not in shared:
-            note = "not in ../shared/FACTS.md"
-        elif name not in required:
-            note = "optional"
+        note = "not in ../shared/FACTS.md" if shared is None or name not in shared else ""
         lines.append(f"| `{name}` | {_type_text(node, defs)} | {note} |")
     return lines
 
@@ -230,7 +229,7 @@ def render() -> str:
         out += ["", f"## {kind}", ""]
         out.append(f"`{KINDS[kind].command}` -> `{fact_type(kind).__name__}`")
         out.append("")
-        out += _key_table(document["properties"], document.get("required", []), defs, shared)
+        out += _key_table(document["properties"], defs, shared)
         if defs:
             out += ["", "Nested types:", ""]
             out += _definitions(defs)
