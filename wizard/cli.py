@@ -211,7 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "parse",
         help="run one parser on one file and print the fact as JSON",
-        description="Parse a command's output (FILE, or - for stdin) into the JSON of FACTS.md.",
+        description="Parse a command's output (FILE, or - for stdin) into the JSON of "
+        "docs/FACTS.md (generated from the parsers' types).",
     )
     p.add_argument("kind", nargs="?", help="the output kind (see --list)")
     p.add_argument("file", nargs="?", help="the file to parse, or - for standard input")

@@ -1,7 +1,7 @@
 """Fuzzing in CI (issue #18): every parser kind and the site loader, over random, mangled
 and oversized text, only ever return a result or raise their own error, in bounded time.
 
-Mangled text starts from the real samples in ../shared/fixtures (any kind's, so a parser
+Mangled text starts from the real samples in ../shared/fixtures and tests/facts/samples (any kind's, so a parser
 also sees other commands' output) and the `init` example site. The time bound is per MB
 and generous (a loaded 2-core CI machine must not fail it); what it catches is a parser
 that is quadratic or worse, which takes minutes on the 1 MB inputs here. The whole file
@@ -21,13 +21,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import MINIMAL_SITE, fixture_files
+from tests.facts.samples_check import samples
 from wizard.artifacts import render
 from wizard.errors import SiteError
 from wizard.facts import KINDS, ParseError, parse
 from wizard.site import parse_site
 
-FIXTURE_TEXTS = [path.read_text() for _, path in fixture_files()] or [
-    "Module                  Size  Used by\nirdma                 364544  0\n"
+# The real outputs of ../shared/fixtures and of tests/facts/samples (issue #29) seed it.
+FIXTURE_TEXTS = [path.read_text() for _, path in fixture_files()] + [
+    sample.text_path.read_text() for sample in samples()
 ]
 SITE_TEXTS = [render("site/example-site.yaml.j2", name="b300-rollout"), MINIMAL_SITE]
 

@@ -1,4 +1,4 @@
-"""Facts: one pure parser per command output, the JSON contract of ../shared/FACTS.md.
+"""Facts: one pure parser per command output, typed; docs/FACTS.md is generated from the types.
 
 ``parse(kind, text)`` returns a typed ``Fact``; ``KINDS`` lists what exists. Parser
 modules register themselves with ``@parser``; importing this package imports them all.

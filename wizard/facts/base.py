@@ -54,6 +54,31 @@ def clean(text: str, kind: str) -> str:
     return text
 
 
+# What launchers and log collectors put in front of every line of a program's output, none
+# of it the program's: Open MPI's `mpirun --tag-output` ("[1,0]<stdout>:", orte/prte
+# iof), SkyPilot/Ray's per-node "(head, rank=0, pid=3808) ", `kubectl logs --prefix`
+# ("[pod/NAME/CONTAINER] ") and `kubectl logs --timestamps` (RFC 3339, "2024-05-01T12:00:00.
+# 123456789Z "). They stack ("(head, ...) [1,0]<stdout>:"), so the group repeats; every
+# alternative is bounded, so one line costs at most a few hundred steps.
+_LINE_TAG = re.compile(
+    r"^(?:\[\d{1,9},\d{1,9}\]<(?:stdout|stderr|stddiag)>: ?"
+    r"|\([\w.-]{1,64}(?:, [\w.=-]{1,64}){0,8}\) "
+    r"|\[pod/[^\]\s]{1,300}\] "
+    r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:?\d\d) )+",
+    re.MULTILINE,
+)
+
+
+def strip_line_tags(text: str) -> str:
+    """``text`` without the launcher prefixes of _LINE_TAG at the start of each line.
+
+    For the parsers that read a table line by line (nccl-tests, nvidia-smi): a rule, not a
+    case per launcher, so output captured through mpirun, a Kubernetes log or SkyPilot reads
+    as the program printed it. Lines without a prefix stay as they are.
+    """
+    return _LINE_TAG.sub("", text)
+
+
 def to_int(value: str | None) -> int | None:
     if value is None:
         return None

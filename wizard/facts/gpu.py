@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, field
 
 from wizard.facts import parser
-from wizard.facts.base import Fact, ParseError, clean
+from wizard.facts.base import Fact, ParseError, clean, strip_line_tags
 
 # -- nvidia-smi -L ----------
 
@@ -40,16 +40,26 @@ def parse_nvidia_smi_l(text: str) -> NvidiaSmiList:
 
 # -- nvidia-smi (table) ----------
 
-_VERSION_VALUE = re.compile(r"\s*([\d.]+)")
 # A row of the table is about 90 characters; a far longer line is not one, and is not
 # searched (the row patterns backtrack on long runs of digits or spaces).
 MAX_ROW_CHARS = 512
+# The column after the name is the persistence mode on Linux (On/Off) and the driver model
+# on Windows (WDDM, TCC, MCDM: the header then reads "TCC/WDDM" or "Driver-Model").
 _GPU_ROW = re.compile(
-    r"^\|\s+(?P<index>\d+)\s+(?P<name>.+?)\s+(?P<persistence>On|Off)\s+\|\s*(?P<bus>[0-9A-Fa-f:.]+)"
+    r"^\|\s+(?P<index>\d+)\s+(?P<name>.+?)\s+(?P<persistence>On|Off|WDDM|TCC|MCDM|N/A)\s+\|"
+    r"\s*(?P<bus>[0-9A-Fa-f:.]+)"
 )
-_MEMORY_ROW = re.compile(
-    r"(?<!\d)(?P<used>\d+)MiB\s*/\s*(?P<total>\d+)MiB\s*\|\s*(?P<util>\d+|N/A)%?\s"
-)
+_MEMORY_CELL = re.compile(r"^\s*(?P<used>\d{1,12})MiB\s*/\s*(?P<total>\d{1,12})MiB\s*$")
+_UTIL_CELL = re.compile(r"^\s*(?P<util>\d{1,3})\s*%")
+# The banner's labels: "Driver Version:" / "CUDA Version:" up to the 58x drivers, "KMD
+# Version:" / "CUDA UMD Version:" from 610 on (NVIDIA's nvidia-smi documentation: the old
+# names are deprecated "to more accurately reflect the source of the version
+# information"). The newer name wins where a banner carries both.
+_DRIVER_LABELS = ("KMD Version:", "Driver Version:")
+_CUDA_LABELS = ("CUDA UMD Version:", "CUDA Version:")
+_VERSION_VALUE = re.compile(r"[ \t]*(\d[\d.]{0,31})")
+# The tables after the GPU table: their rows are MIG devices and processes, never GPUs.
+_LATER_TABLES = ("MIG devices:", "Processes:")
 
 
 @dataclass
@@ -71,46 +81,61 @@ class NvidiaSmi(Fact):
 
 @parser("nvidia-smi", "nvidia-smi")
 def parse_nvidia_smi(text: str) -> NvidiaSmi:
-    text = clean(text, "nvidia-smi")
-    versions = _versions(text)
+    """The banner's versions and one entry per GPU row of the first table.
+
+    A GPU takes two lines: the first has index, name and bus id, the one right after it
+    the memory and utilisation cells. Only that line is read for them: a GPU with MIG on
+    prints ``N/A`` there and those stay null (the MIG devices table below holds the MIG
+    devices' own numbers, not the GPU's).
+    """
+    text = strip_line_tags(clean(text, "nvidia-smi"))
+    lines = text.splitlines()
+    driver, cuda = _versions(lines)
     gpus: list[GpuStatus] = []
-    current: GpuStatus | None = None
-    for line in text.splitlines():
+    for number, line in enumerate(lines):
         if len(line) > MAX_ROW_CHARS:
             continue
+        if any(title in line for title in _LATER_TABLES):
+            break
         row = _GPU_ROW.match(line)
-        if row:
-            current = GpuStatus(int(row["index"]), row["name"], None, None, None, row["bus"])
-            gpus.append(current)
+        if not row:
             continue
-        memory = _MEMORY_ROW.search(line)
-        if memory and current is not None and current.memory_total_mib is None:
-            current.memory_used_mib = int(memory["used"])
-            current.memory_total_mib = int(memory["total"])
-            current.util_percent = None if memory["util"] == "N/A" else int(memory["util"])
-    if versions is None and not gpus:
-        raise ParseError("nvidia-smi", "no 'Driver Version' header and no GPU rows")
-    return NvidiaSmi(
-        driver_version=versions[0] if versions else None,
-        cuda_version=versions[1] if versions else None,
-        gpus=gpus,
-    )
+        gpu = GpuStatus(int(row["index"]), row["name"], None, None, None, row["bus"])
+        gpus.append(gpu)
+        following = lines[number + 1] if number + 1 < len(lines) else ""
+        cells = following.split("|") if len(following) <= MAX_ROW_CHARS else []
+        if len(cells) >= 4:
+            if memory := _MEMORY_CELL.match(cells[2]):
+                gpu.memory_used_mib = int(memory["used"])
+                gpu.memory_total_mib = int(memory["total"])
+            if util := _UTIL_CELL.match(cells[3]):
+                gpu.util_percent = int(util["util"])
+    if driver is None and cuda is None and not gpus:
+        raise ParseError("nvidia-smi", "no 'NVIDIA-SMI ... Version' banner and no GPU rows")
+    return NvidiaSmi(driver_version=driver, cuda_version=cuda, gpus=gpus)
 
 
-def _versions(text: str) -> tuple[str, str] | None:
-    """Driver and CUDA version from the header line (``| NVIDIA-SMI 595.91.07  Driver
-    Version: 595.91.07  CUDA Version: 13.1 |``), found with str.find: linear in the text
-    whatever it holds (a regex with ``.*?`` between the two is quadratic on a long line
-    of repeated labels)."""
-    for line in text.splitlines():
-        at = line.find("Driver Version:")
-        if at < 0:
+def _versions(lines: list[str]) -> tuple[str | None, str | None]:
+    """Driver and CUDA version from the banner line (``| NVIDIA-SMI 595.91.07  Driver
+    Version: 595.91.07  CUDA Version: 13.1 |``; from 610 ``KMD Version:`` and ``CUDA UMD
+    Version:``), each label found with str.find: linear in the text whatever it holds (a
+    regex with ``.*?`` between the two is quadratic on a long line of repeated labels).
+    A value the banner does not print stays null."""
+    for line in lines:
+        if "Version:" not in line:
             continue
-        driver = _VERSION_VALUE.match(line, at + len("Driver Version:"))
-        cuda_at = line.find("CUDA Version:", at)
-        cuda = _VERSION_VALUE.match(line, cuda_at + len("CUDA Version:")) if cuda_at >= 0 else None
-        if driver and cuda:
-            return driver[1], cuda[1]
+        driver = _labelled(line, _DRIVER_LABELS)
+        cuda = _labelled(line, _CUDA_LABELS)
+        if driver or cuda:
+            return driver, cuda
+    return None, None
+
+
+def _labelled(line: str, labels: tuple[str, ...]) -> str | None:
+    for label in labels:
+        at = line.find(label)
+        if at >= 0 and (value := _VERSION_VALUE.match(line, at + len(label))):
+            return value[1].rstrip(".")
     return None
 
 
@@ -157,9 +182,49 @@ class NvidiaSmiTopo(Fact):
         return self.matrix.get(gpu, {}).get(label)
 
 
+# Every link name nvidia-smi topo prints (its Legend), longest first for the split below.
+_LINK_NAME = re.compile(r"NV\d{1,3}|PIX|PXB|PHB|NODE|SYS|X")
+
+
+def _link_cells(cell: str) -> list[str]:
+    """One printed cell as the link cells it holds. nvidia-smi itself (B200 with 16 NICs,
+    NVIDIA/nccl B200 report) sometimes drops the tab between two cells: "PXBNODE",
+    "SYSSYS", " X NODE" are two links; anything that is not made only of link names is
+    one cell as printed."""
+    words = cell.split()
+    cells: list[str] = []
+    for word in words:
+        parts = _LINK_NAME.findall(word)
+        cells.extend(parts if parts and "".join(parts) == word else [word])
+    return cells
+
+
+def _row_cells(line: str, width: int) -> tuple[list[str], list[str]]:
+    """(the row's ``width`` link cells, the cells after them). nvidia-smi separates cells
+    with tabs and leaves a cell empty when it has nothing to say (no CPU affinity for a
+    GPU on another socket's NUMA node): with tabs the empty cells keep their place, so a
+    NUMA node is never read as a CPU list. Text whose tabs were turned into spaces is
+    split on spaces (an empty cell cannot be seen there)."""
+    if "\t" not in line:
+        words = line.split()[1:]
+        links: list[str] = []
+        index = 0
+        while index < len(words) and len(links) < width:
+            links.extend(_link_cells(words[index]))
+            index += 1
+        return links, words[index:]
+    links, rest = [], []
+    for cell in line.split("\t")[1:]:
+        if len(links) < width:
+            links.extend(_link_cells(cell))
+        else:
+            rest.append(cell.strip())
+    return links[:width], links[width:] + rest
+
+
 @parser("nvidia-smi-topo", "nvidia-smi topo -m")
 def parse_nvidia_smi_topo(text: str) -> NvidiaSmiTopo:
-    text = clean(text, "nvidia-smi-topo")
+    text = strip_line_tags(clean(text, "nvidia-smi-topo"))
     lines = text.splitlines()
     header_index = None
     devices: list[str] = []
@@ -184,16 +249,17 @@ def parse_nvidia_smi_topo(text: str) -> NvidiaSmiTopo:
             if matrix and not line.strip():
                 break
             continue
-        label, links = words[0], words[1 : 1 + len(devices)]
+        label = words[0]
+        links, extra = _row_cells(line, len(devices))
         if len(links) < len(devices):
             raise ParseError(
                 "nvidia-smi-topo", f"row {label} has {len(links)} of {len(devices)} links"
             )
         matrix[label] = dict(zip(devices, links, strict=True))
-        extra = words[1 + len(devices) :]
-        if extra and label.startswith("GPU"):
-            cpu[label] = extra[0]
-            if len(extra) > 1:
+        if label.startswith("GPU"):
+            if extra and extra[0]:
+                cpu[label] = extra[0]
+            if len(extra) > 1 and extra[1]:
                 numa[label] = extra[1]
     legend = dict(re.findall(r"^\s*(NIC\d+):\s*(\S+)\s*$", text, re.MULTILINE))
     if not matrix:

@@ -67,7 +67,12 @@ def parse_ip_addr(text: str) -> IpAddr:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ParseError("ip-addr", f"not `ip -j addr` JSON: {exc.msg}") from None
-    if not isinstance(data, list) or not all(isinstance(d, dict) and "ifname" in d for d in data):
+    if not isinstance(data, list) or not all(isinstance(d, dict) for d in data):
+        raise ParseError("ip-addr", "JSON is not a list of interfaces with 'ifname'")
+    # `ip --json --brief` of older iproute2 prints an empty object for each interface its
+    # filter left out ([{"ifname": "lo", ...}, {}, {}]): nothing is there to read.
+    data = [entry for entry in data if entry]
+    if not all("ifname" in entry for entry in data):
         raise ParseError("ip-addr", "JSON is not a list of interfaces with 'ifname'")
     return IpAddr(
         [

@@ -7,8 +7,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+# typing_extensions (a pydantic dependency): pydantic reads typing.TypedDict only on 3.12+.
+from typing_extensions import TypedDict
+
 from wizard.facts import parser
-from wizard.facts.base import Fact, ParseError, clean, to_float, to_int
+from wizard.facts.base import Fact, ParseError, clean, strip_line_tags, to_float, to_int
 
 _VERSION = re.compile(r"NCCL version (?P<version>\d+\.\d+\.\d+)(?:\+cuda(?P<cuda>[\d.]+))?")
 _NET_IB = re.compile(r"NET/IB : Using\s+(?P<devices>.*?)(?:;\s*OOB\s+(?P<oob>\S+))?\s*$")
@@ -21,10 +24,13 @@ _DMABUF = re.compile(r"DMA-BUF is available on GPU device (?P<gpu>\d+)")
 _GDR_DISABLED = re.compile(
     r"GPU Direct RDMA Disabled for HCA (?P<index>\d+) '(?P<hca>[^']+)'(?:\s*\((?P<reason>[^)]+)\))?"
 )
-# Channel lines are found in the whole text at once, so no part may cross a line end.
+# Channel lines are found in the whole text at once, so no part may cross a line end. A
+# network plugin's name may hold spaces ("via NET/AWS Libfabric/0", aws-ofi-nccl): after
+# "NET/" the name runs to the next "/".
 _CHANNEL = re.compile(
     r"Channel (?P<channel>\d+)(?:/\d+)?[ \t]*:[ \t]*\d+\[[^\]\n]*\][ \t]*->[ \t]*\d+\[[^\]\n]*\]"
-    r"(?:[ \t]*\[(?P<direction>send|receive)\])?[ \t]+via[ \t]+(?P<via>\S+)"
+    r"(?:[ \t]*\[(?P<direction>send|receive)\])?[ \t]+via[ \t]+"
+    r"(?P<via>NET/[^/\n]{1,64}/\S*|\S+)"
 )
 # A cheap superset of channel lines ("Channel " to the end of the line): findall of this runs
 # at about 1 GB/s; the full _CHANNEL pattern then reads each distinct text once.
@@ -46,6 +52,18 @@ _PREFIXLESS = re.compile(
     r"Channel \d+/\d+ ?: \d+\[)",
     re.MULTILINE,
 )
+
+
+# An interface and its address as NCCL prints them ("eth0:10.0.0.1<0>"): the key is "if".
+Endpoint = TypedDict("Endpoint", {"if": str, "ip": str})
+
+
+class GdrDisabled(TypedDict):
+    """``GPU Direct RDMA Disabled for HCA 0 'mlx5_0' (no module)``."""
+
+    hca: str
+    index: int
+    reason: str | None
 
 
 @dataclass
@@ -74,11 +92,11 @@ class NcclChannel(Fact):
 class NcclLog(Fact):
     version: str | None
     net_devices: list[NetDevice]
-    oob: dict[str, str] | None
+    oob: Endpoint | None
     socket_only: bool
     env: dict[str, str]
     dmabuf_gpus: list[int]
-    gdr_disabled: list[dict[str, Any]]
+    gdr_disabled: list[GdrDisabled]
     channels: list[NcclChannel]
     verdict: str
     cuda: str | None = None
@@ -86,7 +104,7 @@ class NcclLog(Fact):
     warnings: list[str] = field(default_factory=list)
     # NCCL said "No transport found for rank ..." (src/transport.cc): the job cannot run.
     no_transport: bool = False
-    bootstrap: dict[str, str] | None = None
+    bootstrap: Endpoint | None = None
 
 
 def _channel(match: re.Match[str]) -> NcclChannel:
@@ -192,7 +210,7 @@ def parse_nccl_log(text: str) -> NcclLog:
         for line in _lines_with(text, "DMA-BUF is available")
         if (m := _DMABUF.search(line))
     }
-    disabled: dict[str, dict[str, Any]] = {}
+    disabled: dict[str, GdrDisabled] = {}
     for line in _lines_with(text, "Disabled for HCA"):
         if m := _GDR_DISABLED.search(line):
             disabled.setdefault(
@@ -265,9 +283,28 @@ def _guess_layout(tokens: list[str]) -> tuple[str, ...]:
     return _ROW_KEYS_NO_REDOP if tokens[3].lstrip("-").isdigit() else _ROW_KEYS_NO_ROOT
 
 
+class NcclTestsRow(TypedDict):
+    """One row of the result table; ``redop`` and ``root`` are null where the table has no
+    such column (older nccl-tests, tests without a reduction)."""
+
+    size: int | None
+    count: int | None
+    type: str
+    redop: str | None
+    root: int | None
+    oop_time_us: float | None
+    oop_algbw: float | None
+    oop_busbw: float | None
+    oop_wrong: int | None
+    ip_time_us: float | None
+    ip_algbw: float | None
+    ip_busbw: float | None
+    ip_wrong: int | None
+
+
 @dataclass
 class NcclTests(Fact):
-    rows: list[dict[str, Any]]
+    rows: list[NcclTestsRow]
     avg_busbw: float | None
     out_of_bounds: int | None
     test: str | None = None
@@ -283,10 +320,11 @@ def _cell(key: str, token: str) -> Any:
 
 @parser("nccl-tests", "all_reduce_perf (nccl-tests)")
 def parse_nccl_tests(text: str) -> NcclTests:
-    text = clean(text, "nccl-tests")
+    # mpirun --tag-output, SkyPilot and kubectl prefixes are not part of the table.
+    text = strip_line_tags(clean(text, "nccl-tests"))
     keys: tuple[str, ...] | None = None
     seen_header = False
-    rows: list[dict[str, Any]] = []
+    rows: list[NcclTestsRow] = []
     avg = None
     oob = None
     test = None

@@ -16,14 +16,23 @@ _KERNEL_RELEASE = re.compile(r"^\d+\.\d+\.\d+(?:\.\d+)?-\S*[A-Za-z_]\S*$")
 _PLAIN_VERSION = re.compile(r"^\d+(?:\.\d+){1,3}$")
 
 
-def driver_in_tree(version: str | None) -> bool | None:
+# Intel's own out-of-tree releases of these drivers are numbered below 3 (ice 0.x-2.x,
+# i40e 2.x: Intel's release notes); since the kernel fills in its own release for a driver
+# that sets no version (net/ethtool/ioctl.c, ethtool_get_drvinfo: UTS_RELEASE), a plain
+# version from 3 up on them is a mainline kernel without a distribution suffix ("6.8.2",
+# the intel-wired-lan E810 report in tests/facts/samples/ethtool-i/01.txt).
+_OUT_OF_TREE_MAJOR_BELOW = {"ice": 3, "i40e": 3}
+
+
+def driver_in_tree(version: str | None, driver: str | None = None) -> bool | None:
     """True when ``ethtool -i``'s version is a kernel release (in-tree driver)."""
     if not version:
         return None
     if version.endswith("-k") or _KERNEL_RELEASE.match(version):
         return True
     if _PLAIN_VERSION.match(version):
-        return False
+        below = _OUT_OF_TREE_MAJOR_BELOW.get(driver or "")
+        return below is not None and int(version.split(".")[0]) >= below
     return None
 
 
@@ -59,7 +68,7 @@ def parse_ethtool_i(text: str) -> EthtoolInfo:
         version=value("version"),
         firmware_version=firmware,
         bus_info=value("bus-info"),
-        in_tree=driver_in_tree(value("version")),
+        in_tree=driver_in_tree(value("version"), values["driver"]),
         nvm_version=nvm,
         supports_priv_flags=None if flags is None else flags == "yes",
     )

@@ -6,8 +6,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+# typing_extensions (a pydantic dependency): pydantic reads typing.TypedDict only on 3.12+.
+from typing_extensions import TypedDict
+
 from wizard.facts import parser
-from wizard.facts.base import Fact, ParseError, clean, to_int
+from wizard.facts.base import Fact, ParseError, clean, strip_line_tags, to_int
 
 _TITLE = re.compile(r"^\s*(?P<title>[A-Za-z_ ]+?(?:BW|Latency|Lat)[A-Za-z ]*Test)\s*$")
 MAX_PAIR_LINE = 512
@@ -53,6 +56,25 @@ _LAT_COLUMNS = {
 }
 
 
+class PerftestRow(TypedDict, total=False):
+    """A result row: the bandwidth keys or the latency keys, those the header announced
+    (null where a row has fewer numbers than the header has columns)."""
+
+    bytes: int | None
+    iterations: int | None
+    bw_peak: float | int | None
+    bw_average: float | int | None
+    msg_rate_mpps: float | int | None
+    cpu_util_percent: float | int | None
+    t_min_us: float | int | None
+    t_max_us: float | int | None
+    t_typical_us: float | int | None
+    t_avg_us: float | int | None
+    t_stdev_us: float | int | None
+    p99_us: float | int | None
+    p99_9_us: float | int | None
+
+
 @dataclass
 class Perftest(Fact):
     test: str | None
@@ -65,7 +87,7 @@ class Perftest(Fact):
     rdma_cm: bool | None
     tos: int | None
     units: str | None
-    results: list[dict[str, Any]]
+    results: list[PerftestRow]
     error: str | None
     warnings: list[str] = field(default_factory=list)
     kind: str | None = None  # "bw" or "lat"
@@ -115,13 +137,14 @@ def _number(token: str) -> float | int | None:
 
 @parser("perftest", "ib_write_bw | ib_read_bw | ib_send_bw | ib_*_lat")
 def parse_perftest(text: str) -> Perftest:
-    text = clean(text, "perftest")
+    # kubectl logs --prefix / --timestamps or mpirun tags in front of the lines are not its own.
+    text = strip_line_tags(clean(text, "perftest"))
     values: dict[str, str] = {}
     title = None
     kind = None
     columns: list[str] = []
     units = None
-    results: list[dict[str, Any]] = []
+    results: list[PerftestRow] = []
     errors: list[str] = []
     warnings: list[str] = []
     for raw in text.splitlines():

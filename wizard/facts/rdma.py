@@ -10,11 +10,15 @@ from typing import Any
 from wizard.facts import parser
 from wizard.facts.base import Fact, ParseError, clean, to_int
 
+# `rdma -j` prints one array of objects ("[{...},...]" or "[]"); a pasted shell prompt
+# ("[user@host ~]$ rdma dev") also starts with "[" but is text.
+_JSON_ARRAY_START = re.compile(r"\s*\[\s*[{\]]")
+
 
 def _json_array(text: str, kind: str) -> list[dict[str, Any]] | None:
     """The parsed JSON array when ``text`` is `rdma -j` output, else None."""
     stripped = text.strip()
-    if not stripped.startswith("["):
+    if not _JSON_ARRAY_START.match(stripped):
         return None
     try:
         data = json.loads(stripped)
@@ -27,7 +31,12 @@ def _json_array(text: str, kind: str) -> list[dict[str, Any]] | None:
 
 # -- rdma link
 
-_LINK = re.compile(r"^link\s+(?P<device>[^/\s]+)/(?P<port>\d+)\s+(?P<rest>.*)$")
+# "link mlx5_0/1 state ACTIVE ..." in today's iproute2; the first releases of the rdma tool
+# (2017-2018, linux-rdma mails in tests/facts/samples/rdma-link/03.txt) printed
+# "0/1: mlx5_0/1: state ACTIVE ..." (device index/port, then the name).
+_LINK = re.compile(
+    r"^(?:link\s+|\d{1,9}/\d{1,9}:\s+)(?P<device>[^/\s]+)/(?P<port>\d+):?\s+(?P<rest>.*)$"
+)
 
 
 @dataclass
@@ -351,12 +360,17 @@ def parse_show_gids(text: str) -> ShowGids:
 # `grep -H . /sys/class/infiniband/DEV/ports/N/hw_counters/NAME ...`: one "path:value" line
 # per counter file (grep -H names the file). ib_core exposes the driver's hw stats there;
 # irdma's names include cnpSent, cnpHandled, cnpIgnored and RxECNMrkd (the congestion
-# notification and ECN counters of DCQCN), ip4InDiscards.
+# notification and ECN counters of DCQCN), ip4InDiscards. The same files are reached
+# through the device's own sysfs path (/sys/devices/pci.../infiniband/DEV/...), and the
+# port's PMA counters (ports/N/counters/) print the same way; a file whose value is not a
+# number ("N/A (no PMA)" on Intel's iWARP devices, prometheus/node_exporter#966) is named in
+# ``unreadable``, never given a number.
 _HW_COUNTER = re.compile(
-    r"^/sys/class/infiniband/(?P<device>[^/\s]+)/ports/(?P<port>\d+)/hw_counters/"
-    r"(?P<name>[A-Za-z0-9_]+):(?P<value>\d{1,20})\s*$",
+    r"^(?:/sys/class|/sys/devices/\S{1,400}?)/infiniband/(?P<device>[^/\s]+)/ports/"
+    r"(?P<port>\d{1,5})/(?:hw_)?counters/(?P<name>[A-Za-z0-9_]+):(?P<value>[^\n]{0,200})$",
     re.MULTILINE,
 )
+_COUNTER_VALUE = re.compile(r"\s*(\d{1,20})\s*")
 
 
 @dataclass
@@ -364,19 +378,25 @@ class RdmaHwCounters(Fact):
     device: str | None
     port: int | None
     counters: dict[str, int]
+    # Counter files that printed something other than a number (e.g. "N/A (no PMA)").
+    unreadable: list[str] = field(default_factory=list)
 
 
 @parser("rdma-hw-counters", "grep -H . /sys/class/infiniband/DEV/ports/N/hw_counters/*")
 def parse_rdma_hw_counters(text: str) -> RdmaHwCounters:
     text = clean(text, "rdma-hw-counters")
     counters: dict[str, int] = {}
+    unreadable: list[str] = []
     device = port = None
     for match in _HW_COUNTER.finditer(text):
         device = device or match["device"]
         port = port or int(match["port"])
-        counters[match["name"]] = int(match["value"])
-    if not counters:
+        if value := _COUNTER_VALUE.fullmatch(match["value"]):
+            counters[match["name"]] = int(value[1])
+        elif match["name"] not in unreadable:
+            unreadable.append(match["name"])
+    if not counters and not unreadable:
         raise ParseError(
             "rdma-hw-counters", "no /sys/class/infiniband/DEV/ports/N/hw_counters/NAME:VALUE lines"
         )
-    return RdmaHwCounters(device, port, counters)
+    return RdmaHwCounters(device, port, counters, unreadable)

@@ -54,9 +54,15 @@ def parse_os_release(text: str) -> OsRelease:
 
 # -- containerd --version ----------
 
+# `containerd --version` prints "containerd <package> <version> <revision>" (containerd's
+# version/version.go, cmd/containerd). Upstream builds: "v2.1.4" and a git commit;
+# distribution packages put their own version there and often no revision: Ubuntu
+# "1.4.4-0ubuntu1~20.04.2" (nothing after it), Debian "1.5.4~ds1 1.5.4~ds1-1", Docker's
+# containerd.io "1.7.27 05044ec0a9a7". The version is read as printed (without the leading
+# v); major.minor.patch are its first three numbers, whatever suffix the packager added.
 _CONTAINERD = re.compile(
-    r"^containerd\s+(?:(?P<module>\S+)\s+)?v?(?P<major>\d+)\.(?P<minor>\d+)\.(?P<patch>\d+)"
-    r"(?P<pre>[-+][0-9A-Za-z.+-]*)?(?:\s+(?P<revision>\S+))?\s*$",
+    r"^containerd[ \t]+(?:(?P<module>[^\s\d][^\s]*)[ \t]+)?v?(?P<version>(?P<major>\d{1,9})\."
+    r"(?P<minor>\d{1,9})\.(?P<patch>\d{1,9})[^\s]*)(?:[ \t]+(?P<revision>\S+))?[ \t]*$",
     re.MULTILINE,
 )
 
@@ -80,10 +86,12 @@ def parse_containerd_version(text: str) -> ContainerdVersion:
     text = clean(text, "containerd-version")
     match = _CONTAINERD.search(text)
     if not match:
-        raise ParseError("containerd-version", "no 'containerd <module> v<version>' line found")
+        raise ParseError(
+            "containerd-version", "no 'containerd <package> <version> [<revision>]' line found"
+        )
     major, minor, patch = (int(match[g]) for g in ("major", "minor", "patch"))
     return ContainerdVersion(
-        version=f"{major}.{minor}.{patch}{match['pre'] or ''}",
+        version=match["version"],
         major=major,
         minor=minor,
         patch=patch,
