@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 from typing import Any
 
 _HEADER = re.compile(r"^# (source|note):")
@@ -69,14 +70,57 @@ _LINE_TAG = re.compile(
 )
 
 
-def strip_line_tags(text: str) -> str:
-    """``text`` without the launcher prefixes of _LINE_TAG at the start of each line.
+# The parts of a tag that do not name the stream a line came from: a timestamp changes on
+# every line, and stdout and stderr of one rank are the same program.
+_NOT_STREAM = re.compile(
+    r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:?\d\d) "
+    r"|<(?:stdout|stderr|stddiag)>: ?"
+)
+# How many stream names an error message lists at most.
+_SHOWN_STREAMS = 4
+
+
+def strip_line_tags(text: str) -> list[tuple[str, str]]:
+    """Each line of ``text`` as (stream, line without the launcher prefixes of _LINE_TAG).
 
     For the parsers that read a table line by line (nccl-tests, nvidia-smi): a rule, not a
     case per launcher, so output captured through mpirun, a Kubernetes log or SkyPilot reads
-    as the program printed it. Lines without a prefix stay as they are.
+    as the program printed it. The stream names where the line came from ("[1,0]" for rank 0
+    of mpirun, "" for a line without a prefix): the prefix is the only record of it, and two
+    ranks' tables interleaved line by line must not be read as one table.
     """
-    return _LINE_TAG.sub("", text)
+    tagged = []
+    for line in text.splitlines():
+        tag = _LINE_TAG.match(line)
+        if tag is None:
+            tagged.append(("", line))
+        else:
+            tagged.append((_NOT_STREAM.sub("", tag[0]).strip(), line[tag.end() :]))
+    return tagged
+
+
+def one_stream(kind: str, text: str, is_content: Callable[[str], bool]) -> list[str]:
+    """The lines of the one stream (rank, pod, untagged) whose lines hold the table, tags
+    stripped. Lines of the other streams (a launcher's warnings, other ranks' log lines
+    without table content) are left out. Table content in more than one stream is output
+    of more than one program (every rank ran nvidia-smi, every rank printed its own
+    table): ParseError, never a table mixed from several."""
+    tagged = strip_line_tags(text)
+    streams: dict[str, list[str]] = {}
+    for stream, line in tagged:
+        streams.setdefault(stream, []).append(line)
+    holding = [stream for stream, lines in streams.items() if any(map(is_content, lines))]
+    if len(holding) > 1:
+        names = ", ".join(repr(stream or "untagged") for stream in holding[:_SHOWN_STREAMS])
+        more = f" and {len(holding) - _SHOWN_STREAMS} more" if len(holding) > _SHOWN_STREAMS else ""
+        raise ParseError(
+            kind,
+            f"table lines from {len(holding)} launcher streams ({names}{more}): the output of"
+            " more than one program; give the lines of one rank only",
+        )
+    if holding:
+        return streams[holding[0]]
+    return [line for _, line in tagged]
 
 
 def to_int(value: str | None) -> int | None:

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, field
 
 from wizard.facts import parser
-from wizard.facts.base import Fact, ParseError, clean, strip_line_tags
+from wizard.facts.base import Fact, ParseError, clean, one_stream
 
 # -- nvidia-smi -L ----------
 
@@ -88,8 +88,7 @@ def parse_nvidia_smi(text: str) -> NvidiaSmi:
     prints ``N/A`` there and those stay null (the MIG devices table below holds the MIG
     devices' own numbers, not the GPU's).
     """
-    text = strip_line_tags(clean(text, "nvidia-smi"))
-    lines = text.splitlines()
+    lines = one_stream("nvidia-smi", clean(text, "nvidia-smi"), _is_table_line)
     driver, cuda = _versions(lines)
     gpus: list[GpuStatus] = []
     for number, line in enumerate(lines):
@@ -113,6 +112,11 @@ def parse_nvidia_smi(text: str) -> NvidiaSmi:
     if driver is None and cuda is None and not gpus:
         raise ParseError("nvidia-smi", "no 'NVIDIA-SMI ... Version' banner and no GPU rows")
     return NvidiaSmi(driver_version=driver, cuda_version=cuda, gpus=gpus)
+
+
+def _is_table_line(line: str) -> bool:
+    """A line of nvidia-smi's own table (banner or GPU row), for picking one rank's lines."""
+    return len(line) <= MAX_ROW_CHARS and ("NVIDIA-SMI" in line or bool(_GPU_ROW.match(line)))
 
 
 def _versions(lines: list[str]) -> tuple[str | None, str | None]:
@@ -222,10 +226,15 @@ def _row_cells(line: str, width: int) -> tuple[list[str], list[str]]:
     return links[:width], links[width:] + rest
 
 
+def _is_topo_row(line: str) -> bool:
+    """A matrix row of GPU (every topo matrix has one), for picking one rank's lines."""
+    return line.startswith("GPU") and line[3:4].isdigit()
+
+
 @parser("nvidia-smi-topo", "nvidia-smi topo -m")
 def parse_nvidia_smi_topo(text: str) -> NvidiaSmiTopo:
-    text = strip_line_tags(clean(text, "nvidia-smi-topo"))
-    lines = text.splitlines()
+    lines = one_stream("nvidia-smi-topo", clean(text, "nvidia-smi-topo"), _is_topo_row)
+    text = "\n".join(lines)
     header_index = None
     devices: list[str] = []
     for i, line in enumerate(lines):
