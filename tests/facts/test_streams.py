@@ -97,3 +97,37 @@ def test_nccl_tests_two_headers_without_test_names_are_refused():
     two = [line for line in _test("y", "22.00") if "starting" not in line]
     with pytest.raises(ParseError, match="more than one"):
         parse("nccl-tests", "\n".join(one + two))
+
+
+@pytest.mark.parametrize(
+    ("second", "named"),
+    [
+        (
+            "/sys/class/infiniband/irdma1/ports/1/hw_counters/cnpSent:999",
+            "irdma0 port 1, irdma1 port 1",
+        ),
+        (
+            "/sys/class/infiniband/irdma0/ports/2/hw_counters/cnpSent:999",
+            "irdma0 port 1, irdma0 port 2",
+        ),
+    ],
+)
+def test_rdma_hw_counters_of_a_second_device_or_port_are_refused(second, named):
+    """The counters of irdma1 were filed under irdma0 (cnpSent 999 for a device that sent
+    5): one fact is one device's port; steps/perf/counters.py greps one at a time."""
+    text = "/sys/class/infiniband/irdma0/ports/1/hw_counters/cnpSent:5\n" + second
+    with pytest.raises(ParseError, match=named):
+        parse("rdma-hw-counters", text)
+
+
+def test_rdma_hw_counters_of_one_port_through_both_sysfs_paths_are_one_port():
+    text = (
+        "/sys/class/infiniband/irdma0/ports/1/hw_counters/cnpSent:5\n"
+        "/sys/devices/pci0000:00/0000:00:01.0/infiniband/irdma0/ports/1/counters/port_rcv_data:7\n"
+    )
+    fact = parse("rdma-hw-counters", text)
+    assert (fact.device, fact.port, fact.counters) == (
+        "irdma0",
+        1,
+        {"cnpSent": 5, "port_rcv_data": 7},
+    )
