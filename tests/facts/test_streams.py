@@ -131,3 +131,30 @@ def test_rdma_hw_counters_of_one_port_through_both_sysfs_paths_are_one_port():
         1,
         {"cnpSent": 5, "port_rcv_data": 7},
     )
+
+
+def _table_without_banner() -> list[str]:
+    body = _body("nvidia-smi", "01.txt")
+    return [line for line in body if "NVIDIA-SMI" not in line]
+
+
+def test_nvidia_smi_versions_come_from_the_banner_line_only():
+    """A log line that mentions a CUDA version is not the banner."""
+    text = "\n".join(["CUDA Version: 12.8 required", *_table_without_banner()])
+    fact = parse("nvidia-smi", text)
+    assert (fact.driver_version, fact.cuda_version) == (None, None)
+    assert [gpu.name for gpu in fact.gpus] == ["NVIDIA B200", "NVIDIA B200"]
+
+
+def test_nvidia_smi_a_processes_line_before_the_table_does_not_end_it():
+    text = "\n".join(["Processes: 3 running", "MIG devices: none", *_body("nvidia-smi", "01.txt")])
+    fact = parse("nvidia-smi", text)
+    assert fact.driver_version == "610.43.02" and len(fact.gpus) == 2
+
+
+def test_nvidia_smi_row_shaped_lines_before_the_banner_are_not_gpus():
+    row = (
+        "|   7  Bogus GPU                     On  |   00000000:1B:00.0 Off |                    0 |"
+    )
+    fact = parse("nvidia-smi", "\n".join([row, *_body("nvidia-smi", "01.txt")]))
+    assert [gpu.index for gpu in fact.gpus] == [0, 1]

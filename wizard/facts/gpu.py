@@ -58,6 +58,9 @@ _UTIL_CELL = re.compile(r"^\s*(?P<util>\d{1,3})\s*%")
 _DRIVER_LABELS = ("KMD Version:", "Driver Version:")
 _CUDA_LABELS = ("CUDA UMD Version:", "CUDA Version:")
 _VERSION_VALUE = re.compile(r"[ \t]*(\d[\d.]{0,31})")
+# The GPU table's column header ("| GPU  Name   Persistence-M | Bus-Id ..."; on Windows
+# "TCC/WDDM" or "Driver-Model" after the name): a table cut above its banner starts here.
+_COLUMN_HEADER = re.compile(r"^\|\s*GPU\s+Name\s")
 # The tables after the GPU table: their rows are MIG devices and processes, never GPUs.
 _LATER_TABLES = ("MIG devices:", "Processes:")
 
@@ -91,8 +94,12 @@ def parse_nvidia_smi(text: str) -> NvidiaSmi:
     lines = one_stream("nvidia-smi", clean(text, "nvidia-smi"), _is_table_line)
     driver, cuda = _versions(lines)
     gpus: list[GpuStatus] = []
+    in_table = False
     for number, line in enumerate(lines):
         if len(line) > MAX_ROW_CHARS:
+            continue
+        if not in_table:  # the GPU table starts at the banner or its column header
+            in_table = "NVIDIA-SMI" in line or bool(_COLUMN_HEADER.match(line))
             continue
         if any(title in line for title in _LATER_TABLES):
             break
@@ -120,13 +127,13 @@ def _is_table_line(line: str) -> bool:
 
 
 def _versions(lines: list[str]) -> tuple[str | None, str | None]:
-    """Driver and CUDA version from the banner line (``| NVIDIA-SMI 595.91.07  Driver
+    """Driver and CUDA version from the banner line, the one naming NVIDIA-SMI (``| NVIDIA-SMI 595.91.07  Driver
     Version: 595.91.07  CUDA Version: 13.1 |``; from 610 ``KMD Version:`` and ``CUDA UMD
     Version:``), each label found with str.find: linear in the text whatever it holds (a
     regex with ``.*?`` between the two is quadratic on a long line of repeated labels).
     A value the banner does not print stays null."""
     for line in lines:
-        if "Version:" not in line:
+        if "NVIDIA-SMI" not in line or "Version:" not in line:
             continue
         driver = _labelled(line, _DRIVER_LABELS)
         cuda = _labelled(line, _CUDA_LABELS)
