@@ -11,6 +11,7 @@ import pytest
 from tests.conftest import fixture_files, run_cli
 from tests.facts.samples_check import SAMPLES, SHARED_EXPECTED, compare, samples, shared_samples
 from wizard.facts import KINDS, ParseError, parse
+from wizard.facts.contract import SCARCE
 
 SAMPLES_FOUND = samples()
 SHARED_FOUND = shared_samples()
@@ -79,19 +80,6 @@ def test_line_prefixes_are_stripped_by_rule_with_crlf_too(kind, name):
     assert parse(kind, tagged).to_json() == plain
 
 
-# Kinds with fewer than three real outputs found (tests/facts/samples plus
-# ../shared/fixtures), and why; their parsers stay strict (only the documented form).
-SCARCE = {
-    "rdma-hw-counters": "one real output: no real `grep -H` of an irdma device's hw_counters "
-    "was found in public issues, docs or code; the real one is an i40iw device's PMA counters "
-    "(node_exporter#966), and a ConnectX-7 port's sysfs files quoted in a TypeScript test "
-    "(02) are checked but not counted",
-    "ethtool-priv-flags": "two real outputs (an E810-C on kernel 6.8.2 from intel-wired-lan, "
-    "and 02); 03 is a string in an Intel Python test, with its source indentation, checked "
-    "but not counted",
-}
-
-
 def real_outputs(kind: str) -> int:
     shared = [path for other, path in fixture_files() if other == kind]
     own = [s for s in SAMPLES_FOUND if s.kind == kind and not s.test_derived]
@@ -115,8 +103,9 @@ def test_test_derived_samples_are_marked_and_not_counted():
 def test_every_kind_has_three_real_outputs_or_says_why_not(kind):
     found = real_outputs(kind)
     if kind in SCARCE:
+        count, _ = SCARCE[kind]
         assert found < 3, f"{kind} has {found} real outputs now: drop it from SCARCE"
-        assert found >= 1 or "no real output" in SCARCE[kind]
+        assert found == count, f"{kind}: {found} real outputs, SCARCE says {count}"
     else:
         assert found >= 3, f"{kind}: {found} real outputs (samples and ../shared/fixtures)"
         assert written_down(kind) >= 3, f"{kind}: values written down for {written_down(kind)}"
