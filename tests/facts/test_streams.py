@@ -158,3 +158,44 @@ def test_nvidia_smi_row_shaped_lines_before_the_banner_are_not_gpus():
     )
     fact = parse("nvidia-smi", "\n".join([row, *_body("nvidia-smi", "01.txt")]))
     assert [gpu.index for gpu in fact.gpus] == [0, 1]
+
+
+LABELS = {
+    "srun --label": "{n}: ",
+    "srun --label, 10+ tasks": " {n}: ",
+    "MPICH -prepend-rank": "[{n}] ",
+}
+
+
+@pytest.mark.parametrize("label", sorted(LABELS))
+def test_a_launchers_rank_label_on_every_line_is_stripped(label):
+    body = _body("nvidia-smi", "01.txt")
+    plain = parse("nvidia-smi", "\n".join(body)).to_json()
+    labelled = "\n".join(LABELS[label].format(n=0) + line for line in body)
+    assert parse("nvidia-smi", labelled).to_json() == plain
+
+
+@pytest.mark.parametrize("label", sorted(LABELS))
+def test_two_ranks_labelled_interleaved_are_refused(label):
+    body = _body("nvidia-smi", "01.txt")
+    lines = []
+    for line in body:
+        lines += [LABELS[label].format(n=0) + line, LABELS[label].format(n=1) + line]
+    with pytest.raises(ParseError, match="launcher streams"):
+        parse("nvidia-smi", "\n".join(lines))
+
+
+def test_srun_messages_and_blank_lines_do_not_hide_the_labels():
+    body = _body("nvidia-smi", "01.txt")
+    plain = parse("nvidia-smi", "\n".join(body)).to_json()
+    text = "\n".join(
+        ["srun: job 42 queued and waiting for resources", "", *(f"0: {b}" for b in body)]
+    )
+    assert parse("nvidia-smi", text).to_json() == plain
+
+
+def test_a_label_like_start_on_some_lines_only_is_content():
+    """'0: ' or '[0] ' at the start of a few lines is not a launcher's label (srun and
+    MPICH label every line): those lines stay as printed."""
+    text = "0: not a label\nplain line\n[1] nor this"
+    assert [line for _, line in strip_line_tags(text)] == text.splitlines()

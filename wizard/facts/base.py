@@ -70,6 +70,26 @@ _LINE_TAG = re.compile(
 )
 
 
+# Rank labels that cannot be told from content line by line, so they count only when every
+# line carries one: `srun --label` (Slurm's _build_label: "%*d: ", the task id padded to
+# the widest id, "P1 0: " for a heterogeneous job's component) and MPICH/Intel MPI
+# `-prepend-rank` / `-l` ("[0] "). A "0: " at the start of
+# some lines is content (/proc/interrupts prints the same "%*d: "); srun's own messages
+# ("srun: error: ...") are not labelled and do not count against it.
+_SRUN_LABEL = re.compile(r"(?:P\d{1,6} )? {0,6}\d{1,7}:(?: |$)")
+_PREPEND_RANK = re.compile(r"\[\d{1,7}\] ")
+_LAUNCHER_OWN = "srun: "
+
+
+def _whole_text_label(lines: list[str]) -> re.Pattern[str] | None:
+    """The rank label every non-blank line starts with (launcher messages excepted)."""
+    labelled = [line for line in lines if line.strip() and not line.startswith(_LAUNCHER_OWN)]
+    for label in (_SRUN_LABEL, _PREPEND_RANK):
+        if labelled and all(label.match(line) for line in labelled):
+            return label
+    return None
+
+
 # The parts of a tag that do not name the stream a line came from: a timestamp changes on
 # every line, and stdout and stderr of one rank are the same program.
 _NOT_STREAM = re.compile(
@@ -87,7 +107,8 @@ def strip_line_tags(text: str) -> list[tuple[str, str]]:
     case per launcher, so output captured through mpirun, a Kubernetes log or SkyPilot reads
     as the program printed it. The stream names where the line came from ("[1,0]" for rank 0
     of mpirun, "" for a line without a prefix): the prefix is the only record of it, and two
-    ranks' tables interleaved line by line must not be read as one table.
+    ranks' tables interleaved line by line must not be read as one table. srun's and
+    MPICH's rank labels are stripped only when every line carries one (see _SRUN_LABEL).
     """
     tagged = []
     for line in text.splitlines():
@@ -96,7 +117,18 @@ def strip_line_tags(text: str) -> list[tuple[str, str]]:
             tagged.append(("", line))
         else:
             tagged.append((_NOT_STREAM.sub("", tag[0]).strip(), line[tag.end() :]))
-    return tagged
+    label = _whole_text_label([line for _, line in tagged])
+    if label is None:
+        return tagged
+    relabelled = []
+    for stream, line in tagged:
+        found = label.match(line)
+        if found is None:  # a blank line or the launcher's own message
+            relabelled.append((stream, line))
+        else:
+            name = " ".join(found[0].split())
+            relabelled.append((f"{stream} {name}".strip(), line[found.end() :]))
+    return relabelled
 
 
 def one_stream(kind: str, text: str, is_content: Callable[[str], bool]) -> list[str]:

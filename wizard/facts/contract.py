@@ -288,9 +288,11 @@ Rules every kind follows:
 - The table parsers (`nccl-tests`, `nvidia-smi`, `nvidia-smi-topo`, `perftest`) strip what
   launchers put in front of every line: `mpirun --tag-output`'s `[1,0]<stdout>:`, SkyPilot's
   `(head, rank=0, pid=N) `, `kubectl logs --prefix` and `--timestamps`, stacked in any order.
-  The prefix names the stream (rank, pod) a line came from: the table is read from the one
-  stream that holds it, and table lines in more than one stream (every rank printed its own)
-  are refused (exit 1), never mixed; so is an nccl-tests log of more than one test.
+  `srun --label`'s `0: ` and MPICH's `-prepend-rank` `[0] ` count only when every line
+  carries one (a `0: ` on some lines is content). The prefix names the stream (rank, pod) a
+  line came from: the table is read from the one stream that holds it, and table lines in
+  more than one stream (every rank printed its own) are refused (exit 1), never mixed; so
+  is an nccl-tests log of more than one test.
 - Labels that changed between releases are read under each name (see the kinds below).
 - Every parser is linear in its input and bounded (64 MB at most; tests/facts/test_fuzz.py).
 
