@@ -259,12 +259,6 @@ SCARCE: dict[str, tuple[int, str]] = {
         "or code; the real one is an i40iw device's PMA counters (node_exporter#966), and a "
         "ConnectX-7 port's sysfs files quoted in a TypeScript test are checked but not counted",
     ),
-    "ethtool-priv-flags": (
-        2,
-        "an E810-C on kernel 6.8.2 (intel-wired-lan) and an i40e port (a netdev patch mail); "
-        "a third, an ice port's flags quoted in an Intel Python test with its source "
-        "indentation, is checked but not counted",
-    ),
 }
 
 HEADER = """\
