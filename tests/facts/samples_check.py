@@ -50,6 +50,13 @@ class Sample:
     def source(self) -> str:
         return self.text_path.read_text().splitlines()[0]
 
+    @property
+    def test_derived(self) -> bool:
+        """A string quoted in another project's unit test, not output captured from the
+        tool: its values are still checked, but it does not count as a real output."""
+        lines = self.text_path.read_text().splitlines()
+        return len(lines) > 1 and lines[1].startswith("# note: test-derived")
+
 
 def samples() -> list[Sample]:
     """The project's own samples (tests/facts/samples)."""

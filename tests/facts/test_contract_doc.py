@@ -82,3 +82,52 @@ def test_check_command_reports_a_stale_document(tmp_path, capsys):
     assert "out of date" in capsys.readouterr().err
     assert main(["--write", str(stale)]) == 0
     assert main(["--check", str(stale)]) == 0
+
+
+def _against(kind: str) -> str:
+    section = render().split(f"\n## {kind}\n", 1)[1]
+    return next(line for line in section.splitlines() if line.startswith("Against ../shared"))
+
+
+def test_a_nested_key_the_first_contract_lacks_is_named_and_explained():
+    """ibv-devinfo's HCAs carry board_id, which ../shared/FACTS.md does not list: the
+    document said 'the same keys' (only top-level keys were compared)."""
+    assert "ibv-devinfo: IbvHca.board_id" not in undeclared_differences()
+    line = _against("ibv-devinfo")
+    assert "`IbvHca.board_id`" in line and "the same keys" not in line
+
+
+def test_the_found_additions_are_printed_beside_the_written_reason():
+    """A kind with a written reason still shows every key found beyond the first contract:
+    a key added later cannot hide behind an older explanation."""
+    line = _against("nvidia-smi")
+    assert "`GpuStatus.bus_id`" in line and "KMD Version" in line
+
+
+def test_an_added_key_the_reason_does_not_name_is_undeclared(monkeypatch):
+    from wizard.facts import contract
+
+    monkeypatch.setitem(contract.DIFFERENCES, "perftest", "adds `kind` (which table).")
+    assert undeclared_differences() == ["perftest: PerftestRow.cpu_util_percent"]
+
+
+@pytest.mark.skipif(not FIXTURES.is_dir(), reason="../shared is not beside the repository")
+def test_shared_nested_keys_are_what_the_first_contract_says():
+    from wizard.facts.contract import SHARED_NESTED
+
+    text = (FIXTURES.parent / "FACTS.md").read_text()
+    rows = {m[1]: m[2] for m in re.finditer(r"^\| `([a-z0-9-]+)` \|[^|]*\|(.*)$", text, re.M)}
+    assert set(SHARED_NESTED) <= set(SHARED_KEYS)
+    for kind, types in SHARED_NESTED.items():
+        for keys in types.values():
+            for key in keys:
+                assert re.search(rf"[{{, ]{key}\b", rows[kind]), f"{kind}: {key} is not there"
+
+
+def test_the_header_names_the_scarce_kinds_with_their_counts():
+    from wizard.facts.contract import SCARCE
+
+    header = render().split("| kind |", 1)[0]
+    assert SCARCE
+    for kind, (count, _) in SCARCE.items():
+        assert f"`{kind}` ({count} real" in header

@@ -113,7 +113,9 @@ def test_a_fatal_warning_fails_the_path_with_its_meaning(name, meaning):
     [
         ("nccl-tests-new-table.txt", 31, 70.742, ("sum", -1)),
         ("nccl-tests-newest-table.txt", 8, 142.652, ("sum", -1)),
-        ("nccl-tests-old-table.txt", 7, 6.6972, ("sum", None)),
+        ("nccl-tests-old-table-redop.txt", 6, None, ("sum", None)),
+        # 11 cells: neither redop nor root (the all_reduce_perf of NCCL 2.6's days)
+        ("nccl-tests-2.6-table-no-redop-no-root.txt", 12, 6.6972, (None, None)),
         ("nccl-tests-table-no-header.txt", 15, 70.742, ("sum", -1)),
         ("nccl-tests-table-no-header-2.txt", 5, 95.3009, ("sum", -1)),
     ],
@@ -126,6 +128,6 @@ def test_nccl_tests_tables_old_and_new(name, rows, avg, first):
 
 def test_an_old_table_without_redop_keeps_its_root():
     """An old broadcast/all_gather header: ``size count type root time ...`` (12 cells)."""
-    table = parse("nccl-tests", text("nccl-tests-old-table.txt", TABLES))
+    table = parse("nccl-tests", text("nccl-tests-old-broadcast-root.txt", TABLES))
     rootful = [r for r in table.rows if r["redop"] is None]
     assert rootful and rootful[0]["root"] == 0 and rootful[0]["oop_time_us"] == 45.82

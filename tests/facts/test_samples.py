@@ -11,6 +11,7 @@ import pytest
 from tests.conftest import fixture_files, run_cli
 from tests.facts.samples_check import SAMPLES, SHARED_EXPECTED, compare, samples, shared_samples
 from wizard.facts import KINDS, ParseError, parse
+from wizard.facts.contract import SCARCE
 
 SAMPLES_FOUND = samples()
 SHARED_FOUND = shared_samples()
@@ -79,30 +80,32 @@ def test_line_prefixes_are_stripped_by_rule_with_crlf_too(kind, name):
     assert parse(kind, tagged).to_json() == plain
 
 
-# Kinds with fewer than three real outputs found (tests/facts/samples plus
-# ../shared/fixtures), and why; their parsers stay strict (only the documented form).
-SCARCE = {
-    "rdma-hw-counters": "no real `grep -H` of an irdma device's hw_counters was found in public "
-    "issues, docs or code; the two real outputs are an i40iw device's PMA counters "
-    "(node_exporter#966) and a ConnectX-7 port's sysfs files quoted in a test",
-}
-
-
 def real_outputs(kind: str) -> int:
     shared = [path for other, path in fixture_files() if other == kind]
-    return len([s for s in SAMPLES_FOUND if s.kind == kind]) + len(shared)
+    own = [s for s in SAMPLES_FOUND if s.kind == kind and not s.test_derived]
+    return len(own) + len(shared)
 
 
 def written_down(kind: str) -> int:
-    return len([s for s in SAMPLES_FOUND + SHARED_FOUND if s.kind == kind])
+    return len([s for s in SAMPLES_FOUND + SHARED_FOUND if s.kind == kind and not s.test_derived])
+
+
+def test_test_derived_samples_are_marked_and_not_counted():
+    derived = sorted(s.name for s in SAMPLES_FOUND if s.test_derived)
+    assert derived == [
+        "containerd-version/03.txt",
+        "ethtool-priv-flags/03.txt",
+        "rdma-hw-counters/02.txt",
+    ]
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_every_kind_has_three_real_outputs_or_says_why_not(kind):
     found = real_outputs(kind)
     if kind in SCARCE:
+        count, _ = SCARCE[kind]
         assert found < 3, f"{kind} has {found} real outputs now: drop it from SCARCE"
-        assert found >= 1 or "no real output" in SCARCE[kind]
+        assert found == count, f"{kind}: {found} real outputs, SCARCE says {count}"
     else:
         assert found >= 3, f"{kind}: {found} real outputs (samples and ../shared/fixtures)"
         assert written_down(kind) >= 3, f"{kind}: values written down for {written_down(kind)}"

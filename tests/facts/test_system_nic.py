@@ -129,7 +129,7 @@ def test_ethtool_i(name, driver, version, firmware, bus, in_tree, nvm):
     [
         ("6.12.0-55.el10.x86_64", True),
         ("6.8.0-86-generic", True),
-        ("1.16.3", False),
+        ("1.16.3", None),  # a plain version says nothing without its driver
         ("2.8.20-k", True),
         ("4.0-0", None),
         ("", None),
@@ -137,6 +137,23 @@ def test_ethtool_i(name, driver, version, firmware, bus, in_tree, nvm):
 )
 def test_driver_in_tree(version, expected):
     assert driver_in_tree(version) is expected
+
+
+@pytest.mark.parametrize(
+    ("version", "driver", "expected"),
+    [
+        ("1.16.3", "ice", False),  # Intel's own ice release
+        ("6.8.2", "ice", True),  # a mainline kernel's release, filled in for ice
+        ("2.24.6", "i40e", False),
+        # Drivers whose own release numbers the table does not know: a plain version that
+        # looks like a kernel release may be one or not; null, never a confident false.
+        ("6.8.2", "mlx5_core", None),
+        ("6.8.2", "irdma", None),
+        ("1.16.3", "mlx5_core", None),
+    ],
+)
+def test_driver_in_tree_of_a_plain_version_needs_a_known_driver(version, driver, expected):
+    assert driver_in_tree(version, driver) is expected
 
 
 def test_ethtool_s_ice_priority_counters():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 from typing import Any
 
 _HEADER = re.compile(r"^# (source|note):")
@@ -69,14 +70,89 @@ _LINE_TAG = re.compile(
 )
 
 
-def strip_line_tags(text: str) -> str:
-    """``text`` without the launcher prefixes of _LINE_TAG at the start of each line.
+# Rank labels that cannot be told from content line by line, so they count only when every
+# line carries one: `srun --label` (Slurm's _build_label: "%*d: ", the task id padded to
+# the widest id, "P1 0: " for a heterogeneous job's component) and MPICH/Intel MPI
+# `-prepend-rank` / `-l` ("[0] "). A "0: " at the start of
+# some lines is content (/proc/interrupts prints the same "%*d: "); srun's own messages
+# ("srun: error: ...") are not labelled and do not count against it.
+_SRUN_LABEL = re.compile(r"(?:P\d{1,6} )? {0,6}\d{1,7}:(?: |$)")
+_PREPEND_RANK = re.compile(r"\[\d{1,7}\] ")
+_LAUNCHER_OWN = "srun: "
+
+
+def _whole_text_label(lines: list[str]) -> re.Pattern[str] | None:
+    """The rank label every non-blank line starts with (launcher messages excepted)."""
+    labelled = [line for line in lines if line.strip() and not line.startswith(_LAUNCHER_OWN)]
+    for label in (_SRUN_LABEL, _PREPEND_RANK):
+        if labelled and all(label.match(line) for line in labelled):
+            return label
+    return None
+
+
+# The parts of a tag that do not name the stream a line came from: a timestamp changes on
+# every line, and stdout and stderr of one rank are the same program.
+_NOT_STREAM = re.compile(
+    r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:?\d\d) "
+    r"|<(?:stdout|stderr|stddiag)>: ?"
+)
+# How many stream names an error message lists at most.
+_SHOWN_STREAMS = 4
+
+
+def strip_line_tags(text: str) -> list[tuple[str, str]]:
+    """Each line of ``text`` as (stream, line without the launcher prefixes of _LINE_TAG).
 
     For the parsers that read a table line by line (nccl-tests, nvidia-smi): a rule, not a
     case per launcher, so output captured through mpirun, a Kubernetes log or SkyPilot reads
-    as the program printed it. Lines without a prefix stay as they are.
+    as the program printed it. The stream names where the line came from ("[1,0]" for rank 0
+    of mpirun, "" for a line without a prefix): the prefix is the only record of it, and two
+    ranks' tables interleaved line by line must not be read as one table. srun's and
+    MPICH's rank labels are stripped only when every line carries one (see _SRUN_LABEL).
     """
-    return _LINE_TAG.sub("", text)
+    tagged = []
+    for line in text.splitlines():
+        tag = _LINE_TAG.match(line)
+        if tag is None:
+            tagged.append(("", line))
+        else:
+            tagged.append((_NOT_STREAM.sub("", tag[0]).strip(), line[tag.end() :]))
+    label = _whole_text_label([line for _, line in tagged])
+    if label is None:
+        return tagged
+    relabelled = []
+    for stream, line in tagged:
+        found = label.match(line)
+        if found is None:  # a blank line or the launcher's own message
+            relabelled.append((stream, line))
+        else:
+            name = " ".join(found[0].split())
+            relabelled.append((f"{stream} {name}".strip(), line[found.end() :]))
+    return relabelled
+
+
+def one_stream(kind: str, text: str, is_content: Callable[[str], bool]) -> list[str]:
+    """The lines of the one stream (rank, pod, untagged) whose lines hold the table, tags
+    stripped. Lines of the other streams (a launcher's warnings, other ranks' log lines
+    without table content) are left out. Table content in more than one stream is output
+    of more than one program (every rank ran nvidia-smi, every rank printed its own
+    table): ParseError, never a table mixed from several."""
+    tagged = strip_line_tags(text)
+    streams: dict[str, list[str]] = {}
+    for stream, line in tagged:
+        streams.setdefault(stream, []).append(line)
+    holding = [stream for stream, lines in streams.items() if any(map(is_content, lines))]
+    if len(holding) > 1:
+        names = ", ".join(repr(stream or "untagged") for stream in holding[:_SHOWN_STREAMS])
+        more = f" and {len(holding) - _SHOWN_STREAMS} more" if len(holding) > _SHOWN_STREAMS else ""
+        raise ParseError(
+            kind,
+            f"table lines from {len(holding)} launcher streams ({names}{more}): the output of"
+            " more than one program; give the lines of one rank only",
+        )
+    if holding:
+        return streams[holding[0]]
+    return [line for _, line in tagged]
 
 
 def to_int(value: str | None) -> int | None:

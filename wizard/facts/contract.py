@@ -18,7 +18,6 @@ promised and ``DIFFERENCES`` says why the code goes further; the document prints
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 import typing
@@ -64,6 +63,130 @@ SHARED_KEYS: dict[str, tuple[str, ...]] = {
     "helm-values": ("values",),
 }  # fmt: skip
 
+# The nested keys ../shared/FACTS.md lists (in its `{...}` groups), by the schema type that
+# holds them. tests/facts/test_contract_doc.py checks these against that file too.
+SHARED_NESTED: dict[str, dict[str, tuple[str, ...]]] = {
+    "bonding": {
+        "BondSlave": (
+            "name",
+            "mii_status",
+            "speed_mbps",
+            "duplex",
+            "permanent_hw_addr",
+            "aggregator_id",
+            "link_failure_count",
+        ),
+    },
+    "lsmod": {
+        "ModuleInfo": ("size", "used_by_count", "used_by"),
+    },
+    "lspci": {
+        "PciDevice": (
+            "slot",
+            "class_name",
+            "class_id",
+            "vendor_id",
+            "device_id",
+            "description",
+            "rev",
+        ),
+    },
+    "lspci-acs": {
+        "AcsControl": ("slot", "src_valid", "ctl"),
+    },
+    "rdma-link": {
+        "RdmaLink": ("device", "port", "state", "physical_state", "netdev"),
+    },
+    "rdma-dev": {
+        "RdmaDevice": ("index", "name", "node_type", "fw", "node_guid", "sys_image_guid"),
+    },
+    "ibv-devices": {
+        "IbvDevice": ("name", "node_guid"),
+    },
+    "ibv-devinfo": {
+        "Gid": ("index", "gid", "type"),
+        "IbvHca": (
+            "hca_id",
+            "transport",
+            "fw_ver",
+            "node_guid",
+            "vendor_id",
+            "vendor_part_id",
+            "hw_ver",
+            "phys_port_cnt",
+            "ports",
+        ),
+        "IbvPort": ("port", "state", "max_mtu", "active_mtu", "link_layer", "gids"),
+    },
+    "show-gids": {
+        "ShowGid": ("dev", "port", "index", "gid", "ipv4", "ver", "netdev"),
+    },
+    "nvidia-smi-l": {
+        "GpuId": ("index", "name", "uuid"),
+    },
+    "nvidia-smi": {
+        "GpuStatus": ("index", "name", "memory_used_mib", "memory_total_mib", "util_percent"),
+    },
+    "ethtool-s": {
+        "PauseCounts": ("rx", "tx"),
+    },
+    "perftest": {
+        "PerftestRow": (
+            "bytes",
+            "iterations",
+            "bw_peak",
+            "bw_average",
+            "msg_rate_mpps",
+            "t_min_us",
+            "t_max_us",
+            "t_typical_us",
+            "t_avg_us",
+            "t_stdev_us",
+            "p99_us",
+            "p99_9_us",
+        ),
+    },
+    "nccl-log": {
+        "Endpoint": ("if", "ip"),
+        "GdrDisabled": ("hca", "reason"),
+        "NcclChannel": ("channel", "direction", "transport", "device_index", "gdr", "shared"),
+        "NetDevice": ("index", "name", "port", "link_layer"),
+    },
+    "nccl-tests": {
+        "NcclTestsRow": (
+            "size",
+            "count",
+            "type",
+            "redop",
+            "root",
+            "oop_time_us",
+            "oop_algbw",
+            "oop_busbw",
+            "oop_wrong",
+            "ip_time_us",
+            "ip_algbw",
+            "ip_busbw",
+            "ip_wrong",
+        ),
+    },
+    "kube-nodes": {
+        "KubeNode": (
+            "name",
+            "status",
+            "roles",
+            "age",
+            "version",
+            "internal_ip",
+            "os_image",
+            "kernel_version",
+            "container_runtime",
+        ),
+    },
+    "kube-pods": {
+        "KubePod": ("namespace", "name", "ready", "status", "restarts", "last_restart", "age"),
+    },
+}
+
 # Why the code's contract goes beyond (or reads differently from) ../shared/FACTS.md.
 DIFFERENCES: dict[str, str] = {
     "bonding": "adds `active_slave` (active-backup bonds name the slave in use; a "
@@ -79,7 +202,10 @@ DIFFERENCES: dict[str, str] = {
     "`firmware-version`; the E810 checks compare it) and `supports_priv_flags`. `in_tree` is "
     "also true for a plain version from 3 up on ice and i40e, whose out-of-tree releases are "
     "numbered below 3: that is a mainline kernel's release (`6.8.2`), which the kernel fills "
-    "in for a driver that sets no version.",
+    "in for a driver that sets no version; on any other driver a plain version is null "
+    "(its own release numbers are not known).",
+    "ibv-devinfo": "each HCA carries `board_id` (ibv_devinfo's `board_id:` line, e.g. "
+    "`MT_0000000838`: which board the HCA is, beside its vendor part id).",
     "iommu": "adds `amd_iommu` (AMD-Vi lines: an AMD host has no DMAR lines at all).",
     "modinfo": "a kind FACTS.md does not name: the irdma/ice module checks need the file "
     "(in tree or out of tree), version, vermagic, dependencies and parameter names.",
@@ -88,10 +214,12 @@ DIFFERENCES: dict[str, str] = {
     "the job cannot run) and `bootstrap` (the bootstrap interface); `gdr_disabled` "
     "entries carry the HCA's `index` too. A channel's transport keeps a network plugin's "
     "name whole (`NET/AWS Libfabric` from `via NET/AWS Libfabric/0`).",
-    "nccl-tests": "adds `test` (the `Collective test starting:` name newer nccl-tests print).",
+    "nccl-tests": "adds `test` (the `Collective test starting:` name newer nccl-tests print). "
+    "One test per log: a second `Collective test starting:` or table header is refused.",
     "nvidia-smi": "each GPU carries `bus_id` (to match a GPU row with lspci and the "
-    "topology). The banner is read by label: `KMD Version` / `CUDA UMD Version` "
-    "(driver 610 on) and the older `Driver Version` / `CUDA Version`. A GPU's memory and "
+    "topology). The banner (the line naming `NVIDIA-SMI`, no other) is read by label: "
+    "`KMD Version` / `CUDA UMD Version` (driver 610 on) and the older `Driver Version` / "
+    "`CUDA Version`; GPU rows are read from the banner or the `GPU  Name` header on. A GPU's memory and "
     "utilisation come from its own second table line only: `N/A` (MIG on) is null, never "
     "a number from the MIG devices table. Windows' driver model (`WDDM`, `TCC`) stands where "
     "Linux prints the persistence mode.",
@@ -116,7 +244,21 @@ DIFFERENCES: dict[str, str] = {
     "rdma-hw-counters": "a kind FACTS.md does not name: the RDMA device's hardware "
     "counters (irdma's cnpSent, RxECNMrkd ...) as `grep -H . .../hw_counters/*` prints them "
     "(also through /sys/devices/... and the port's PMA counters/ files); a file whose value is "
-    "not a number (`N/A (no PMA)`) is listed in `unreadable`, never given a number.",
+    "not a number (`N/A (no PMA)`) is listed in `unreadable`, never given a number. One fact is "
+    "one device's port: lines of a second device or port are refused.",
+}
+
+# Kinds with fewer than three real outputs found (tests/facts/samples plus
+# ../shared/fixtures; strings quoted in other projects' unit tests are checked but not
+# counted): the count and why. Their parsers stay strict (only the documented form).
+# tests/facts/test_samples.py holds the count to what the folders have.
+SCARCE: dict[str, tuple[int, str]] = {
+    "rdma-hw-counters": (
+        1,
+        "no real `grep -H` of an irdma device's hw_counters was found in public issues, docs "
+        "or code; the real one is an i40iw device's PMA counters (node_exporter#966), and a "
+        "ConnectX-7 port's sysfs files quoted in a TypeScript test are checked but not counted",
+    ),
 }
 
 HEADER = """\
@@ -140,14 +282,22 @@ Rules every kind follows:
 - The table parsers (`nccl-tests`, `nvidia-smi`, `nvidia-smi-topo`, `perftest`) strip what
   launchers put in front of every line: `mpirun --tag-output`'s `[1,0]<stdout>:`, SkyPilot's
   `(head, rank=0, pid=N) `, `kubectl logs --prefix` and `--timestamps`, stacked in any order.
+  `srun --label`'s `0: ` and MPICH's `-prepend-rank` `[0] ` count only when every line
+  carries one (a `0: ` on some lines is content). The prefix names the stream (rank, pod) a
+  line came from: the table is read from the one stream that holds it, and table lines in
+  more than one stream (every rank printed its own) are refused (exit 1), never mixed; so
+  is an nccl-tests log of more than one test.
 - Labels that changed between releases are read under each name (see the kinds below).
 - Every parser is linear in its input and bounded (64 MB at most; tests/facts/test_fuzz.py).
 
 Each kind below lists its keys with their JSON types, the keys `../shared/FACTS.md` (the
 first written contract) did not have and why, and the JSON Schema the types generate.
-Real outputs of every kind, at least three each, with the values a person reads off them, are in
-`tests/facts/samples/KIND/` and `../shared/fixtures/KIND/` (values in
-`tests/facts/shared_expected/KIND/`).
+Real outputs of every kind, at least three each except the scarce kinds listed here, with
+the values a person reads off them, are in `tests/facts/samples/KIND/` and
+`../shared/fixtures/KIND/` (values in `tests/facts/shared_expected/KIND/`); strings quoted
+in other projects' unit tests are checked too but not counted as real outputs. Scarce:
+
+{scarce}
 
 | kind | command | fact type |
 |---|---|---|
@@ -218,7 +368,11 @@ def _definitions(defs: dict[str, Any]) -> list[str]:
 def render() -> str:
     """The whole contract document."""
     kinds = sorted(KINDS)
-    out = [HEADER.rstrip("\n")]
+    scarce = "\n".join(
+        f"- `{kind}` ({count} real output{'s' if count != 1 else ''}): {why}."
+        for kind, (count, why) in sorted(SCARCE.items())
+    )
+    out = [HEADER.replace("{scarce}", scarce).rstrip("\n")]
     for kind in kinds:
         command = KINDS[kind].command.replace("|", "\\|")
         out.append(f"| [`{kind}`](#{kind}) | `{command}` | `{fact_type(kind).__name__}` |")
@@ -234,13 +388,19 @@ def render() -> str:
             out += ["", "Nested types:", ""]
             out += _definitions(defs)
         out += ["", "Against ../shared/FACTS.md: "]
+        why = DIFFERENCES.get(kind, "")
         if shared is None:
-            out[-1] += DIFFERENCES.get(kind, "a kind it does not name.")
+            out[-1] += why or "a kind it does not name."
         else:
-            added = [key for key in document["properties"] if key not in shared]
-            how = f"adds {', '.join(f'`{a}`' for a in added)}. " if added else ""
-            why = DIFFERENCES.get(kind)
-            out[-1] += why if why else (how or "the same keys.")
+            # What the types hold beyond it, found by comparing them (never only written):
+            # a key added after the reason was written still shows here.
+            added = added_keys(kind)
+            if added:
+                out[-1] += f"keys it does not list: {', '.join(f'`{a}`' for a in added)}. "
+            if why:
+                out[-1] += f"Why: {why}" if added else why
+            elif not added:
+                out[-1] += "the same keys."
         out[-1] = out[-1].rstrip()
         out += ["", "<details><summary>JSON Schema</summary>", "", "```json"]
         out.append(json.dumps(document, indent=2, sort_keys=True))
@@ -248,15 +408,36 @@ def render() -> str:
     return "\n".join(out) + "\n"
 
 
+def added_keys(kind: str) -> list[str]:
+    """The keys the kind's types hold that ../shared/FACTS.md does not list: top-level
+    ones by name, nested ones as ``Type.key`` (a nested type it does not describe at all
+    adds every key). Empty for a kind it does not name."""
+    shared = SHARED_KEYS.get(kind)
+    if shared is None:
+        return []
+    document = schema(kind)
+    added = [key for key in document["properties"] if key not in shared]
+    listed = SHARED_NESTED.get(kind, {})
+    for name, node in document.get("$defs", {}).items():
+        keys = listed.get(name, ())
+        added += [f"{name}.{key}" for key in node.get("properties", {}) if key not in keys]
+    return added
+
+
 def undeclared_differences() -> list[str]:
-    """Kinds whose keys go beyond ../shared/FACTS.md with no reason in DIFFERENCES."""
+    """Kinds FACTS.md does not name without a written reason, and every key beyond it
+    (nested ones too) that its kind's reason does not name in backticks: ``kind`` or
+    ``kind: Type.key``."""
     missing = []
     for kind in sorted(KINDS):
-        names = [f.name for f in dataclasses.fields(fact_type(kind))]
-        shared = SHARED_KEYS.get(kind)
-        beyond = shared is None or any(name not in shared for name in names)
-        if beyond and kind not in DIFFERENCES:
-            missing.append(kind)
+        why = DIFFERENCES.get(kind)
+        if kind not in SHARED_KEYS:
+            if why is None:
+                missing.append(kind)
+            continue
+        for key in added_keys(kind):
+            if f"`{key.rsplit('.', 1)[-1]}`" not in (why or ""):
+                missing.append(f"{kind}: {key}")
     return missing
 
 

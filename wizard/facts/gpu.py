@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, field
 
 from wizard.facts import parser
-from wizard.facts.base import Fact, ParseError, clean, strip_line_tags
+from wizard.facts.base import Fact, ParseError, clean, one_stream
 
 # -- nvidia-smi -L ----------
 
@@ -58,6 +58,9 @@ _UTIL_CELL = re.compile(r"^\s*(?P<util>\d{1,3})\s*%")
 _DRIVER_LABELS = ("KMD Version:", "Driver Version:")
 _CUDA_LABELS = ("CUDA UMD Version:", "CUDA Version:")
 _VERSION_VALUE = re.compile(r"[ \t]*(\d[\d.]{0,31})")
+# The GPU table's column header ("| GPU  Name   Persistence-M | Bus-Id ..."; on Windows
+# "TCC/WDDM" or "Driver-Model" after the name): a table cut above its banner starts here.
+_COLUMN_HEADER = re.compile(r"^\|\s*GPU\s+Name\s")
 # The tables after the GPU table: their rows are MIG devices and processes, never GPUs.
 _LATER_TABLES = ("MIG devices:", "Processes:")
 
@@ -88,12 +91,15 @@ def parse_nvidia_smi(text: str) -> NvidiaSmi:
     prints ``N/A`` there and those stay null (the MIG devices table below holds the MIG
     devices' own numbers, not the GPU's).
     """
-    text = strip_line_tags(clean(text, "nvidia-smi"))
-    lines = text.splitlines()
+    lines = one_stream("nvidia-smi", clean(text, "nvidia-smi"), _is_table_line)
     driver, cuda = _versions(lines)
     gpus: list[GpuStatus] = []
+    in_table = False
     for number, line in enumerate(lines):
         if len(line) > MAX_ROW_CHARS:
+            continue
+        if not in_table:  # the GPU table starts at the banner or its column header
+            in_table = "NVIDIA-SMI" in line or bool(_COLUMN_HEADER.match(line))
             continue
         if any(title in line for title in _LATER_TABLES):
             break
@@ -115,14 +121,19 @@ def parse_nvidia_smi(text: str) -> NvidiaSmi:
     return NvidiaSmi(driver_version=driver, cuda_version=cuda, gpus=gpus)
 
 
+def _is_table_line(line: str) -> bool:
+    """A line of nvidia-smi's own table (banner or GPU row), for picking one rank's lines."""
+    return len(line) <= MAX_ROW_CHARS and ("NVIDIA-SMI" in line or bool(_GPU_ROW.match(line)))
+
+
 def _versions(lines: list[str]) -> tuple[str | None, str | None]:
-    """Driver and CUDA version from the banner line (``| NVIDIA-SMI 595.91.07  Driver
+    """Driver and CUDA version from the banner line, the one naming NVIDIA-SMI (``| NVIDIA-SMI 595.91.07  Driver
     Version: 595.91.07  CUDA Version: 13.1 |``; from 610 ``KMD Version:`` and ``CUDA UMD
     Version:``), each label found with str.find: linear in the text whatever it holds (a
     regex with ``.*?`` between the two is quadratic on a long line of repeated labels).
     A value the banner does not print stays null."""
     for line in lines:
-        if "Version:" not in line:
+        if "NVIDIA-SMI" not in line or "Version:" not in line:
             continue
         driver = _labelled(line, _DRIVER_LABELS)
         cuda = _labelled(line, _CUDA_LABELS)
@@ -222,10 +233,15 @@ def _row_cells(line: str, width: int) -> tuple[list[str], list[str]]:
     return links[:width], links[width:] + rest
 
 
+def _is_topo_row(line: str) -> bool:
+    """A matrix row of GPU (every topo matrix has one), for picking one rank's lines."""
+    return line.startswith("GPU") and line[3:4].isdigit()
+
+
 @parser("nvidia-smi-topo", "nvidia-smi topo -m")
 def parse_nvidia_smi_topo(text: str) -> NvidiaSmiTopo:
-    text = strip_line_tags(clean(text, "nvidia-smi-topo"))
-    lines = text.splitlines()
+    lines = one_stream("nvidia-smi-topo", clean(text, "nvidia-smi-topo"), _is_topo_row)
+    text = "\n".join(lines)
     header_index = None
     devices: list[str] = []
     for i, line in enumerate(lines):

@@ -11,7 +11,7 @@ from typing import Any
 from typing_extensions import TypedDict
 
 from wizard.facts import parser
-from wizard.facts.base import Fact, ParseError, clean, strip_line_tags, to_float, to_int
+from wizard.facts.base import Fact, ParseError, clean, one_stream, to_float, to_int
 
 _VERSION = re.compile(r"NCCL version (?P<version>\d+\.\d+\.\d+)(?:\+cuda(?P<cuda>[\d.]+))?")
 _NET_IB = re.compile(r"NET/IB : Using\s+(?P<devices>.*?)(?:;\s*OOB\s+(?P<oob>\S+))?\s*$")
@@ -275,9 +275,17 @@ def _header_layout(body: str) -> tuple[str, ...]:
     return ("size", "count", "type", *extra, *_METRIC_KEYS)
 
 
+_ROW_KEYS_NEITHER = ("size", "count", "type", *_METRIC_KEYS)
+# Cells in a result row: both redop and root, one of them, neither (nccl-tests of NCCL 2.6).
+_ROW_LENGTHS = (11, 12, 13)
+
+
 def _guess_layout(tokens: list[str]) -> tuple[str, ...]:
-    """A row without its header: 13 cells have both, 12 miss one; a number in the fourth
-    cell is a root (-1 or a rank), a word is a reduction."""
+    """A row without its header: 13 cells have both, 12 miss one, 11 neither (nccl-tests
+    of the NCCL 2.6 days, NVIDIA/nccl#340); a number in the fourth cell of 12 is a root
+    (-1 or a rank), a word is a reduction."""
+    if len(tokens) == 11:
+        return _ROW_KEYS_NEITHER
     if len(tokens) == 13:
         return _ROW_KEYS_ROOT
     return _ROW_KEYS_NO_REDOP if tokens[3].lstrip("-").isdigit() else _ROW_KEYS_NO_ROOT
@@ -318,21 +326,44 @@ def _cell(key: str, token: str) -> Any:
     return to_float(token)
 
 
+def _is_table_line(line: str) -> bool:
+    """A header, a result row or the average of an nccl-tests table, for picking one
+    rank's lines."""
+    stripped = line.strip()
+    if stripped.startswith("#"):
+        body = stripped.lstrip("#").strip()
+        return (body.startswith("size") and "count" in body) or body.startswith("Avg bus")
+    tokens = stripped.split(maxsplit=13)
+    return len(tokens) in _ROW_LENGTHS and tokens[0].isdigit() and not tokens[2][:1].isdigit()
+
+
 @parser("nccl-tests", "all_reduce_perf (nccl-tests)")
 def parse_nccl_tests(text: str) -> NcclTests:
+    """The one test's table. A log of several tests (all_reduce_perf, then all_gather_perf)
+    holds one table per test: a second ``Collective test starting:`` or a second header
+    after rows is refused, so that no row or average is credited to the wrong test."""
     # mpirun --tag-output, SkyPilot and kubectl prefixes are not part of the table.
-    text = strip_line_tags(clean(text, "nccl-tests"))
+    lines = one_stream("nccl-tests", clean(text, "nccl-tests"), _is_table_line)
     keys: tuple[str, ...] | None = None
     seen_header = False
     rows: list[NcclTestsRow] = []
     avg = None
     oob = None
     test = None
-    for line in text.splitlines():
+
+    def second_test(name: str | None) -> ParseError:
+        names = ", ".join(n for n in (test, name) if n) or "no test names printed"
+        return ParseError(
+            "nccl-tests", f"more than one test in one log ({names}): give each test's output alone"
+        )
+
+    for line in lines:
         stripped = line.strip()
         if stripped.startswith("#"):
             body = stripped.lstrip("#").strip()
             if body.startswith("size") and "count" in body:
+                if rows or avg is not None:
+                    raise second_test(None)
                 seen_header = True
                 keys = _header_layout(body)
             elif m := re.match(r"Avg bus bandwidth\s*:\s*([\d.]+)", body):
@@ -340,12 +371,14 @@ def parse_nccl_tests(text: str) -> NcclTests:
             elif m := re.match(r"Out of bounds values\s*:\s*(\d+)", body):
                 oob = int(m.group(1))
             elif m := re.match(r"Collective test starting:\s*(\S+)", body):
+                if test is not None or rows or avg is not None:
+                    raise second_test(m.group(1))
                 test = m.group(1)
             elif body.startswith("nThread"):
                 seen_header = True
             continue
         tokens = stripped.split()
-        if not tokens or not tokens[0].isdigit() or len(tokens) not in (12, 13):
+        if len(tokens) not in _ROW_LENGTHS or not tokens[0].isdigit() or tokens[2][:1].isdigit():
             continue
         layout = keys or _guess_layout(tokens)
         if len(layout) != len(tokens):

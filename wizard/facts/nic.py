@@ -31,8 +31,10 @@ def driver_in_tree(version: str | None, driver: str | None = None) -> bool | Non
     if version.endswith("-k") or _KERNEL_RELEASE.match(version):
         return True
     if _PLAIN_VERSION.match(version):
+        # Only for a driver whose own release numbers are known: elsewhere "6.8.2" may be
+        # a kernel's or the driver's own (unknown, not a confident false).
         below = _OUT_OF_TREE_MAJOR_BELOW.get(driver or "")
-        return below is not None and int(version.split(".")[0]) >= below
+        return None if below is None else int(version.split(".")[0]) >= below
     return None
 
 

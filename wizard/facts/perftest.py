@@ -10,7 +10,7 @@ from typing import Any
 from typing_extensions import TypedDict
 
 from wizard.facts import parser
-from wizard.facts.base import Fact, ParseError, clean, strip_line_tags, to_int
+from wizard.facts.base import Fact, ParseError, clean, one_stream, to_int
 
 _TITLE = re.compile(r"^\s*(?P<title>[A-Za-z_ ]+?(?:BW|Latency|Lat)[A-Za-z ]*Test)\s*$")
 MAX_PAIR_LINE = 512
@@ -135,10 +135,16 @@ def _number(token: str) -> float | int | None:
             return None
 
 
+def _is_perftest_line(line: str) -> bool:
+    """The test title or the result header, for picking one rank's lines."""
+    line = line.strip()
+    return len(line) <= MAX_PAIR_LINE and bool(_TITLE.match(line) or _header_columns(line))
+
+
 @parser("perftest", "ib_write_bw | ib_read_bw | ib_send_bw | ib_*_lat")
 def parse_perftest(text: str) -> Perftest:
     # kubectl logs --prefix / --timestamps or mpirun tags in front of the lines are not its own.
-    text = strip_line_tags(clean(text, "perftest"))
+    lines = one_stream("perftest", clean(text, "perftest"), _is_perftest_line)
     values: dict[str, str] = {}
     title = None
     kind = None
@@ -147,7 +153,7 @@ def parse_perftest(text: str) -> Perftest:
     results: list[PerftestRow] = []
     errors: list[str] = []
     warnings: list[str] = []
-    for raw in text.splitlines():
+    for raw in lines:
         line = raw.strip()
         if not line or set(line) <= {"-", "*"}:
             continue

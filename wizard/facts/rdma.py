@@ -389,8 +389,16 @@ def parse_rdma_hw_counters(text: str) -> RdmaHwCounters:
     unreadable: list[str] = []
     device = port = None
     for match in _HW_COUNTER.finditer(text):
-        device = device or match["device"]
-        port = port or int(match["port"])
+        if device is None:
+            device, port = match["device"], int(match["port"])
+        elif (match["device"], int(match["port"])) != (device, port):
+            # One fact is one device's port (steps/perf/counters.py greps one at a time):
+            # a second one's counters under the first's name would be the wrong numbers.
+            raise ParseError(
+                "rdma-hw-counters",
+                f"counters of more than one device port ({device} port {port},"
+                f" {match['device']} port {int(match['port'])}): give one port's files",
+            )
         if value := _COUNTER_VALUE.fullmatch(match["value"]):
             counters[match["name"]] = int(value[1])
         elif match["name"] not in unreadable:
