@@ -35,6 +35,7 @@ import fcntl
 import json
 import os
 import pwd
+import shlex
 import socket
 import tempfile
 import time
@@ -537,6 +538,60 @@ def _journal_has_work(directory: Path) -> bool:
         return (directory / "journal.jsonl").stat().st_size > 0
     except FileNotFoundError:
         return False
+
+
+IN_FLIGHT_STATES = (StepState.RUNNING.value, StepState.WAITING.value, StepState.FAILED.value)
+
+
+def in_flight_changes(state: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    """(step, target, maintenance record) of every maintenance change a checkpoint holds in
+    flight: begun (its capture persisted) and neither finished nor rolled back. Such a node
+    may be cordoned and half changed, whatever any other result says."""
+    found = []
+    for step, targets in state.get("steps", {}).items():
+        for target, record in targets.items():
+            inflight = record.get("extra", {}).get("maintenance")
+            if isinstance(inflight, dict) and record.get("state") in IN_FLIGHT_STATES:
+                found.append((step, target, inflight))
+    return found
+
+
+def finish_command(site: Site, state_dir: Path | None = None) -> str:
+    """The command line that finishes (or rolls back) the changes in flight on a site."""
+    where = shlex.quote(str(site.source)) if site.source else "SITE"
+    extra = (
+        f" --state-dir {shlex.quote(str(state_dir))}"
+        if state_dir is not None and Path(state_dir) != default_state_dir()
+        else ""
+    )
+    return (
+        f"`gpu-node-wizard run {where}{extra}` (headless: add --headless --maintenance-window-open)"
+    )
+
+
+def in_flight_elsewhere(directory: Path, site: Site) -> list[tuple[str, str, str]]:
+    """(site name, step, node) of changes in flight that another checkpoint in the same
+    state folder holds on this site's nodes (the site renamed: its checkpoint is another
+    folder, and a fresh one must not start beside a node left half changed)."""
+    names = {node.name for node in site.nodes}
+    source = str(site.source) if site.source else None
+    found = []
+    try:
+        siblings = [p for p in directory.parent.iterdir() if p != directory and p.is_dir()]
+    except OSError:
+        return []
+    for other in sorted(siblings):
+        try:
+            state = read_state(other)
+        except CheckpointError:
+            continue  # damaged: its own commands say so
+        if state is None:
+            continue
+        same_file = source is not None and state.get("site", {}).get("path") == source
+        for step, target, _ in in_flight_changes(state):
+            if target in names or same_file:
+                found.append((str(state.get("site", {}).get("name", other.name)), step, target))
+    return found
 
 
 def changed_sections(state: dict[str, Any], site: Site) -> list[str]:

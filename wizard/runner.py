@@ -65,7 +65,7 @@ class Outcome:
         if self.unreachable:
             return EXIT_USAGE
         failed = any(f.severity is Severity.FAIL and not f.waived for _, _, f in self.findings)
-        if failed or self.summary.stopped:
+        if failed or self.summary.stopped or self.summary.in_flight:
             return EXIT_CHECK_FAILED
         return EXIT_OK
 
@@ -78,6 +78,7 @@ class Outcome:
             "exit_code": self.exit_code,
             "ok": self.exit_code == EXIT_OK,
             "stopped": self.summary.stopped,
+            "in_flight": self.summary.in_flight,
             "gates": {g: (v.value if v else None) for g, v in self.gate_verdicts().items()},
             "results": [
                 {
@@ -125,6 +126,8 @@ class Outcome:
             f"{counts[Severity.PASS]} passed, {counts[Severity.FAIL]} failed, "
             f"{counts[Severity.WARN]} warnings, {counts[Severity.SKIP]} skipped"
         )
+        # A node mid-change is the first thing to know: its checks describe a half change.
+        lines[1:1] = [f"  IN FLIGHT: {line}" for line in self.summary.in_flight]
         return "\n".join(lines)
 
 

@@ -10,10 +10,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from wizard import journal
-from wizard.checkpoint import Checkpoint
+from wizard.checkpoint import Checkpoint, finish_command, in_flight_changes
 from wizard.engine.decisions import DecisionsMixin
 from wizard.engine.identity import IdentityMixin
-from wizard.engine.maintenance import MaintenanceMixin, effects
+from wizard.engine.maintenance import STAGE_STATE, MaintenanceMixin, effects
 from wizard.engine.requirements import RequirementsMixin
 from wizard.engine.results import (
     CHANGING,
@@ -125,6 +125,16 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
         self._report_journal()
         summary.reset += await self.reconcile_identity()
         try:
+            in_flight = self._changes_in_flight()
+            if in_flight and ignore_requires:
+                # A read-only run changes nothing, so it cannot finish them: it says so,
+                # and which command does (a check's own verdicts on such a node are of a
+                # half-changed machine).
+                summary.in_flight = self._describe_in_flight(in_flight)
+                for line in summary.in_flight:
+                    self.emit(Notice(line))
+            elif in_flight:
+                await self._finish_in_flight(in_flight, summary)
             for current in self.plan.phases:
                 if phase is not None and phase not in (current.id, str(current.number)):
                     continue
@@ -149,6 +159,52 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
             summary.stopped = self.checkpoint.redactor.text(str(exc))
         return summary
 
+    def _changes_in_flight(self) -> list[tuple[Step, list[str]]]:
+        """The plan's maintenance steps with a change in flight, in plan order, each with
+        the nodes it is in flight on (begun, capture persisted, neither finished nor rolled
+        back: such a node may be cordoned and half changed)."""
+        by_step: dict[str, list[str]] = {}
+        names = {n.name for n in self.site.nodes}
+        for step_id, target, _ in in_flight_changes(self.checkpoint.state):
+            if target in names:
+                by_step.setdefault(step_id, []).append(target)
+        found = []
+        for current in self.plan.phases:
+            for each in current.steps:
+                if each.kind is StepKind.MAINTENANCE and each.id in by_step:
+                    found.append((each, by_step[each.id]))
+        return found
+
+    def _describe_in_flight(self, in_flight: list[tuple[Step, list[str]]]) -> list[str]:
+        command = finish_command(self.site, self.checkpoint.directory.parent)
+        lines = []
+        for step, targets in in_flight:
+            for target in targets:
+                stage = self.checkpoint.record(step.id, target)["extra"]["maintenance"].get(
+                    "stage", "confirmed"
+                )
+                lines.append(
+                    f"{step.id} is in flight on {target} ({STAGE_STATE.get(stage, stage)}): "
+                    f"{command} finishes it or rolls it back"
+                )
+        return lines
+
+    async def _finish_in_flight(
+        self, in_flight: list[tuple[Step, list[str]]], summary: RunSummary
+    ) -> None:
+        """A maintenance change in flight is finished or rolled back before anything else
+        runs, whatever the run was asked to do: a check that failed on the half-changed
+        node (its bond half formed) must not gate the run that would repair it, and a run
+        of another phase or step must not leave the node cordoned behind it."""
+        for step, targets in in_flight:
+            self.emit(
+                Notice(
+                    f"{step.id} is in flight on {', '.join(targets)}: it is finished or rolled "
+                    "back before anything else runs"
+                )
+            )
+            await self._run_step(step, summary, explicit=True, targets=targets)
+
     async def shared_read(self, key: tuple[str, str], read: Callable[[], Awaitable[Any]]) -> Any:
         """One answer per key for the current run of a step (see StepContext.shared);
         concurrent callers wait for the same request."""
@@ -157,8 +213,10 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
             future = self._shared_reads[key] = asyncio.ensure_future(read())
         return await asyncio.shield(future)
 
-    async def _run_step(self, step: Step, summary: RunSummary, *, explicit: bool) -> None:
-        targets = self.plan.targets(step, self.site)
+    async def _run_step(
+        self, step: Step, summary: RunSummary, *, explicit: bool, targets: list[str] | None = None
+    ) -> None:
+        targets = targets if targets is not None else self.plan.targets(step, self.site)
         # A shared read answers one run of a step: the next run reads afresh.
         for key in [k for k in self._shared_reads if k[0] == step.id]:
             del self._shared_reads[key]
@@ -315,26 +373,30 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
             if still is not None:
                 return still
 
-        skipped = self._skipped_provider(step, target)
-        if skipped:
-            return self._skipped(step, ctx, skipped, by="the wizard")
-        blocker = self._blocker(step, target, explicit)
-        if blocker:
-            cp.set_step(step.id, target, StepState.BLOCKED, message=blocker)
-            self.emit(StepFinished(step.id, target, StepState.BLOCKED, blocker))
-            return StepState.BLOCKED, []
+        interrupted = previous in (StepState.RUNNING, StepState.WAITING)
+        inflight = cp.record(step.id, target).get("extra", {}).get("maintenance")
+        # A change that failed on a bug part-way keeps its persisted capture: it too
+        # resumes from it, never from a second capture of the half-applied state. Nothing
+        # blocks that: what it needs was in place when it began, and a requirement that
+        # fails now may fail because of the half change.
+        resuming = (
+            step.kind is StepKind.MAINTENANCE
+            and isinstance(inflight, dict)
+            and (interrupted or previous is StepState.FAILED)
+        )
+        if not resuming:
+            skipped = self._skipped_provider(step, target)
+            if skipped:
+                return self._skipped(step, ctx, skipped, by="the wizard")
+            blocker = self._blocker(step, target, explicit)
+            if blocker:
+                cp.set_step(step.id, target, StepState.BLOCKED, message=blocker)
+                self.emit(StepFinished(step.id, target, StepState.BLOCKED, blocker))
+                return StepState.BLOCKED, []
 
         self.emit(StepStarted(step.id, target, step.title))
         try:
-            interrupted = previous in (StepState.RUNNING, StepState.WAITING)
-            inflight = cp.record(step.id, target).get("extra", {}).get("maintenance")
-            # A change that failed on a bug part-way keeps its persisted capture: it too
-            # resumes from it, never from a second capture of the half-applied state.
-            if (
-                step.kind is StepKind.MAINTENANCE
-                and isinstance(inflight, dict)
-                and (interrupted or previous is StepState.FAILED)
-            ):
+            if resuming:
                 return await self._resume_maintenance(step, ctx, inflight)
             if interrupted:
                 done = await self._reverify(step, ctx)

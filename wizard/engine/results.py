@@ -46,6 +46,9 @@ class RunSummary:
     findings: dict[tuple[str, str], list[Finding]] = field(default_factory=dict)
     stopped: str | None = None  # why the run ended early, if it did
     reset: list[tuple[str, str]] = field(default_factory=list)
+    # Maintenance changes in flight that a read-only run found and could not finish, each
+    # with the command that does.
+    in_flight: list[str] = field(default_factory=list)
 
     @property
     def failed(self) -> list[tuple[str, str]]:
@@ -53,7 +56,7 @@ class RunSummary:
 
     @property
     def ok(self) -> bool:
-        return not self.failed and self.stopped is None
+        return not self.failed and self.stopped is None and not self.in_flight
 
 
 CHANGING = (StepKind.APPLY, StepKind.MAINTENANCE)
