@@ -373,6 +373,15 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
             if still is not None:
                 return still
 
+        if (
+            previous is StepState.FAILED
+            and not step.rerun_when_lost
+            and cp.record(step.id, target).get("extra", {}).get("reverified")
+        ):
+            # It failed its re-verification after a reboot: verified again, never run anew.
+            still = await self._still_in_place(step, ctx)
+            if still is not None:
+                return still
         interrupted = previous in (StepState.RUNNING, StepState.WAITING)
         inflight = cp.record(step.id, target).get("extra", {}).get("maintenance")
         # A change that failed on a bug part-way keeps its persisted capture: it too
@@ -441,10 +450,19 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
             return self._finish(ctx, StepState.DONE, self.checkpoint.findings(step.id, ctx.target))
         except TransportError as exc:
             return self._finish(ctx, StepState.FAILED, [transport_finding(step, exc)], str(exc))
+        ctx.data["reverified"] = True  # this result is the re-verification's, not a run's
         if worst(findings) is not Severity.FAIL:
             return self._finish(ctx, StepState.DONE, findings, "re-verified after a reboot")
         if step.kind is StepKind.CHECK:
             return self._finish(ctx, StepState.FAILED, findings, "no longer holds after a reboot")
+        if not step.rerun_when_lost:
+            return self._finish(
+                ctx,
+                StepState.FAILED,
+                findings,
+                "no longer holds after a reboot; fix the cause and rerun (it is verified "
+                f"again, not run again): `run SITE --redo {step.id}@{ctx.target}` runs it anew",
+            )
         self.emit(Notice(f"{step.id} no longer holds after a reboot: running it again", ctx.target))
         self.checkpoint.reset(step.id, ctx.target)
         return None
