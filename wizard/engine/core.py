@@ -86,6 +86,8 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
         self._rebooted: set[str] = set()  # nodes rebooted since their results were recorded
         self._boots: dict[str, str] = {}  # node -> its boot id as read at the start of the run
         self._unreachable: set[str] = set()  # nodes whose identity could not be read
+        # Nodes whose SSH host key does not match known_hosts (possible man-in-the-middle).
+        self._host_key_errors: dict[str, TransportError] = {}
 
     def maintenance_in_flight(self) -> dict[str, str]:
         """Nodes in the middle of a maintenance change, and the state each is in (for a
@@ -124,6 +126,8 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
         self._ignore_requires = ignore_requires
         self._report_journal()
         summary.reset += await self.reconcile_identity()
+        if self._host_key_errors:
+            return self._refuse_host_keys(summary)
         try:
             in_flight = self._changes_in_flight()
             if in_flight and ignore_requires:
@@ -157,6 +161,29 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
                     break
         except Aborted as exc:
             summary.stopped = self.checkpoint.redactor.text(str(exc))
+        return summary
+
+    def _refuse_host_keys(self, summary: RunSummary) -> RunSummary:
+        """A node's host key differs from known_hosts: nothing runs, whatever the checkpoint
+        says (its results were recorded on the machine with the known key, and whoever
+        answers now must not be given a command), and the run fails naming the cause."""
+        for name, exc in sorted(self._host_key_errors.items()):
+            finding = Finding(
+                "T00.reachable",
+                "T00",
+                Severity.FAIL,
+                str(exc),
+                "verify the host key and update known_hosts (see the message); nothing ran",
+            )
+            summary.results[("identity", name)] = StepState.FAILED
+            summary.findings[("identity", name)] = [self.checkpoint.redactor.value(finding)]
+            self.emit(Notice(f"refused: {exc}", name))
+            self.journal({"event": "host-key-mismatch", "target": name, "error": str(exc)})
+        summary.stopped = self.checkpoint.redactor.text(
+            "the SSH host key of "
+            + ", ".join(sorted(self._host_key_errors))
+            + " does not match known_hosts (possible man-in-the-middle): nothing was run"
+        )
         return summary
 
     def _changes_in_flight(self) -> list[tuple[Step, list[str]]]:

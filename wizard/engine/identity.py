@@ -19,7 +19,7 @@ from wizard.checkpoint import (
 from wizard.errors import WizardError
 from wizard.events import Notice
 from wizard.plan import CLUSTER
-from wizard.transports.base import TransportError
+from wizard.transports.base import HostKeyError, TransportError
 
 
 class IdentityMixin:
@@ -135,6 +135,11 @@ class IdentityMixin:
                 results = await host.run_many(
                     [["cat", identity.MACHINE_ID], ["cat", identity.BOOT_ID]], sudo=False
                 )
+            except HostKeyError as exc:
+                # Not "unreachable": someone else may answer at its address. The run stops
+                # before it trusts any result of this node (Engine.run).
+                self._host_key_errors[name] = exc
+                return {}
             except (TransportError, OSError):
                 return {}  # reachable never: an empty identity
             live = {
@@ -154,7 +159,7 @@ class IdentityMixin:
                 continue  # no transport for it (nothing to compare)
             if not live:
                 self._unreachable.add(name)
-                if has_results(name):
+                if has_results(name) and name not in self._host_key_errors:
                     self.emit(
                         Notice(
                             f"{name} could not be reached to check which machine it is; its "
