@@ -51,6 +51,7 @@ from wizard.model import Finding, Severity, StepState
 from wizard.private import open_private, private_dir, tighten_files
 from wizard.redact import Redactor
 from wizard.site import Site
+from wizard.transports import children
 
 FORMAT = 1
 APP_NAME = "gpu-node-wizard"
@@ -455,6 +456,20 @@ class Checkpoint:
         """What became of an intent (exit status and output, or the error)."""
         self.journal({"outcome": ident, **entry})
 
+    def child(self, ident: str, entry: dict[str, Any]) -> None:
+        """The process an intent's effect runs in (pid, start time), as soon as it started."""
+        self.journal({"child": ident, **entry})
+
+    def living_children(self) -> list[dict[str, Any]]:
+        """Intents without an outcome whose process (a killed run's ansible-playbook or
+        helm) still runs: a second one must not start beside it."""
+        return [
+            entry
+            for entry in self.unfinished
+            if isinstance(entry.get("pid"), int)
+            and children.alive(entry["pid"], entry.get("started"))
+        ]
+
 
 def read_journal(directory: Path) -> tuple[list[dict[str, Any]], int]:
     """Every whole entry of a site's journal, and how many lines could not be read
@@ -495,6 +510,7 @@ def _unfinished_intents(path: Path) -> list[dict[str, Any]]:
             if (
                 b'"intent"' not in raw
                 and b'"outcome"' not in raw
+                and b'"child"' not in raw
                 and b"intents-reported" not in raw
             ):
                 continue
@@ -506,6 +522,11 @@ def _unfinished_intents(path: Path) -> list[dict[str, Any]]:
                 continue
             if isinstance(entry.get("intent"), str):
                 intents[entry["intent"]] = entry
+            elif isinstance(entry.get("child"), str) and entry["child"] in intents:
+                started = entry.get("started")
+                intents[entry["child"]].update(
+                    pid=entry.get("pid"), started=started if isinstance(started, int) else None
+                )
             elif isinstance(entry.get("outcome"), str):
                 intents.pop(entry["outcome"], None)
             elif entry.get("event") == "intents-reported" and isinstance(entry.get("ids"), list):

@@ -5,6 +5,7 @@ docstring for the rules)."""
 from __future__ import annotations
 
 import asyncio
+import time
 import traceback
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -18,6 +19,7 @@ from wizard.engine.requirements import RequirementsMixin
 from wizard.engine.results import (
     CHANGING,
     Aborted,
+    ChildStillRunningError,
     DecisionRequired,
     RunSummary,
     artifact_diff,
@@ -53,6 +55,9 @@ from wizard.plan import (
 )
 from wizard.site import Site
 from wizard.transports.base import TransportError
+
+# How long a resume waits for a process a stopped run started (wizard/transports/children.py).
+CHILD_WAIT_S = 120.0
 
 
 class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin):
@@ -121,6 +126,7 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
         ``ignore_requires`` is for read-only runs (``check``): every listed check runs even
         when an earlier step has not been done.
         """
+        await self._wait_for_children()
         summary = RunSummary(reset=self.reconcile_site())
         explicit = phase is not None or step is not None or only is not None
         self._ignore_requires = ignore_requires
@@ -162,6 +168,33 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
         except Aborted as exc:
             summary.stopped = self.checkpoint.redactor.text(str(exc))
         return summary
+
+    async def _wait_for_children(self) -> None:
+        """A process a killed run started (ansible-playbook, helm) that still runs: wait
+        for it to end, for at most CHILD_WAIT_S, then refuse to go on while it lives (a
+        second scale.yml beside the first is two kubeadm joins racing)."""
+        living = self.checkpoint.living_children()
+        if not living:
+            return
+        deadline = time.monotonic() + CHILD_WAIT_S
+        for entry in living:
+            self.emit(
+                Notice(
+                    f"pid {entry['pid']} (`{entry.get('command', '?')}`), started by the "
+                    f"stopped run for {entry.get('step')} on {entry.get('for')}, still runs: "
+                    f"waiting up to {CHILD_WAIT_S:g}s for it to end before going on"
+                )
+            )
+        while living and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+            living = self.checkpoint.living_children()
+        if living:
+            entry = living[0]
+            raise ChildStillRunningError(
+                f"pid {entry['pid']} (`{entry.get('command', '?')}`), started by a stopped run "
+                f"for {entry.get('step')} on {entry.get('for')}, still runs: a second one would "
+                f"race it. Wait for it to end (or stop it: kill {entry['pid']}), then run again"
+            )
 
     def _refuse_host_keys(self, summary: RunSummary) -> RunSummary:
         """A node's host key differs from known_hosts: nothing runs, whatever the checkpoint

@@ -38,6 +38,13 @@ class DecisionRequired(WizardError):
         )
 
 
+class ChildStillRunningError(WizardError):
+    """A change a stopped run started is still being made by its own process (a killed
+    wizard's ansible-playbook): a resume must not start a second one beside it."""
+
+    exit_code = 1
+
+
 @dataclass
 class RunSummary:
     """What one engine run did: the state of every (step, target) it touched."""
