@@ -31,6 +31,7 @@ Every file is created 0600 and the folder 0700: the journal holds host output.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -46,7 +47,12 @@ from typing import Any
 
 import platformdirs
 
-from wizard.errors import CheckpointError, CheckpointMissingError, LockHeldError
+from wizard.errors import (
+    CheckpointError,
+    CheckpointMissingError,
+    CheckpointWriteError,
+    LockHeldError,
+)
 from wizard.model import Finding, Severity, StepState
 from wizard.private import open_private, private_dir, tighten_files
 from wizard.redact import Redactor
@@ -58,6 +64,14 @@ APP_NAME = "gpu-node-wizard"
 # The longest a read-only result waits in memory before it is written (see the docstring).
 FLUSH_INTERVAL_S = 1.0
 SAVE_SHARE = 20  # time-driven writes take at most ~1/20 of a run's time
+# What an operator does about a write the state folder refused, by errno.
+WRITE_ERRORS = {
+    errno.ENOSPC: " (the disk is full: free space on it)",
+    errno.EDQUOT: " (the disk quota is used up: free space or raise the quota)",
+    errno.EROFS: " (the file system is read-only: remount it read-write or use --state-dir)",
+    errno.EACCES: " (no permission: the folder must belong to you, see --state-dir)",
+    errno.EPERM: " (not permitted: the folder must belong to you, see --state-dir)",
+}
 
 
 def default_state_dir() -> Path:
@@ -304,9 +318,10 @@ class Checkpoint:
             finally:
                 # Also on Ctrl-C: the read-only results so far are kept. A failing disk
                 # must not hide the error that got us here.
-                with contextlib.suppress(OSError):
+                with contextlib.suppress(OSError, CheckpointWriteError):
                     checkpoint.flush()
-                checkpoint._journal.close()
+                with contextlib.suppress(OSError):
+                    checkpoint._journal.close()
         finally:
             os.close(lock_fd)  # releases the flock
 
@@ -320,9 +335,10 @@ class Checkpoint:
         # `gpu-node-wizard status` is the readable view.
         started = time.monotonic()
         blob = json.dumps(self.state, sort_keys=True, separators=(",", ":"))
-        # The journal reaches the disk no later than the state that points past it.
-        os.fsync(self._journal.fileno())
-        atomic_write(self.directory / "state.json", blob.encode())
+        with self._writing(self.directory / "state.json"):
+            # The journal reaches the disk no later than the state that points past it.
+            os.fsync(self._journal.fileno())
+            atomic_write(self.directory / "state.json", blob.encode())
         self._pending = False
         self._last_save = time.monotonic()
         self._save_seconds = self._last_save - started
@@ -428,6 +444,21 @@ class Checkpoint:
         )
         self.save()
 
+    @contextlib.contextmanager
+    def _writing(self, path: Path) -> Iterator[None]:
+        """A write the state folder refuses (a full disk, a read-only or foreign folder)
+        stops the run with what happened and what to do, not as a bug: nothing that needs
+        this write to be durable runs after it, and the resume starts from what is on disk."""
+        try:
+            yield
+        except OSError as exc:
+            why = WRITE_ERRORS.get(exc.errno or 0, "")
+            raise CheckpointWriteError(
+                f"cannot write {path}: {exc.strerror or exc}{why}. The run stopped there; "
+                "once the folder takes writes again, the same command resumes from the last "
+                "state written"
+            ) from None
+
     # -- journal -----------------------------------------------------------------------
 
     def journal(self, entry: dict[str, Any]) -> None:
@@ -437,8 +468,9 @@ class Checkpoint:
         write, so a fleet's hundreds of probe lines cost no disk flush each.
         """
         line = json.dumps({"at": now(), **self.redactor.data(entry)}, sort_keys=True)
-        self._journal.write(line + "\n")
-        self._journal.flush()
+        with self._writing(self.directory / "journal.jsonl"):
+            self._journal.write(line + "\n")
+            self._journal.flush()
 
     def intent(self, entry: dict[str, Any]) -> str:
         """Write an effect's intent and make it durable *before* the effect; its id.
@@ -449,7 +481,8 @@ class Checkpoint:
         self._intents += 1
         ident = f"{self.session}-{self._intents}"
         self.journal({"intent": ident, **entry})
-        os.fsync(self._journal.fileno())
+        with self._writing(self.directory / "journal.jsonl"):
+            os.fsync(self._journal.fileno())
         return ident
 
     def outcome(self, ident: str, entry: dict[str, Any]) -> None:
@@ -588,6 +621,25 @@ def finish_command(site: Site, state_dir: Path | None = None) -> str:
     return (
         f"`gpu-node-wizard run {where}{extra}` (headless: add --headless --maintenance-window-open)"
     )
+
+
+def out_of_service(state: dict[str, Any], site: Site) -> list[str]:
+    """One line per node of the site that a stop leaves out of service: mid-change (a
+    maintenance change in flight) or left cordoned by a change that did not verify."""
+    names = {node.name for node in site.nodes}
+    lines = []
+    for step, target, inflight in in_flight_changes(state):
+        if target in names:
+            stage = inflight.get("stage", "confirmed")
+            lines.append(f"{target}: mid-change in {step} (maintenance stage {stage!s:.40})")
+    flagged = {line.split(":", 1)[0] for line in lines}
+    for step, targets in state.get("steps", {}).items():
+        for target, record in targets.items():
+            message = str(record.get("message", ""))
+            if target in names and target not in flagged and "stays cordoned" in message:
+                lines.append(f"{target}: cordoned ({step}: {message[:200]})")
+                flagged.add(target)
+    return lines
 
 
 def in_flight_elsewhere(directory: Path, site: Site) -> list[tuple[str, str, str]]:

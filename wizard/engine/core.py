@@ -26,7 +26,7 @@ from wizard.engine.results import (
     state_for,
     transport_finding,
 )
-from wizard.errors import WizardError
+from wizard.errors import CheckpointWriteError, WizardError
 from wizard.events import (
     Answer,
     Decision,
@@ -380,8 +380,8 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
         naming the step and the journal, instead of ending the run for every node."""
         try:
             return await self._run_target(step, target, explicit)
-        except (Aborted, DecisionRequired, asyncio.CancelledError):
-            raise
+        except (Aborted, DecisionRequired, CheckpointWriteError, asyncio.CancelledError):
+            raise  # a state folder that takes no writes stops the run, for every node
         except Exception as exc:
             self._inflight.pop(target, None)
             where = self.checkpoint.directory / "journal.jsonl"
