@@ -616,6 +616,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    from wizard.redact import redact_logs
+
+    for handler in logging.getLogger().handlers:  # asyncssh's own records too
+        redact_logs(handler)
     try:
         return COMMANDS[args.command](args)
     except WizardError as exc:
