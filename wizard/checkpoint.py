@@ -38,6 +38,7 @@ import os
 import pwd
 import shlex
 import socket
+import stat
 import tempfile
 import time
 from collections.abc import Iterator
@@ -108,6 +109,85 @@ def atomic_write(path: Path, data: bytes) -> None:
         os.close(dir_fd)
 
 
+START_OVER = "`run --start-over` sets it aside and starts again (the journal is kept)"
+MAX_STATE_BYTES = 1 << 30  # a 1000-node state is about 10 MB
+MAX_JOURNAL_LINE = 16 << 20  # one entry: a command's output is capped far below this
+_KINDS = {
+    stat.S_IFDIR: "a folder",
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFLNK: "a symbolic link",
+}
+
+
+def _kind(mode: int) -> str:
+    return _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+
+
+def open_regular(path: Path) -> Any:
+    """Open a checkpoint file for reading (a binary file object), only when it is a
+    regular file: a FIFO must not hang the read, a link to /dev/zero must not fill the
+    memory (a link is never followed)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise CheckpointError(f"{path} is a symbolic link, not a file of its own") from None
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise CheckpointError(f"{path} is {_kind(mode)}, not a regular file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _bounded_lines(handle: Any) -> Iterator[bytes | None]:
+    """The file's lines, each at most MAX_JOURNAL_LINE bytes: a longer one is skipped to
+    its end (yielded as None, a line that cannot be read), so a journal without newlines
+    is never read into memory whole."""
+    while True:
+        line = handle.readline(MAX_JOURNAL_LINE)
+        if not line:
+            return
+        if len(line) == MAX_JOURNAL_LINE and not line.endswith(b"\n"):
+            while (rest := handle.readline(MAX_JOURNAL_LINE)) and not rest.endswith(b"\n"):
+                pass
+            yield None
+            continue
+        yield line
+
+
+def check_entries(directory: Path, *, start_over: bool) -> None:
+    """The journal and the lock are regular files, or absent: a folder, FIFO or link in
+    their place is a clear error, and with ``start_over`` it is set aside."""
+    for name in ("journal.jsonl", "lock"):
+        path = directory / name
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            continue
+        if stat.S_ISREG(mode):
+            continue
+        if start_over:
+            os.replace(path, _aside_name(path))
+            continue
+        raise CheckpointError(
+            f"the {'journal' if name == 'journal.jsonl' else 'lock file'} {path} is "
+            f"{_kind(mode)}, not a regular file; {START_OVER.replace('the journal is kept', 'it is set aside too')}"
+        )
+
+
+def _aside_name(path: Path) -> Path:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    return path.with_name(f"{path.name}.damaged-{stamp}-{os.urandom(2).hex()}")
+
+
 def _empty_state(site: Site) -> dict[str, Any]:
     stamp = now()
     return {
@@ -132,17 +212,29 @@ def _empty_state(site: Site) -> dict[str, Any]:
 def read_state(directory: Path) -> dict[str, Any] | None:
     """Read ``state.json`` without taking the lock (for ``status``); None if absent."""
     path = directory / "state.json"
+    if directory.is_dir():
+        check_entries(directory, start_over=False)  # the journal and lock are files too
     try:
-        raw = path.read_bytes()
+        with open_regular(path) as handle:
+            raw = handle.read(MAX_STATE_BYTES + 1)
     except FileNotFoundError:
         return None
-    except OSError as exc:
-        raise CheckpointError(f"cannot read checkpoint {path}: {exc}") from None
+    except (OSError, CheckpointError) as exc:
+        raise CheckpointError(
+            f"cannot read checkpoint {path}: {getattr(exc, 'strerror', None) or exc}; {START_OVER}"
+        ) from None
+    if len(raw) > MAX_STATE_BYTES:
+        raise CheckpointError(
+            f"checkpoint {path} is larger than {MAX_STATE_BYTES >> 20} MB, far more than any "
+            f"site's state; {START_OVER}"
+        )
     try:
         state = json.loads(raw)
-    except json.JSONDecodeError as exc:
+    except (ValueError, RecursionError) as exc:
+        # Not JSON, not UTF-8 (UnicodeDecodeError), or nested too deep to read.
+        why = "nested too deep" if isinstance(exc, RecursionError) else str(exc)[:200]
         raise CheckpointError(
-            f"checkpoint {path} is not valid JSON ({exc}); `run --start-over` sets it aside "
+            f"checkpoint {path} is not valid JSON ({why}); `run --start-over` sets it aside "
             "and starts again (the journal is kept)"
         ) from None
     problem = _shape_problem(state)
@@ -215,13 +307,20 @@ def _shape_problem(state: Any) -> str | None:
             inflight = record.get("extra", {}).get("maintenance")
             if inflight is not None and not isinstance(inflight, dict):
                 return f"{where}: 'extra.maintenance' is not an object"
+            if isinstance(inflight, dict):
+                if not isinstance(inflight.get("capture", {}), dict):
+                    return f"{where}: 'extra.maintenance.capture' is not an object"
+                if not isinstance(inflight.get("stage", ""), str):
+                    return f"{where}: 'extra.maintenance.stage' is not a string"
+            if not isinstance(record.get("message", ""), str):
+                return f"{where}: 'message' is not a string"
     return None
 
 
 def set_aside(directory: Path) -> Path | None:
     """Move a damaged ``state.json`` out of the way (kept for inspection); its new name."""
     path = directory / "state.json"
-    if not path.exists():
+    if not os.path.lexists(path):
         return None
     aside = directory / f"state.json.damaged-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}"
     os.replace(path, aside)
@@ -288,6 +387,7 @@ class Checkpoint:
             raise CheckpointError(
                 f"cannot create state directory {directory}: {exc.strerror or exc}"
             ) from None
+        check_entries(directory, start_over=start_over)
         lock_fd = _take_lock(directory)
         try:
             tighten_files(directory)
@@ -510,14 +610,16 @@ def read_journal(directory: Path) -> tuple[list[dict[str, Any]], int]:
     entries: list[dict[str, Any]] = []
     bad = 0
     try:
-        handle = (directory / "journal.jsonl").open("rb")
+        handle = open_regular(directory / "journal.jsonl")
     except FileNotFoundError:
         return entries, 0
+    except (OSError, CheckpointError):
+        return entries, 1  # not a file that can be read: counted, never a hang
     with handle:
-        for raw in handle:
+        for raw in _bounded_lines(handle):
             try:
-                entry = json.loads(raw)
-            except ValueError:
+                entry = json.loads(raw) if raw is not None else None
+            except (ValueError, RecursionError):
                 bad += 1
                 continue
             if isinstance(entry, dict):
@@ -535,11 +637,13 @@ def _unfinished_intents(path: Path) -> list[dict[str, Any]]:
     """
     intents: dict[str, dict[str, Any]] = {}
     try:
-        handle = path.open("rb")
-    except FileNotFoundError:
-        return []
+        handle = open_regular(path)
+    except (OSError, CheckpointError):
+        return []  # absent, or refused on open (check_entries) before this is asked
     with handle:
-        for raw in handle:
+        for raw in _bounded_lines(handle):
+            if raw is None:
+                continue
             if (
                 b'"intent"' not in raw
                 and b'"outcome"' not in raw
@@ -549,7 +653,7 @@ def _unfinished_intents(path: Path) -> list[dict[str, Any]]:
                 continue
             try:
                 entry = json.loads(raw)
-            except ValueError:
+            except (ValueError, RecursionError):
                 continue  # a torn line: reported on open, never read as an entry
             if not isinstance(entry, dict):
                 continue
@@ -572,7 +676,7 @@ def _unfinished_intents(path: Path) -> list[dict[str, Any]]:
 def _torn_tail(path: Path) -> int:
     """The length of an unterminated last line (0 when the journal ends cleanly)."""
     try:
-        with path.open("rb") as handle:
+        with open_regular(path) as handle:
             handle.seek(0, os.SEEK_END)
             size = handle.tell()
             if size == 0:
