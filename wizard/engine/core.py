@@ -14,6 +14,7 @@ from wizard import journal
 from wizard.checkpoint import Checkpoint, finish_command, in_flight_changes
 from wizard.engine.decisions import DecisionsMixin
 from wizard.engine.identity import IdentityMixin
+from wizard.engine.leases import LeaseHeldError, NodeLeases
 from wizard.engine.maintenance import STAGE_STATE, MaintenanceMixin, effects
 from wizard.engine.requirements import RequirementsMixin
 from wizard.engine.results import (
@@ -93,6 +94,8 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
         self._unreachable: set[str] = set()  # nodes whose identity could not be read
         # Nodes whose SSH host key does not match known_hosts (possible man-in-the-middle).
         self._host_key_errors: dict[str, TransportError] = {}
+        # The per-node lock in the cluster, taken before the first change to a node.
+        self._leases = NodeLeases(self.services.kube, site.name)
 
     def maintenance_in_flight(self) -> dict[str, str]:
         """Nodes in the middle of a maintenance change, and the state each is in (for a
@@ -167,6 +170,10 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
                     break
         except Aborted as exc:
             summary.stopped = self.checkpoint.redactor.text(str(exc))
+        finally:
+            if self._leases.held():
+                with journal.scope(self.checkpoint, "leases", CLUSTER):
+                    await self._leases.release_all()
         return summary
 
     async def _wait_for_children(self) -> None:
@@ -466,6 +473,9 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
         self.emit(StepStarted(step.id, target, step.title))
         try:
             if resuming:
+                held = await self._hold_node(step, ctx)
+                if held is not None:
+                    return held
                 return await self._resume_maintenance(step, ctx, inflight)
             if interrupted:
                 done = await self._reverify(step, ctx)
@@ -564,7 +574,33 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
             return self._not_automated(step, ctx)
         return self._finish(ctx, state_for(findings), findings)
 
+    async def _hold_node(self, step: Step, ctx: StepContext) -> tuple[StepState, list] | None:
+        """Take the node's lease before the first change to it (wizard/engine/leases.py);
+        the target's failed result when another wizard is changing the node."""
+        if step.scope is not Scope.NODE or ctx.node is None:
+            return None
+        try:
+            note = await self._leases.acquire(ctx.target)
+        except LeaseHeldError as exc:
+            finding = Finding(
+                f"{step.gates[0] if step.gates else 'T00'}.lease",
+                step.gates[0] if step.gates else "T00",
+                Severity.FAIL,
+                str(exc),
+                "let the other run finish (or free its lease as the message says), then run again",
+            )
+            return self._finish(
+                ctx, StepState.FAILED, [finding], "refused: another wizard holds the node"
+            )
+        if note:
+            self.emit(Notice(note, ctx.target))
+            self.journal({"event": "lease-taken-over", "target": ctx.target, "detail": note})
+        return None
+
     async def _apply(self, step: Step, ctx: StepContext) -> tuple[StepState, list[Finding]]:
+        held = await self._hold_node(step, ctx)
+        if held is not None:
+            return held
         refusals = self._waive(await step.preconditions(ctx))
         if worst(refusals) is Severity.FAIL:
             return self._finish(ctx, StepState.FAILED, refusals, "refused: a precondition failed")
