@@ -108,12 +108,12 @@ def test_a_stale_lease_is_taken_over_and_a_live_one_is_not(tmp_path, why):
         async def scenario() -> str | None:
             services = build_services(site)
             try:
-                other = NodeLeases(services.kube, "lab", duration_s=1 if why == "expired" else 60)
+                other = NodeLeases(services, "lab", duration_s=1 if why == "expired" else 60)
                 other.host = "jump-2" if why == "expired" else other.host
                 other.pid = 2**22 + 7 if why != "expired" else other.pid  # no such process
                 await other.acquire(NODE)
                 other._renewer.cancel()  # it dies: no more renewals
-                mine = NodeLeases(services.kube, "lab")
+                mine = NodeLeases(services, "lab")
                 if why == "expired":
                     with pytest.raises(LeaseHeldError, match="being changed by another wizard"):
                         await mine.acquire(NODE)  # live: refused

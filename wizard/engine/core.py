@@ -95,7 +95,7 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
         # Nodes whose SSH host key does not match known_hosts (possible man-in-the-middle).
         self._host_key_errors: dict[str, TransportError] = {}
         # The per-node lock in the cluster, taken before the first change to a node.
-        self._leases = NodeLeases(self.services.kube, site.name)
+        self._leases = NodeLeases(self.services, site.name)
 
     def maintenance_in_flight(self) -> dict[str, str]:
         """Nodes in the middle of a maintenance change, and the state each is in (for a

@@ -62,8 +62,10 @@ def _parse(text: Any) -> datetime | None:
 class NodeLeases:
     """The leases one engine run holds, one per node it changes."""
 
-    def __init__(self, kube: Any, site_name: str, *, duration_s: int = DURATION_S) -> None:
-        self.kube = kube
+    def __init__(self, services: Any, site_name: str, *, duration_s: int = DURATION_S) -> None:
+        # The services, not their client: a site's cluster client is made when first used
+        # (a missing kubeconfig is that step's error, not the engine's).
+        self._services = services
         self.site = site_name
         self.duration_s = duration_s
         self.host = socket.gethostname()
@@ -74,8 +76,13 @@ class NodeLeases:
         self._renewer: asyncio.Task[None] | None = None
 
     @property
+    def kube(self) -> Any:
+        return self._services.kube
+
+    @property
     def enabled(self) -> bool:
-        return self.kube is not None and hasattr(self.kube, "request")
+        kube = self.kube
+        return kube is not None and hasattr(kube, "request")
 
     def held(self) -> list[str]:
         return sorted(self._held)
