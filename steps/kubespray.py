@@ -27,6 +27,7 @@ from ruamel.yaml.scalarstring import LiteralScalarString
 
 from wizard import journal
 from wizard.site import Node
+from wizard.transports import children
 from wizard.transports.base import TransportError
 
 TARGET = "kubespray"
@@ -212,8 +213,10 @@ async def run_playbook(
     env = {**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0",
            "PYTHONUNBUFFERED": "1", "ANSIBLE_RETRY_FILES_ENABLED": "0"}  # fmt: skip
     intent = journal.begin({"target": TARGET, "command": shlex.join(argv), "cwd": str(checkout)})
-    process = await asyncio.create_subprocess_exec(
-        *argv, cwd=checkout, env=env, stdout=asyncio.subprocess.PIPE,
+    # Dies with the wizard; its pid and start time are journaled with the intent, so a
+    # resume waits for a scale.yml a killed run left running instead of starting a second.
+    process = await children.spawn(
+        argv, intent, cwd=checkout, env=env, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT, stdin=asyncio.subprocess.DEVNULL,
     )  # fmt: skip
     lines: list[str] = []

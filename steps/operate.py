@@ -174,6 +174,9 @@ class Reboot(Step):
         return "A reboot cannot be undone: if the node does not come back, use its BMC console."
 
     reversible = False  # nothing to roll back to: the engine offers no rollback
+    # After an outside reboot its result is verified on the new boot, never run again: a
+    # rerun must not reboot the node once more (engine: Step.rerun_when_lost).
+    rerun_when_lost = False
 
     def actions(self, site: Site, node: Node | None) -> list[str]:
         return [
@@ -235,15 +238,31 @@ class Reboot(Step):
     async def verify(self, ctx: StepContext) -> list[Finding]:
         assert ctx.node is not None
         report = Report("T17")
-        boot_id = await self._wait_for_new_boot(ctx)
-        if boot_id is None:
-            report.fail(
-                "rebooted",
-                f"{ctx.node.name} did not come back with a new boot id within {REBOOT_TIMEOUT_S:g}s",
-                "check the node's console (BMC); resume the wizard when it is up",
+        if "capture" in ctx.data:
+            boot_id = await self._wait_for_new_boot(ctx)
+            if boot_id is None:
+                report.fail(
+                    "rebooted",
+                    f"{ctx.node.name} did not come back with a new boot id within {REBOOT_TIMEOUT_S:g}s",
+                    "check the node's console (BMC); resume the wizard when it is up",
+                )
+                return report.findings
+            report.ok("rebooted", f"{ctx.node.name} is back with boot id {boot_id}")
+        else:
+            # A re-verification (the node rebooted since this step's result was recorded,
+            # e.g. by hand): no reboot of ours to wait for; what held before must hold on
+            # the boot the node is on now.
+            boot_id = (await ctx.read_file(BOOT_ID) or "").strip()
+            if not boot_id:
+                report.fail(
+                    "rebooted",
+                    f"the boot id of {ctx.node.name} could not be read ({BOOT_ID} is empty)",
+                    "check the node; the step is verified again on the next run",
+                )
+                return report.findings
+            report.ok(
+                "rebooted", f"{ctx.node.name} booted anew since the reboot step (boot id {boot_id})"
             )
-            return report.findings
-        report.ok("rebooted", f"{ctx.node.name} is back with boot id {boot_id}")
         ctx.data["boot_id_after"] = boot_id
         ctx.engine.note_boot(ctx.target, boot_id)  # the checkpoint's identity: this boot
         steps = ctx.engine.plan

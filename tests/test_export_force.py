@@ -160,3 +160,48 @@ def test_the_new_export_never_writes_through_a_symlinked_folder(
     assert code == 2 and "gpu-7 is a symbolic link" in err
     assert list(elsewhere.iterdir()) == []
     assert os.path.islink(exported / "nodes" / "gpu-7")
+
+
+# -- issue #27, point 11: the new export never writes over what is not its own ------------------
+
+
+def _second_node_paths(site_file: Path, exported: Path, tmp_path: Path) -> list[str]:
+    """Paths a two-node export writes that the one-node export did not."""
+    from tests.conftest import node_entry
+
+    site_file.write_text(
+        site_file.read_text().replace("aistor:", node_entry("gpu-2", 2) + "aistor:")
+    )
+    scratch = tmp_path / "scratch"
+    assert main(["export", str(site_file), "--out", str(scratch)]) == 0
+    new = sorted(set(manifest_of(scratch)["files"]) - set(manifest_of(exported)["files"]))
+    assert new
+    return new
+
+
+@pytest.mark.parametrize("what", ["operator file", "hard link", "fifo"])
+def test_force_never_writes_over_an_entry_the_earlier_export_did_not_write(
+    site_file, exported, tmp_path, capsys, what
+):
+    rel = _second_node_paths(site_file, exported, tmp_path)[0]
+    target = exported / rel
+    target.parent.mkdir(parents=True, exist_ok=True)
+    precious = tmp_path / "precious"
+    precious.write_text("the operator's own\n")
+    if what == "operator file":
+        target.write_text("the operator's own\n")
+    elif what == "hard link":
+        os.link(precious, target)
+    else:
+        os.mkfifo(target)
+    before = manifest_of(exported)
+
+    code, err = force(site_file, exported, capsys)
+
+    assert code == 2, err
+    assert "the earlier export did not write" in err and rel in err, err
+    assert "Nothing was deleted" in err
+    assert manifest_of(exported) == before, "the earlier export is untouched"
+    assert precious.read_text() == "the operator's own\n"
+    if what == "operator file":
+        assert target.read_text() == "the operator's own\n"

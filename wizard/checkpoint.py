@@ -31,11 +31,14 @@ Every file is created 0600 and the folder 0700: the journal holds host output.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
 import pwd
+import shlex
 import socket
+import stat
 import tempfile
 import time
 from collections.abc import Iterator
@@ -45,17 +48,31 @@ from typing import Any
 
 import platformdirs
 
-from wizard.errors import CheckpointError, CheckpointMissingError, LockHeldError
+from wizard.errors import (
+    CheckpointError,
+    CheckpointMissingError,
+    CheckpointWriteError,
+    LockHeldError,
+)
 from wizard.model import Finding, Severity, StepState
 from wizard.private import open_private, private_dir, tighten_files
 from wizard.redact import Redactor
 from wizard.site import Site
+from wizard.transports import children
 
 FORMAT = 1
 APP_NAME = "gpu-node-wizard"
 # The longest a read-only result waits in memory before it is written (see the docstring).
 FLUSH_INTERVAL_S = 1.0
 SAVE_SHARE = 20  # time-driven writes take at most ~1/20 of a run's time
+# What an operator does about a write the state folder refused, by errno.
+WRITE_ERRORS = {
+    errno.ENOSPC: " (the disk is full: free space on it)",
+    errno.EDQUOT: " (the disk quota is used up: free space or raise the quota)",
+    errno.EROFS: " (the file system is read-only: remount it read-write or use --state-dir)",
+    errno.EACCES: " (no permission: the folder must belong to you, see --state-dir)",
+    errno.EPERM: " (not permitted: the folder must belong to you, see --state-dir)",
+}
 
 
 def default_state_dir() -> Path:
@@ -92,6 +109,85 @@ def atomic_write(path: Path, data: bytes) -> None:
         os.close(dir_fd)
 
 
+START_OVER = "`run --start-over` sets it aside and starts again (the journal is kept)"
+MAX_STATE_BYTES = 1 << 30  # a 1000-node state is about 10 MB
+MAX_JOURNAL_LINE = 16 << 20  # one entry: a command's output is capped far below this
+_KINDS = {
+    stat.S_IFDIR: "a folder",
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFLNK: "a symbolic link",
+}
+
+
+def _kind(mode: int) -> str:
+    return _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+
+
+def open_regular(path: Path) -> Any:
+    """Open a checkpoint file for reading (a binary file object), only when it is a
+    regular file: a FIFO must not hang the read, a link to /dev/zero must not fill the
+    memory (a link is never followed)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise CheckpointError(f"{path} is a symbolic link, not a file of its own") from None
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise CheckpointError(f"{path} is {_kind(mode)}, not a regular file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _bounded_lines(handle: Any) -> Iterator[bytes | None]:
+    """The file's lines, each at most MAX_JOURNAL_LINE bytes: a longer one is skipped to
+    its end (yielded as None, a line that cannot be read), so a journal without newlines
+    is never read into memory whole."""
+    while True:
+        line = handle.readline(MAX_JOURNAL_LINE)
+        if not line:
+            return
+        if len(line) == MAX_JOURNAL_LINE and not line.endswith(b"\n"):
+            while (rest := handle.readline(MAX_JOURNAL_LINE)) and not rest.endswith(b"\n"):
+                pass
+            yield None
+            continue
+        yield line
+
+
+def check_entries(directory: Path, *, start_over: bool) -> None:
+    """The journal and the lock are regular files, or absent: a folder, FIFO or link in
+    their place is a clear error, and with ``start_over`` it is set aside."""
+    for name in ("journal.jsonl", "lock"):
+        path = directory / name
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            continue
+        if stat.S_ISREG(mode):
+            continue
+        if start_over:
+            os.replace(path, _aside_name(path))
+            continue
+        raise CheckpointError(
+            f"the {'journal' if name == 'journal.jsonl' else 'lock file'} {path} is "
+            f"{_kind(mode)}, not a regular file; {START_OVER.replace('the journal is kept', 'it is set aside too')}"
+        )
+
+
+def _aside_name(path: Path) -> Path:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    return path.with_name(f"{path.name}.damaged-{stamp}-{os.urandom(2).hex()}")
+
+
 def _empty_state(site: Site) -> dict[str, Any]:
     stamp = now()
     return {
@@ -116,17 +212,29 @@ def _empty_state(site: Site) -> dict[str, Any]:
 def read_state(directory: Path) -> dict[str, Any] | None:
     """Read ``state.json`` without taking the lock (for ``status``); None if absent."""
     path = directory / "state.json"
+    if directory.is_dir():
+        check_entries(directory, start_over=False)  # the journal and lock are files too
     try:
-        raw = path.read_bytes()
+        with open_regular(path) as handle:
+            raw = handle.read(MAX_STATE_BYTES + 1)
     except FileNotFoundError:
         return None
-    except OSError as exc:
-        raise CheckpointError(f"cannot read checkpoint {path}: {exc}") from None
+    except (OSError, CheckpointError) as exc:
+        raise CheckpointError(
+            f"cannot read checkpoint {path}: {getattr(exc, 'strerror', None) or exc}; {START_OVER}"
+        ) from None
+    if len(raw) > MAX_STATE_BYTES:
+        raise CheckpointError(
+            f"checkpoint {path} is larger than {MAX_STATE_BYTES >> 20} MB, far more than any "
+            f"site's state; {START_OVER}"
+        )
     try:
         state = json.loads(raw)
-    except json.JSONDecodeError as exc:
+    except (ValueError, RecursionError) as exc:
+        # Not JSON, not UTF-8 (UnicodeDecodeError), or nested too deep to read.
+        why = "nested too deep" if isinstance(exc, RecursionError) else str(exc)[:200]
         raise CheckpointError(
-            f"checkpoint {path} is not valid JSON ({exc}); `run --start-over` sets it aside "
+            f"checkpoint {path} is not valid JSON ({why}); `run --start-over` sets it aside "
             "and starts again (the journal is kept)"
         ) from None
     problem = _shape_problem(state)
@@ -199,13 +307,20 @@ def _shape_problem(state: Any) -> str | None:
             inflight = record.get("extra", {}).get("maintenance")
             if inflight is not None and not isinstance(inflight, dict):
                 return f"{where}: 'extra.maintenance' is not an object"
+            if isinstance(inflight, dict):
+                if not isinstance(inflight.get("capture", {}), dict):
+                    return f"{where}: 'extra.maintenance.capture' is not an object"
+                if not isinstance(inflight.get("stage", ""), str):
+                    return f"{where}: 'extra.maintenance.stage' is not a string"
+            if not isinstance(record.get("message", ""), str):
+                return f"{where}: 'message' is not a string"
     return None
 
 
 def set_aside(directory: Path) -> Path | None:
     """Move a damaged ``state.json`` out of the way (kept for inspection); its new name."""
     path = directory / "state.json"
-    if not path.exists():
+    if not os.path.lexists(path):
         return None
     aside = directory / f"state.json.damaged-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}"
     os.replace(path, aside)
@@ -272,6 +387,7 @@ class Checkpoint:
             raise CheckpointError(
                 f"cannot create state directory {directory}: {exc.strerror or exc}"
             ) from None
+        check_entries(directory, start_over=start_over)
         lock_fd = _take_lock(directory)
         try:
             tighten_files(directory)
@@ -302,9 +418,10 @@ class Checkpoint:
             finally:
                 # Also on Ctrl-C: the read-only results so far are kept. A failing disk
                 # must not hide the error that got us here.
-                with contextlib.suppress(OSError):
+                with contextlib.suppress(OSError, CheckpointWriteError):
                     checkpoint.flush()
-                checkpoint._journal.close()
+                with contextlib.suppress(OSError):
+                    checkpoint._journal.close()
         finally:
             os.close(lock_fd)  # releases the flock
 
@@ -318,9 +435,10 @@ class Checkpoint:
         # `gpu-node-wizard status` is the readable view.
         started = time.monotonic()
         blob = json.dumps(self.state, sort_keys=True, separators=(",", ":"))
-        # The journal reaches the disk no later than the state that points past it.
-        os.fsync(self._journal.fileno())
-        atomic_write(self.directory / "state.json", blob.encode())
+        with self._writing(self.directory / "state.json"):
+            # The journal reaches the disk no later than the state that points past it.
+            os.fsync(self._journal.fileno())
+            atomic_write(self.directory / "state.json", blob.encode())
         self._pending = False
         self._last_save = time.monotonic()
         self._save_seconds = self._last_save - started
@@ -426,6 +544,21 @@ class Checkpoint:
         )
         self.save()
 
+    @contextlib.contextmanager
+    def _writing(self, path: Path) -> Iterator[None]:
+        """A write the state folder refuses (a full disk, a read-only or foreign folder)
+        stops the run with what happened and what to do, not as a bug: nothing that needs
+        this write to be durable runs after it, and the resume starts from what is on disk."""
+        try:
+            yield
+        except OSError as exc:
+            why = WRITE_ERRORS.get(exc.errno or 0, "")
+            raise CheckpointWriteError(
+                f"cannot write {path}: {exc.strerror or exc}{why}. The run stopped there; "
+                "once the folder takes writes again, the same command resumes from the last "
+                "state written"
+            ) from None
+
     # -- journal -----------------------------------------------------------------------
 
     def journal(self, entry: dict[str, Any]) -> None:
@@ -435,8 +568,9 @@ class Checkpoint:
         write, so a fleet's hundreds of probe lines cost no disk flush each.
         """
         line = json.dumps({"at": now(), **self.redactor.data(entry)}, sort_keys=True)
-        self._journal.write(line + "\n")
-        self._journal.flush()
+        with self._writing(self.directory / "journal.jsonl"):
+            self._journal.write(line + "\n")
+            self._journal.flush()
 
     def intent(self, entry: dict[str, Any]) -> str:
         """Write an effect's intent and make it durable *before* the effect; its id.
@@ -447,12 +581,27 @@ class Checkpoint:
         self._intents += 1
         ident = f"{self.session}-{self._intents}"
         self.journal({"intent": ident, **entry})
-        os.fsync(self._journal.fileno())
+        with self._writing(self.directory / "journal.jsonl"):
+            os.fsync(self._journal.fileno())
         return ident
 
     def outcome(self, ident: str, entry: dict[str, Any]) -> None:
         """What became of an intent (exit status and output, or the error)."""
         self.journal({"outcome": ident, **entry})
+
+    def child(self, ident: str, entry: dict[str, Any]) -> None:
+        """The process an intent's effect runs in (pid, start time), as soon as it started."""
+        self.journal({"child": ident, **entry})
+
+    def living_children(self) -> list[dict[str, Any]]:
+        """Intents without an outcome whose process (a killed run's ansible-playbook or
+        helm) still runs: a second one must not start beside it."""
+        return [
+            entry
+            for entry in self.unfinished
+            if isinstance(entry.get("pid"), int)
+            and children.alive(entry["pid"], entry.get("started"))
+        ]
 
 
 def read_journal(directory: Path) -> tuple[list[dict[str, Any]], int]:
@@ -461,14 +610,16 @@ def read_journal(directory: Path) -> tuple[list[dict[str, Any]], int]:
     entries: list[dict[str, Any]] = []
     bad = 0
     try:
-        handle = (directory / "journal.jsonl").open("rb")
+        handle = open_regular(directory / "journal.jsonl")
     except FileNotFoundError:
         return entries, 0
+    except (OSError, CheckpointError):
+        return entries, 1  # not a file that can be read: counted, never a hang
     with handle:
-        for raw in handle:
+        for raw in _bounded_lines(handle):
             try:
-                entry = json.loads(raw)
-            except ValueError:
+                entry = json.loads(raw) if raw is not None else None
+            except (ValueError, RecursionError):
                 bad += 1
                 continue
             if isinstance(entry, dict):
@@ -486,25 +637,33 @@ def _unfinished_intents(path: Path) -> list[dict[str, Any]]:
     """
     intents: dict[str, dict[str, Any]] = {}
     try:
-        handle = path.open("rb")
-    except FileNotFoundError:
-        return []
+        handle = open_regular(path)
+    except (OSError, CheckpointError):
+        return []  # absent, or refused on open (check_entries) before this is asked
     with handle:
-        for raw in handle:
+        for raw in _bounded_lines(handle):
+            if raw is None:
+                continue
             if (
                 b'"intent"' not in raw
                 and b'"outcome"' not in raw
+                and b'"child"' not in raw
                 and b"intents-reported" not in raw
             ):
                 continue
             try:
                 entry = json.loads(raw)
-            except ValueError:
+            except (ValueError, RecursionError):
                 continue  # a torn line: reported on open, never read as an entry
             if not isinstance(entry, dict):
                 continue
             if isinstance(entry.get("intent"), str):
                 intents[entry["intent"]] = entry
+            elif isinstance(entry.get("child"), str) and entry["child"] in intents:
+                started = entry.get("started")
+                intents[entry["child"]].update(
+                    pid=entry.get("pid"), started=started if isinstance(started, int) else None
+                )
             elif isinstance(entry.get("outcome"), str):
                 intents.pop(entry["outcome"], None)
             elif entry.get("event") == "intents-reported" and isinstance(entry.get("ids"), list):
@@ -517,7 +676,7 @@ def _unfinished_intents(path: Path) -> list[dict[str, Any]]:
 def _torn_tail(path: Path) -> int:
     """The length of an unterminated last line (0 when the journal ends cleanly)."""
     try:
-        with path.open("rb") as handle:
+        with open_regular(path) as handle:
             handle.seek(0, os.SEEK_END)
             size = handle.tell()
             if size == 0:
@@ -537,6 +696,79 @@ def _journal_has_work(directory: Path) -> bool:
         return (directory / "journal.jsonl").stat().st_size > 0
     except FileNotFoundError:
         return False
+
+
+IN_FLIGHT_STATES = (StepState.RUNNING.value, StepState.WAITING.value, StepState.FAILED.value)
+
+
+def in_flight_changes(state: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    """(step, target, maintenance record) of every maintenance change a checkpoint holds in
+    flight: begun (its capture persisted) and neither finished nor rolled back. Such a node
+    may be cordoned and half changed, whatever any other result says."""
+    found = []
+    for step, targets in state.get("steps", {}).items():
+        for target, record in targets.items():
+            inflight = record.get("extra", {}).get("maintenance")
+            if isinstance(inflight, dict) and record.get("state") in IN_FLIGHT_STATES:
+                found.append((step, target, inflight))
+    return found
+
+
+def finish_command(site: Site, state_dir: Path | None = None) -> str:
+    """The command line that finishes (or rolls back) the changes in flight on a site."""
+    where = shlex.quote(str(site.source)) if site.source else "SITE"
+    extra = (
+        f" --state-dir {shlex.quote(str(state_dir))}"
+        if state_dir is not None and Path(state_dir) != default_state_dir()
+        else ""
+    )
+    return (
+        f"`gpu-node-wizard run {where}{extra}` (headless: add --headless --maintenance-window-open)"
+    )
+
+
+def out_of_service(state: dict[str, Any], site: Site) -> list[str]:
+    """One line per node of the site that a stop leaves out of service: mid-change (a
+    maintenance change in flight) or left cordoned by a change that did not verify."""
+    names = {node.name for node in site.nodes}
+    lines = []
+    for step, target, inflight in in_flight_changes(state):
+        if target in names:
+            stage = inflight.get("stage", "confirmed")
+            lines.append(f"{target}: mid-change in {step} (maintenance stage {stage!s:.40})")
+    flagged = {line.split(":", 1)[0] for line in lines}
+    for step, targets in state.get("steps", {}).items():
+        for target, record in targets.items():
+            message = str(record.get("message", ""))
+            if target in names and target not in flagged and "stays cordoned" in message:
+                lines.append(f"{target}: cordoned ({step}: {message[:200]})")
+                flagged.add(target)
+    return lines
+
+
+def in_flight_elsewhere(directory: Path, site: Site) -> list[tuple[str, str, str]]:
+    """(site name, step, node) of changes in flight that another checkpoint in the same
+    state folder holds on this site's nodes (the site renamed: its checkpoint is another
+    folder, and a fresh one must not start beside a node left half changed)."""
+    names = {node.name for node in site.nodes}
+    source = str(site.source) if site.source else None
+    found = []
+    try:
+        siblings = [p for p in directory.parent.iterdir() if p != directory and p.is_dir()]
+    except OSError:
+        return []
+    for other in sorted(siblings):
+        try:
+            state = read_state(other)
+        except CheckpointError:
+            continue  # damaged: its own commands say so
+        if state is None:
+            continue
+        same_file = source is not None and state.get("site", {}).get("path") == source
+        for step, target, _ in in_flight_changes(state):
+            if target in names or same_file:
+                found.append((str(state.get("site", {}).get("name", other.name)), step, target))
+    return found
 
 
 def changed_sections(state: dict[str, Any], site: Site) -> list[str]:

@@ -13,6 +13,7 @@ import io
 import json
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -609,11 +610,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"gpu-node-wizard: {exc}", file=sys.stderr)
         return exc.exit_code
+    if args.command != "lab":  # the lab server stops on its own signal handlers
+        _stop_on_signals()
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),
         format="%(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    from wizard.redact import redact_logs
+
+    for handler in logging.getLogger().handlers:  # asyncssh's own records too
+        redact_logs(handler)
     try:
         return COMMANDS[args.command](args)
     except WizardError as exc:
@@ -622,9 +629,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The site's own secrets are redacted where they are known (journal, events); an
         # error can come before the site is loaded, so its message gets the patterns.
         print(f"gpu-node-wizard: {Redactor().text(str(exc))}", file=sys.stderr)
+        _say_out_of_service(args, resume=False)
         return exc.exit_code
-    except KeyboardInterrupt:
-        print("gpu-node-wizard: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        how = exc.args[0] if isinstance(exc, Stopped) else "SIGINT (Ctrl-C)"
+        print(f"gpu-node-wizard: interrupted by {how}", file=sys.stderr)
+        _say_out_of_service(args, resume=True)
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         raise
@@ -636,6 +646,46 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_INTERNAL
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP: the same orderly stop as Ctrl-C (the checkpoint's read-only
+    results are written, the lock released), and the same report of what it left."""
+
+
+def _stop_on_signals() -> None:
+    def stop(signum: int, frame: object) -> None:
+        raise Stopped(signal.Signals(signum).name)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, stop)
+
+
+def _say_out_of_service(args: argparse.Namespace, *, resume: bool) -> None:
+    """After any stop of `run` or `check`: which nodes are out of service (mid-change or
+    cordoned), read from the checkpoint as the stop left it, and the command that resumes.
+    Says nothing when the site or the checkpoint cannot be read (the error said why)."""
+    if args.command not in ("run", "check") or not getattr(args, "site", None):
+        return
+    from wizard.checkpoint import finish_command, out_of_service, read_state, site_state_dir
+    from wizard.redact import Redactor
+    from wizard.site import load_site
+
+    try:
+        site = load_site(args.site)
+        state = read_state(site_state_dir(_state_dir(args), site))
+    except (WizardError, OSError, ValueError):
+        return
+    lines = out_of_service(state, site) if state is not None else []
+    command = finish_command(site, _state_dir(args))
+    redact = Redactor(site.secret_values()).text
+    if lines:
+        print("out of service now:", file=sys.stderr)
+        for line in lines:
+            print(f"  {redact(line)}", file=sys.stderr)
+        print(f"{command} resumes: it finishes or rolls back each change first", file=sys.stderr)
+    elif resume and args.command == "run":
+        print(f"no node is out of service; {command} resumes", file=sys.stderr)
 
 
 # Positional path arguments by their dest, as the usage line names them.

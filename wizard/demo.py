@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 from steps import build_plan
 from wizard.fleet import is_fleet
 from wizard.headless import HeadlessFrontEnd
 from wizard.lab.lab import Lab
+from wizard.lab.scratch import scratch_dir
 from wizard.model import GATES
 from wizard.runner import Outcome, run_engine
 from wizard.session import kept_lab_dir
@@ -27,8 +28,8 @@ async def run_demo_headless(
     faults: tuple[str, ...], nodes: int, state_dir: Path | None, report_dir: Path | None = None
 ) -> int:
     """Run the whole plan in the lab, auto-approved; print the gates; 0 if every gate passes."""
-    with tempfile.TemporaryDirectory(prefix="gnw-demo-") as tmp:
-        directory = Path(tmp)
+    directory = scratch_dir("gnw-demo-")  # a killed demo's is swept (wizard/lab/scratch.py)
+    try:
         # With a state directory the lab is kept there too, so a second run resumes it.
         where = kept_lab_dir(state_dir) if state_dir is not None else directory / "lab"
         async with Lab(where, nodes=nodes, faults=faults, persist=state_dir is not None) as lab:
@@ -48,6 +49,8 @@ async def run_demo_headless(
                 redactor = Redactor(site.secret_values())
                 for path in write_report(data, report_dir, redactor=redactor):
                     print(f"wrote {path}")
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
     print()
     print(gate_table(outcome))
     if outcome.summary.stopped:

@@ -38,6 +38,11 @@ class CheckpointError(WizardError):
     """The checkpoint cannot be read or written."""
 
 
+class CheckpointWriteError(CheckpointError):
+    """The state folder refused a write (full disk, read-only, no permission): the run
+    stops there, a condition of the machine and not a bug."""
+
+
 class CheckpointMissingError(CheckpointError):
     """``state.json`` is gone although the journal shows earlier work: never a silent restart."""
 

@@ -106,7 +106,7 @@ def export(
             raise ExportError(f"two artifacts want the same path {artifact.path}")
         files[artifact.path] = artifact
 
-    _prepare(out, force)
+    _prepare(out, force, [*files, MANIFEST])
     checksums: dict[str, str] = {}
     entries = {}
     for path in sorted(files):
@@ -137,13 +137,13 @@ def _check_relative(path: str) -> None:
         raise ExportError(f"artifact path {path!r} escapes the export folder")
 
 
-def _prepare(out: Path, force: bool) -> None:
+def _prepare(out: Path, force: bool, wanted: list[str]) -> None:
     if out.exists() and not out.is_dir():
         raise ExportError(f"{out} exists and is not a folder")
     if out.is_dir() and any(out.iterdir()):
         if not force:
             raise ExportError(f"{out} is not empty; choose an empty folder or pass --force")
-        _remove_previous(out)
+        _remove_previous(out, wanted)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -170,9 +170,16 @@ def _write(out: Path, rel: str, content: bytes, mode: int) -> None:
                 "export may write into"
             )
     target = out / rel
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
+    # A new file, always: whatever is at the path now (the operator's file, a hard link
+    # to one, a FIFO) is not written through or over; _remove_previous removed ours.
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
     try:
         fd = os.open(target, flags, 0o600)
+    except FileExistsError:
+        raise ExportError(
+            f"cannot write {target}: it exists and is not a file the earlier export wrote; "
+            "move it away and export again"
+        ) from None
     except OSError as exc:
         raise ExportError(f"cannot write {target}: {exc.strerror or exc}") from None
     with os.fdopen(fd, "wb") as handle:
@@ -194,6 +201,12 @@ def _kind(mode: int) -> str:
         return "a folder"
     if stat.S_ISREG(mode):
         return "a file"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
     return "not a regular file"
 
 
@@ -202,7 +215,7 @@ MAX_MANIFEST_BYTES = 64 << 20
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
-def _remove_previous(out: Path) -> None:
+def _remove_previous(out: Path, wanted: list[str]) -> None:
     """With --force: remove the regular files an earlier export wrote, and nothing else.
 
     The manifest is the only authority, so it is checked before anything is deleted: it
@@ -212,6 +225,11 @@ def _remove_previous(out: Path) -> None:
     symlinked folder could point anywhere). Any doubt refuses the whole removal, so a
     crafted or damaged manifest deletes nothing. Only folders that held a removed file and
     are left empty are removed; the operator's own folders, empty or not, stay.
+
+    The new export's paths (``wanted``) are checked first as well: one that holds an entry
+    the earlier export did not write (the operator's host_vars file, once a second node
+    makes its path an artifact; a hard link; a FIFO), or that is reached through anything
+    but real folders, refuses the export before anything is deleted.
     """
     manifest = out / MANIFEST
     listed = _read_manifest(out, manifest)
@@ -225,6 +243,11 @@ def _remove_previous(out: Path) -> None:
             problems.append(f"{rel}: {problem}")
         else:
             doomed.append(out / rel)
+    ours = set(doomed) | {manifest}
+    for rel in sorted(set(wanted)):
+        problem = _occupied(out, rel, ours)
+        if problem:
+            problems.append(f"{rel}: {problem}")
     if problems:
         shown = "; ".join(problems[:5]) + (
             f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
@@ -287,6 +310,32 @@ def _manifest_shape_problem(data: object) -> str | None:
         if not _SHA256.fullmatch(entry["sha256"]):
             return f"the entry for {str(rel)[:80]!r} has a malformed sha256"
     return None
+
+
+def _occupied(out: Path, rel: str, ours: set[Path]) -> str | None:
+    """Why the new export cannot write ``rel`` (None: its path is free or holds a file of
+    the earlier export's, about to be removed)."""
+    current = out
+    for part in PurePosixPath(rel).parts[:-1]:
+        current = current / part
+        try:
+            info = os.lstat(current)
+        except FileNotFoundError:
+            return None
+        if not stat.S_ISDIR(info.st_mode):
+            return f"{current.relative_to(out)} is {_kind(info.st_mode)}, not a folder"
+    target = out / rel
+    try:
+        info = os.lstat(target)
+    except FileNotFoundError:
+        return None
+    if target in ours:
+        return None
+    links = f", with {info.st_nlink} hard links" if info.st_nlink > 1 else ""
+    return (
+        f"holds {_kind(info.st_mode)}{links} that the earlier export did not write (not in its "
+        f"{MANIFEST} with its checksum); the export does not write over it"
+    )
 
 
 def _removable(out: Path, rel: str, entry: dict[str, object]) -> str | None:

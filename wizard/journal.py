@@ -24,6 +24,8 @@ class Journal(Protocol):
 
     def outcome(self, ident: str, entry: dict[str, Any]) -> None: ...
 
+    def child(self, ident: str, entry: dict[str, Any]) -> None: ...
+
 
 @dataclass(frozen=True)
 class Scope:
@@ -61,3 +63,12 @@ def end(ident: str | None, entry: dict[str, Any]) -> None:
     if ident is None or current is None:
         return
     current.journal.outcome(ident, entry)
+
+
+def child(ident: str | None, entry: dict[str, Any]) -> None:
+    """Record the process an intent's effect runs in (its pid and start time), so that a
+    resume after a kill can tell whether it still runs (wizard/transports/children.py)."""
+    current = _SCOPE.get()
+    if ident is None or current is None:
+        return
+    current.journal.child(ident, entry)

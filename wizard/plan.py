@@ -145,6 +145,10 @@ class Step:
     drains: ClassVar[bool] = True
     # False: nothing to roll back to (a reboot); the engine offers no rollback
     reversible: ClassVar[bool] = True
+    # False: a settled result that no longer holds after a reboot is failed, never run
+    # again on its own (the reboot step: the outside reboot already was the proof it runs
+    # for; running it again would reboot the node once more). `--redo` runs it anew.
+    rerun_when_lost: ClassVar[bool] = True
 
     async def capture(self, ctx: StepContext) -> dict[str, Any]:
         """The live state the change would be rolled back to, as JSON. Taken once, before

@@ -9,6 +9,7 @@ token, a ``--password`` argument, a private key block). Both are replaced by
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 from collections.abc import Iterable
 from enum import Enum
@@ -31,7 +32,7 @@ _PRIVATE_KEY_BLOCK = re.compile(
 # as ``imagePullSecrets`` or ``tokenizer`` are left alone; the value is on the same line and
 # is not YAML/JSON structure (``[]``, ``{``, a list item).
 _SECRET_ASSIGNMENT = re.compile(
-    r"(?P<key>\b[\w.-]*(?:password|passwd|secret|token|api[_-]?key|client-key-data"
+    r"(?P<key>\b[\w.-]*(?:password|passwd|secret|token|api[_-]?key|client-key-data|auth"
     r"|private[_-]?key|secret[_-]?key|access[_-]?key|passphrase)[\"']?[ \t]*[:=][ \t]*)"
     r"(?P<value>[\"']?[^\s\"',}\[\]{]+[\"']?)",
     re.IGNORECASE,
@@ -48,9 +49,22 @@ _SECRET_FLAG = re.compile(
 )
 # Words that every match of the pattern above contains (lower case), for a cheap pre-test.
 _FLAG_WORDS = ("--pass", "--token", "creds", "--client-secret", "-key")
-_ASSIGNMENT_WORDS = ("passw", "secret", "token", "key", "passphrase")
+# "auth": containerd's registry `auth = "<base64 user:password>"` (CRI plugin docs,
+# registry.configs.<host>.auth), docker's config.json "auth".
+_ASSIGNMENT_WORDS = ("passw", "secret", "token", "key", "passphrase", "auth")
 _BEARER = re.compile(r"(?P<key>\bBearer\s+)(?P<value>[A-Za-z0-9._~+/=-]+)", re.IGNORECASE)
-_URL_CREDENTIALS = re.compile(r"(?P<key>[a-z][a-z0-9+.-]*://[^/\s:@]+:)(?P<value>[^@\s/]+)(?=@)")
+# scheme://user:password@host: the password runs to the *last* @ before the host (a
+# password may hold an @ itself; its tail must not stay behind).
+_URL_CREDENTIALS = re.compile(
+    r"(?P<key>[a-z][a-z0-9+.-]*://[^/\s:@]*:)(?P<value>[^\s/]+)(?=@[^@\s/]+(?:[/:\s\"']|$))",
+    re.IGNORECASE,
+)
+# curl's -u/--user and --proxy-user user:password (curl(1)); also -U (--proxy-user) and
+# `-uuser:pass` written together. A bare user (curl asks for the password) holds none.
+_USER_FLAG = re.compile(
+    r"(?P<key>(?<![\w-])(?:-[uU][ \t]*|--(?:proxy-)?user(?:=|[ \t]+))[\"']?[^\s:\"'$]*:)"
+    r"(?P<value>[^\s\"']+)"
+)
 
 
 class Redactor:
@@ -62,9 +76,12 @@ class Redactor:
             self.add(value)
 
     def add(self, value: str | None) -> None:
-        """Remember a secret value so that it never appears in anything written."""
+        """Remember a secret value so that it never appears in anything written (the
+        process's logs included: LOG_REDACTOR learns it too)."""
         if value and len(value) >= MIN_SECRET_LENGTH:
             self._secrets.add(value)
+            if self is not LOG_REDACTOR:
+                LOG_REDACTOR.add(value)
 
     def text(self, text: str) -> str:
         """Return ``text`` with every known secret and secret-looking value replaced."""
@@ -87,6 +104,8 @@ class Redactor:
             text = _BEARER.sub(_keep_key, text)
         if "://" in text and "@" in text:
             text = _URL_CREDENTIALS.sub(_keep_key, text)
+        if ("-u" in text or "-U" in text or "--" in text) and ":" in text:
+            text = _USER_FLAG.sub(_keep_key, text)
         return text
 
     def value(self, value: T) -> T:
@@ -125,6 +144,39 @@ class Redactor:
         if isinstance(value, list | tuple):
             return [self.data(v) for v in value]
         return value
+
+
+class LogRedaction(logging.Filter):
+    """Redacts every record a log handler writes, whichever library logged it (asyncssh
+    logs each command it sends at --log-level info, a warp --secret-key included)."""
+
+    def __init__(self, redactor: Redactor) -> None:
+        super().__init__()
+        self.redactor = redactor
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except (TypeError, ValueError):  # a library's bad format string: keep its parts
+            message = f"{record.msg} {record.args}"
+        record.msg, record.args = self.redactor.text(message), None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = self.redactor.text(record.exc_text)
+        if record.stack_info:
+            record.stack_info = self.redactor.text(record.stack_info)
+        return True
+
+
+# The process's log redactor: it holds the patterns and every secret any Redactor of this
+# process was given (a site's, once its run starts), so one redaction covers the logs too.
+LOG_REDACTOR = Redactor()
+
+
+def redact_logs(handler: logging.Handler) -> None:
+    """Every record ``handler`` writes is redacted first (the CLI's stderr handler)."""
+    handler.addFilter(LogRedaction(LOG_REDACTOR))
 
 
 def _keep_key(match: re.Match[str]) -> str:

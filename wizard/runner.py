@@ -15,7 +15,7 @@ from wizard.engine import Engine, RunSummary
 from wizard.errors import EXIT_CHECK_FAILED, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE
 from wizard.events import FrontEnd
 from wizard.fleet import is_fleet, targets_text
-from wizard.model import Finding, Severity, StepKind
+from wizard.model import Finding, Severity, StepKind, StepState
 from wizard.plan import CLUSTER, Plan
 from wizard.services import build_services
 from wizard.site import Site
@@ -65,7 +65,9 @@ class Outcome:
         if self.unreachable:
             return EXIT_USAGE
         failed = any(f.severity is Severity.FAIL and not f.waived for _, _, f in self.findings)
-        if failed or self.summary.stopped:
+        # A blocked step has no finding of its own, and did not run: not a success.
+        blocked = any(s is StepState.BLOCKED for s in self.summary.results.values())
+        if failed or blocked or self.summary.stopped or self.summary.in_flight:
             return EXIT_CHECK_FAILED
         return EXIT_OK
 
@@ -78,6 +80,7 @@ class Outcome:
             "exit_code": self.exit_code,
             "ok": self.exit_code == EXIT_OK,
             "stopped": self.summary.stopped,
+            "in_flight": self.summary.in_flight,
             "gates": {g: (v.value if v else None) for g, v in self.gate_verdicts().items()},
             "results": [
                 {
@@ -125,6 +128,8 @@ class Outcome:
             f"{counts[Severity.PASS]} passed, {counts[Severity.FAIL]} failed, "
             f"{counts[Severity.WARN]} warnings, {counts[Severity.SKIP]} skipped"
         )
+        # A node mid-change is the first thing to know: its checks describe a half change.
+        lines[1:1] = [f"  IN FLIGHT: {line}" for line in self.summary.in_flight]
         return "\n".join(lines)
 
 

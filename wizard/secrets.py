@@ -71,13 +71,31 @@ def command_secrets(command: str) -> list[str]:
     found = []
     flags = {f"--{flag}" for flag in SECRET_FLAGS}
     for i, word in enumerate(words):
+        following = words[i + 1] if i + 1 < len(words) else ""
         name, eq, value = word.partition("=")
-        if name.lower() not in flags:
-            continue
-        if not eq:
-            value = words[i + 1] if i + 1 < len(words) else ""
-        if value and not value.startswith("$"):
-            found.append(value)
+        if name.lower() in flags:
+            if not eq:
+                value = following
+            if value and not value.startswith("$"):
+                found.append(value)
+        # curl's -u/--user and -U/--proxy-user user:password (curl(1)), also `-uuser:pw`.
+        user = None
+        if word in ("-u", "-U", "--user", "--proxy-user"):
+            user = following
+        elif word.startswith(("--user=", "--proxy-user=")):
+            user = word.partition("=")[2]
+        elif word[:2] in ("-u", "-U") and len(word) > 2 and ":" in word:
+            user = word[2:]
+        if user and ":" in user and not user.startswith("$"):
+            password = user.partition(":")[2]
+            found += [user, password] if password and not password.startswith("$") else []
+        # scheme://user:password@host in a URL the command fetches.
+        _, sep, rest = word.partition("://")
+        if sep and "@" in rest.split("/", 1)[0]:
+            credentials = rest.split("/", 1)[0].rpartition("@")[0]
+            password = credentials.partition(":")[2]
+            if password and not password.startswith("$"):
+                found.append(password)
     return found
 
 

@@ -6,12 +6,12 @@ Front ends open a session, run the engine over it, and close it.
 from __future__ import annotations
 
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from wizard.checkpoint import default_state_dir
 from wizard.lab.lab import Lab
+from wizard.lab.scratch import scratch_dir
 from wizard.services import SiteServices, build_services
 from wizard.site import Site, load_site
 
@@ -77,7 +77,7 @@ async def open_lab(
         await lab.start()
         site = load_site(lab.site_path)
         return LabSession(site, build_services(site), state_dir, lab=lab)
-    tmp = Path(tempfile.mkdtemp(prefix="gnw-demo-"))
+    tmp = scratch_dir("gnw-demo-")  # a killed demo's is swept (wizard/lab/scratch.py)
     lab = Lab(tmp / "lab", nodes=nodes, faults=faults)
     await lab.start()
     site = load_site(lab.site_path)

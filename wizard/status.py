@@ -6,7 +6,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wizard.checkpoint import changed_sections, read_state, site_state_dir
+from wizard.checkpoint import (
+    changed_sections,
+    finish_command,
+    in_flight_changes,
+    read_state,
+    site_state_dir,
+)
 from wizard.fleet import group_targets, targets_text
 from wizard.model import Finding, StepState, worst
 from wizard.plan import Plan
@@ -36,6 +42,8 @@ class Status:
     changed_sections: list[str] = field(default_factory=list)
     would_reset: list[tuple[str, str]] = field(default_factory=list)
     waivers: list[dict[str, Any]] = field(default_factory=list)
+    # Maintenance changes begun and neither finished nor rolled back, with what finishes them.
+    in_flight: list[str] = field(default_factory=list)
 
     @property
     def interrupted(self) -> list[StepStatus]:
@@ -50,6 +58,7 @@ class Status:
             "site_changed": self.changed_sections,
             "would_reset": [{"step": s, "target": t} for s, t in self.would_reset],
             "waivers": self.waivers,
+            "in_flight": self.in_flight,
             "steps": [
                 {
                     "step": s.step,
@@ -84,6 +93,14 @@ def load_status(state_dir: Path, site: Site, plan: Plan) -> Status:
         ],
         waivers=state.get("waivers", []),
     )
+    command = finish_command(site, state_dir)
+    for step, target, inflight in in_flight_changes(state):
+        stage = inflight.get("stage", "confirmed")
+        status.in_flight.append(
+            f"{step} on {target} (maintenance stage {stage!s:.40}, since "
+            f"{inflight.get('at_stage') or inflight.get('at') or '?'!s:.40}): {command} "
+            "finishes it or rolls it back"
+        )
     for phase in plan.phases:
         for step in phase.steps:
             for target in plan.targets(step, site):
@@ -120,6 +137,8 @@ def format_status(status: Status) -> str:
             lines.append(
                 "  the next run resets: " + ", ".join(f"{s} on {t}" for s, t in status.would_reset)
             )
+    for line in status.in_flight:
+        lines.append(f"IN FLIGHT: {line}")
     if status.interrupted:
         lines.append(
             "interrupted (re-verified first on resume): "

@@ -5,26 +5,29 @@ docstring for the rules)."""
 from __future__ import annotations
 
 import asyncio
+import time
 import traceback
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from wizard import journal
-from wizard.checkpoint import Checkpoint
+from wizard.checkpoint import Checkpoint, finish_command, in_flight_changes
 from wizard.engine.decisions import DecisionsMixin
 from wizard.engine.identity import IdentityMixin
-from wizard.engine.maintenance import MaintenanceMixin, effects
+from wizard.engine.leases import LeaseHeldError, NodeLeases
+from wizard.engine.maintenance import STAGE_STATE, MaintenanceMixin, effects
 from wizard.engine.requirements import RequirementsMixin
 from wizard.engine.results import (
     CHANGING,
     Aborted,
+    ChildStillRunningError,
     DecisionRequired,
     RunSummary,
     artifact_diff,
     state_for,
     transport_finding,
 )
-from wizard.errors import WizardError
+from wizard.errors import CheckpointWriteError, WizardError
 from wizard.events import (
     Answer,
     Decision,
@@ -53,6 +56,9 @@ from wizard.plan import (
 )
 from wizard.site import Site
 from wizard.transports.base import TransportError
+
+# How long a resume waits for a process a stopped run started (wizard/transports/children.py).
+CHILD_WAIT_S = 120.0
 
 
 class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin):
@@ -86,6 +92,10 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
         self._rebooted: set[str] = set()  # nodes rebooted since their results were recorded
         self._boots: dict[str, str] = {}  # node -> its boot id as read at the start of the run
         self._unreachable: set[str] = set()  # nodes whose identity could not be read
+        # Nodes whose SSH host key does not match known_hosts (possible man-in-the-middle).
+        self._host_key_errors: dict[str, TransportError] = {}
+        # The per-node lock in the cluster, taken before the first change to a node.
+        self._leases = NodeLeases(self.services, site.name)
 
     def maintenance_in_flight(self) -> dict[str, str]:
         """Nodes in the middle of a maintenance change, and the state each is in (for a
@@ -119,12 +129,25 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
         ``ignore_requires`` is for read-only runs (``check``): every listed check runs even
         when an earlier step has not been done.
         """
+        await self._wait_for_children()
         summary = RunSummary(reset=self.reconcile_site())
         explicit = phase is not None or step is not None or only is not None
         self._ignore_requires = ignore_requires
         self._report_journal()
         summary.reset += await self.reconcile_identity()
+        if self._host_key_errors:
+            return self._refuse_host_keys(summary)
         try:
+            in_flight = self._changes_in_flight()
+            if in_flight and ignore_requires:
+                # A read-only run changes nothing, so it cannot finish them: it says so,
+                # and which command does (a check's own verdicts on such a node are of a
+                # half-changed machine).
+                summary.in_flight = self._describe_in_flight(in_flight)
+                for line in summary.in_flight:
+                    self.emit(Notice(line))
+            elif in_flight:
+                await self._finish_in_flight(in_flight, summary)
             for current in self.plan.phases:
                 if phase is not None and phase not in (current.id, str(current.number)):
                     continue
@@ -147,7 +170,107 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
                     break
         except Aborted as exc:
             summary.stopped = self.checkpoint.redactor.text(str(exc))
+        finally:
+            if self._leases.held():
+                with journal.scope(self.checkpoint, "leases", CLUSTER):
+                    await self._leases.release_all()
         return summary
+
+    async def _wait_for_children(self) -> None:
+        """A process a killed run started (ansible-playbook, helm) that still runs: wait
+        for it to end, for at most CHILD_WAIT_S, then refuse to go on while it lives (a
+        second scale.yml beside the first is two kubeadm joins racing)."""
+        living = self.checkpoint.living_children()
+        if not living:
+            return
+        deadline = time.monotonic() + CHILD_WAIT_S
+        for entry in living:
+            self.emit(
+                Notice(
+                    f"pid {entry['pid']} (`{entry.get('command', '?')}`), started by the "
+                    f"stopped run for {entry.get('step')} on {entry.get('for')}, still runs: "
+                    f"waiting up to {CHILD_WAIT_S:g}s for it to end before going on"
+                )
+            )
+        while living and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+            living = self.checkpoint.living_children()
+        if living:
+            entry = living[0]
+            raise ChildStillRunningError(
+                f"pid {entry['pid']} (`{entry.get('command', '?')}`), started by a stopped run "
+                f"for {entry.get('step')} on {entry.get('for')}, still runs: a second one would "
+                f"race it. Wait for it to end (or stop it: kill {entry['pid']}), then run again"
+            )
+
+    def _refuse_host_keys(self, summary: RunSummary) -> RunSummary:
+        """A node's host key differs from known_hosts: nothing runs, whatever the checkpoint
+        says (its results were recorded on the machine with the known key, and whoever
+        answers now must not be given a command), and the run fails naming the cause."""
+        for name, exc in sorted(self._host_key_errors.items()):
+            finding = Finding(
+                "T00.reachable",
+                "T00",
+                Severity.FAIL,
+                str(exc),
+                "verify the host key and update known_hosts (see the message); nothing ran",
+            )
+            summary.results[("identity", name)] = StepState.FAILED
+            summary.findings[("identity", name)] = [self.checkpoint.redactor.value(finding)]
+            self.emit(Notice(f"refused: {exc}", name))
+            self.journal({"event": "host-key-mismatch", "target": name, "error": str(exc)})
+        summary.stopped = self.checkpoint.redactor.text(
+            "the SSH host key of "
+            + ", ".join(sorted(self._host_key_errors))
+            + " does not match known_hosts (possible man-in-the-middle): nothing was run"
+        )
+        return summary
+
+    def _changes_in_flight(self) -> list[tuple[Step, list[str]]]:
+        """The plan's maintenance steps with a change in flight, in plan order, each with
+        the nodes it is in flight on (begun, capture persisted, neither finished nor rolled
+        back: such a node may be cordoned and half changed)."""
+        by_step: dict[str, list[str]] = {}
+        names = {n.name for n in self.site.nodes}
+        for step_id, target, _ in in_flight_changes(self.checkpoint.state):
+            if target in names:
+                by_step.setdefault(step_id, []).append(target)
+        found = []
+        for current in self.plan.phases:
+            for each in current.steps:
+                if each.kind is StepKind.MAINTENANCE and each.id in by_step:
+                    found.append((each, by_step[each.id]))
+        return found
+
+    def _describe_in_flight(self, in_flight: list[tuple[Step, list[str]]]) -> list[str]:
+        command = finish_command(self.site, self.checkpoint.directory.parent)
+        lines = []
+        for step, targets in in_flight:
+            for target in targets:
+                stage = self.checkpoint.record(step.id, target)["extra"]["maintenance"].get(
+                    "stage", "confirmed"
+                )
+                lines.append(
+                    f"{step.id} is in flight on {target} ({STAGE_STATE.get(stage, stage)}): "
+                    f"{command} finishes it or rolls it back"
+                )
+        return lines
+
+    async def _finish_in_flight(
+        self, in_flight: list[tuple[Step, list[str]]], summary: RunSummary
+    ) -> None:
+        """A maintenance change in flight is finished or rolled back before anything else
+        runs, whatever the run was asked to do: a check that failed on the half-changed
+        node (its bond half formed) must not gate the run that would repair it, and a run
+        of another phase or step must not leave the node cordoned behind it."""
+        for step, targets in in_flight:
+            self.emit(
+                Notice(
+                    f"{step.id} is in flight on {', '.join(targets)}: it is finished or rolled "
+                    "back before anything else runs"
+                )
+            )
+            await self._run_step(step, summary, explicit=True, targets=targets)
 
     async def shared_read(self, key: tuple[str, str], read: Callable[[], Awaitable[Any]]) -> Any:
         """One answer per key for the current run of a step (see StepContext.shared);
@@ -157,8 +280,10 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
             future = self._shared_reads[key] = asyncio.ensure_future(read())
         return await asyncio.shield(future)
 
-    async def _run_step(self, step: Step, summary: RunSummary, *, explicit: bool) -> None:
-        targets = self.plan.targets(step, self.site)
+    async def _run_step(
+        self, step: Step, summary: RunSummary, *, explicit: bool, targets: list[str] | None = None
+    ) -> None:
+        targets = targets if targets is not None else self.plan.targets(step, self.site)
         # A shared read answers one run of a step: the next run reads afresh.
         for key in [k for k in self._shared_reads if k[0] == step.id]:
             del self._shared_reads[key]
@@ -262,8 +387,8 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
         naming the step and the journal, instead of ending the run for every node."""
         try:
             return await self._run_target(step, target, explicit)
-        except (Aborted, DecisionRequired, asyncio.CancelledError):
-            raise
+        except (Aborted, DecisionRequired, CheckpointWriteError, asyncio.CancelledError):
+            raise  # a state folder that takes no writes stops the run, for every node
         except Exception as exc:
             self._inflight.pop(target, None)
             where = self.checkpoint.directory / "journal.jsonl"
@@ -315,26 +440,42 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
             if still is not None:
                 return still
 
-        skipped = self._skipped_provider(step, target)
-        if skipped:
-            return self._skipped(step, ctx, skipped, by="the wizard")
-        blocker = self._blocker(step, target, explicit)
-        if blocker:
-            cp.set_step(step.id, target, StepState.BLOCKED, message=blocker)
-            self.emit(StepFinished(step.id, target, StepState.BLOCKED, blocker))
-            return StepState.BLOCKED, []
+        if (
+            previous is StepState.FAILED
+            and not step.rerun_when_lost
+            and cp.record(step.id, target).get("extra", {}).get("reverified")
+        ):
+            # It failed its re-verification after a reboot: verified again, never run anew.
+            still = await self._still_in_place(step, ctx)
+            if still is not None:
+                return still
+        interrupted = previous in (StepState.RUNNING, StepState.WAITING)
+        inflight = cp.record(step.id, target).get("extra", {}).get("maintenance")
+        # A change that failed on a bug part-way keeps its persisted capture: it too
+        # resumes from it, never from a second capture of the half-applied state. Nothing
+        # blocks that: what it needs was in place when it began, and a requirement that
+        # fails now may fail because of the half change.
+        resuming = (
+            step.kind is StepKind.MAINTENANCE
+            and isinstance(inflight, dict)
+            and (interrupted or previous is StepState.FAILED)
+        )
+        if not resuming:
+            skipped = self._skipped_provider(step, target)
+            if skipped:
+                return self._skipped(step, ctx, skipped, by="the wizard")
+            blocker = self._blocker(step, target, explicit)
+            if blocker:
+                cp.set_step(step.id, target, StepState.BLOCKED, message=blocker)
+                self.emit(StepFinished(step.id, target, StepState.BLOCKED, blocker))
+                return StepState.BLOCKED, []
 
         self.emit(StepStarted(step.id, target, step.title))
         try:
-            interrupted = previous in (StepState.RUNNING, StepState.WAITING)
-            inflight = cp.record(step.id, target).get("extra", {}).get("maintenance")
-            # A change that failed on a bug part-way keeps its persisted capture: it too
-            # resumes from it, never from a second capture of the half-applied state.
-            if (
-                step.kind is StepKind.MAINTENANCE
-                and isinstance(inflight, dict)
-                and (interrupted or previous is StepState.FAILED)
-            ):
+            if resuming:
+                held = await self._hold_node(step, ctx)
+                if held is not None:
+                    return held
                 return await self._resume_maintenance(step, ctx, inflight)
             if interrupted:
                 done = await self._reverify(step, ctx)
@@ -379,10 +520,19 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
             return self._finish(ctx, StepState.DONE, self.checkpoint.findings(step.id, ctx.target))
         except TransportError as exc:
             return self._finish(ctx, StepState.FAILED, [transport_finding(step, exc)], str(exc))
+        ctx.data["reverified"] = True  # this result is the re-verification's, not a run's
         if worst(findings) is not Severity.FAIL:
             return self._finish(ctx, StepState.DONE, findings, "re-verified after a reboot")
         if step.kind is StepKind.CHECK:
             return self._finish(ctx, StepState.FAILED, findings, "no longer holds after a reboot")
+        if not step.rerun_when_lost:
+            return self._finish(
+                ctx,
+                StepState.FAILED,
+                findings,
+                "no longer holds after a reboot; fix the cause and rerun (it is verified "
+                f"again, not run again): `run SITE --redo {step.id}@{ctx.target}` runs it anew",
+            )
         self.emit(Notice(f"{step.id} no longer holds after a reboot: running it again", ctx.target))
         self.checkpoint.reset(step.id, ctx.target)
         return None
@@ -424,7 +574,33 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
             return self._not_automated(step, ctx)
         return self._finish(ctx, state_for(findings), findings)
 
+    async def _hold_node(self, step: Step, ctx: StepContext) -> tuple[StepState, list] | None:
+        """Take the node's lease before the first change to it (wizard/engine/leases.py);
+        the target's failed result when another wizard is changing the node."""
+        if step.scope is not Scope.NODE or ctx.node is None:
+            return None
+        try:
+            note = await self._leases.acquire(ctx.target)
+        except LeaseHeldError as exc:
+            finding = Finding(
+                f"{step.gates[0] if step.gates else 'T00'}.lease",
+                step.gates[0] if step.gates else "T00",
+                Severity.FAIL,
+                str(exc),
+                "let the other run finish (or free its lease as the message says), then run again",
+            )
+            return self._finish(
+                ctx, StepState.FAILED, [finding], "refused: another wizard holds the node"
+            )
+        if note:
+            self.emit(Notice(note, ctx.target))
+            self.journal({"event": "lease-taken-over", "target": ctx.target, "detail": note})
+        return None
+
     async def _apply(self, step: Step, ctx: StepContext) -> tuple[StepState, list[Finding]]:
+        held = await self._hold_node(step, ctx)
+        if held is not None:
+            return held
         refusals = self._waive(await step.preconditions(ctx))
         if worst(refusals) is Severity.FAIL:
             return self._finish(ctx, StepState.FAILED, refusals, "refused: a precondition failed")

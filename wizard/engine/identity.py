@@ -9,10 +9,17 @@ import asyncio
 from typing import Any
 
 from wizard import identity
-from wizard.checkpoint import changed_sections, now
+from wizard.checkpoint import (
+    changed_sections,
+    finish_command,
+    in_flight_changes,
+    in_flight_elsewhere,
+    now,
+)
+from wizard.errors import WizardError
 from wizard.events import Notice
 from wizard.plan import CLUSTER
-from wizard.transports.base import TransportError
+from wizard.transports.base import HostKeyError, TransportError
 
 
 class IdentityMixin:
@@ -22,16 +29,31 @@ class IdentityMixin:
     checkpoint, front end and run state set in Engine.__init__."""
 
     def reconcile_site(self) -> list[tuple[str, str]]:
-        """Reset the steps that a changed site file invalidates; return them."""
+        """Reset the steps that a changed site file invalidates; return them.
+
+        A change in flight is never reset: its capture is the only record of the node
+        before the change (a second capture would be of the half-changed node), so it
+        resumes from it under the edited site. A node removed from the site, or a site
+        renamed, while a change is in flight on it is refused until it is finished."""
+        self._refuse_orphaned_changes()
         changed = changed_sections(self.checkpoint.state, self.site)
         if not changed:
             return []
         recorded = self.checkpoint.state["steps"]
+        in_flight = {(s, t) for s, t, _ in in_flight_changes(self.checkpoint.state)}
         reset = [
             (step, target)
             for step, target in self.plan.invalidated(changed, self.site)
-            if target in recorded.get(step, {})
+            if target in recorded.get(step, {}) and (step, target) not in in_flight
         ]
+        for step, target in sorted(in_flight):
+            self.emit(
+                Notice(
+                    f"site file changed ({', '.join(changed)}): {step} on {target} is in "
+                    "flight and keeps its capture; it resumes from it",
+                    target,
+                )
+            )
         for step, target in reset:
             self.checkpoint.reset(step, target)
         self.checkpoint.adopt_site(self.site)
@@ -39,6 +61,27 @@ class IdentityMixin:
             listing = ", ".join(f"{s} on {t}" for s, t in reset)
             self.emit(Notice(f"site file changed ({', '.join(changed)}); reset: {listing}"))
         return reset
+
+    def _refuse_orphaned_changes(self) -> None:
+        """A change in flight on a node the site no longer lists, or held by the checkpoint
+        of the site under its old name, would be left cordoned and half changed: refused,
+        with what finishes it."""
+        names = {n.name for n in self.site.nodes}
+        command = finish_command(self.site, self.checkpoint.directory.parent)
+        for step, target, inflight in in_flight_changes(self.checkpoint.state):
+            if target not in names and target != CLUSTER:
+                raise WizardError(
+                    f"{target} has a change in flight ({step}, stage "
+                    f"{inflight.get('stage', 'confirmed')!s:.40}) but is no longer in the site "
+                    f"file's nodes: put it back into nodes: and run {command} to finish it "
+                    "(or roll it back) first, then remove it"
+                )
+        for old_name, step, target in in_flight_elsewhere(self.checkpoint.directory, self.site):
+            raise WizardError(
+                f"the checkpoint of site {old_name!r} holds {step} on {target} in flight (begun, "
+                f"neither finished nor rolled back): give the site its old name {old_name!r} "
+                f"again and run {command} to finish it first, then rename it"
+            )
 
     def _report_journal(self) -> None:
         """What the journal says about the end of the last run (a torn line, effects that
@@ -92,6 +135,11 @@ class IdentityMixin:
                 results = await host.run_many(
                     [["cat", identity.MACHINE_ID], ["cat", identity.BOOT_ID]], sudo=False
                 )
+            except HostKeyError as exc:
+                # Not "unreachable": someone else may answer at its address. The run stops
+                # before it trusts any result of this node (Engine.run).
+                self._host_key_errors[name] = exc
+                return {}
             except (TransportError, OSError):
                 return {}  # reachable never: an empty identity
             live = {
@@ -111,7 +159,7 @@ class IdentityMixin:
                 continue  # no transport for it (nothing to compare)
             if not live:
                 self._unreachable.add(name)
-                if has_results(name):
+                if has_results(name) and name not in self._host_key_errors:
                     self.emit(
                         Notice(
                             f"{name} could not be reached to check which machine it is; its "

@@ -38,6 +38,13 @@ class DecisionRequired(WizardError):
         )
 
 
+class ChildStillRunningError(WizardError):
+    """A change a stopped run started is still being made by its own process (a killed
+    wizard's ansible-playbook): a resume must not start a second one beside it."""
+
+    exit_code = 1
+
+
 @dataclass
 class RunSummary:
     """What one engine run did: the state of every (step, target) it touched."""
@@ -46,6 +53,9 @@ class RunSummary:
     findings: dict[tuple[str, str], list[Finding]] = field(default_factory=dict)
     stopped: str | None = None  # why the run ended early, if it did
     reset: list[tuple[str, str]] = field(default_factory=list)
+    # Maintenance changes in flight that a read-only run found and could not finish, each
+    # with the command that does.
+    in_flight: list[str] = field(default_factory=list)
 
     @property
     def failed(self) -> list[tuple[str, str]]:
@@ -53,7 +63,7 @@ class RunSummary:
 
     @property
     def ok(self) -> bool:
-        return not self.failed and self.stopped is None
+        return not self.failed and self.stopped is None and not self.in_flight
 
 
 CHANGING = (StepKind.APPLY, StepKind.MAINTENANCE)

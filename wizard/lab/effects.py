@@ -72,6 +72,9 @@ def changes_host(command: str) -> bool:
     return False
 
 
+_SIGNALS = {name: getattr(signal, name) for name in ("SIGKILL", "SIGTERM", "SIGHUP", "SIGINT")}
+
+
 def shape(where: str, what: str) -> str:
     """A change without its host or the values that differ per run (pod names, ports)."""
     del where
@@ -107,10 +110,17 @@ class EffectLog:
         key = shape(where, what)
         if not pid or key in done:
             return
+        # Optional: only changes whose text holds one of ``only`` (a campaign inside one
+        # change), and ``signal`` instead of SIGKILL (SIGTERM, SIGHUP, SIGINT: the stops a
+        # wizard can answer).
+        only = control.get("only")
+        if isinstance(only, list) and not any(str(word) in what for word in only):
+            return
+        sig = _SIGNALS.get(str(control.get("signal") or "SIGKILL"), signal.SIGKILL)
         done.append(key)
         control["pid"] = None  # one kill per started wizard
         tmp = self.kill_control.with_suffix(".tmp")
         tmp.write_text(json.dumps(control))
         os.replace(tmp, self.kill_control)
         with contextlib.suppress(ProcessLookupError, PermissionError, ValueError):
-            os.kill(int(pid), signal.SIGKILL)
+            os.kill(int(pid), sig)

@@ -39,6 +39,8 @@ KINDS = {
     "clusterpolicies": ("ClusterPolicy", False),
     "nicclusterpolicies": ("NicClusterPolicy", False),
     "mpijobs": ("MPIJob", True),
+    # coordination.k8s.io/v1 Lease: the wizard's per-node lock (wizard/engine/leases.py).
+    "leases": ("Lease", True),
 }
 _PATH = re.compile(
     r"^/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
@@ -275,10 +277,11 @@ class _Handler(BaseHTTPRequestHandler):
             body["metadata"]["name"] = name
         if KINDS[plural][1]:
             body.setdefault("metadata", {})["namespace"] = ns or "default"
-        if self.state.get(api, plural, ns or "" if KINDS[plural][1] else "", name) is not None:
-            self._status(409, "AlreadyExists", f'{plural} "{name}" already exists')
-            return
-        obj = self.state.put(api, plural, body)
+        with self.state.lock:  # two creates of one name: one wins, the other is a 409
+            if self.state.get(api, plural, ns or "" if KINDS[plural][1] else "", name):
+                self._status(409, "AlreadyExists", f'{plural} "{name}" already exists')
+                return
+            obj = self.state.put(api, plural, body)
         for hook in self.state.on_create:
             hook(plural, obj)
         self._send(201, obj)
@@ -300,11 +303,26 @@ class _Handler(BaseHTTPRequestHandler):
         return (api, plural, ns, name), current
 
     def do_PUT(self) -> None:
+        with self.state.lock:
+            self._put()
+
+    def _put(self) -> None:
         found = self._existing()
         if found is None:
             return
-        (api, plural, ns, _), current = found
+        (api, plural, ns, name), current = found
         body = self._body()
+        # Optimistic concurrency, as the API server does: an update naming a
+        # resourceVersion other than the stored one is a 409 Conflict (API conventions,
+        # "Concurrency Control and Consistency").
+        sent = body.get("metadata", {}).get("resourceVersion")
+        if sent and sent != current["metadata"].get("resourceVersion"):
+            self._status(
+                409, "Conflict",
+                f'Operation cannot be fulfilled on {plural} "{name}": the object has been '
+                "modified; please apply your changes to the latest version and try again",
+            )  # fmt: skip
+            return
         body.setdefault("metadata", {})["uid"] = current["metadata"]["uid"]
         body["metadata"]["creationTimestamp"] = current["metadata"]["creationTimestamp"]
         if KINDS[plural][1]:

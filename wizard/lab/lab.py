@@ -70,6 +70,10 @@ class Lab(SiteFilesMixin, ClusterMixin, GpuOperatorMixin, WorkloadsMixin):
     _client_key: asyncssh.SSHKey | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
+        # Absolute: the site file it writes names the helm stand-in, the key and the
+        # kubeconfig, and a site file's relative paths are read from its own folder (a
+        # relative `demo --state-dir` doubled them, and T00 found no helm).
+        self.directory = Path(self.directory).absolute()
         check_faults(self.faults)
         if not 1 <= self.nodes <= MAX_NODES:
             raise ValueError(f"the lab serves 1 to {MAX_NODES} GPU nodes, not {self.nodes}")

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from wizard.lab.scratch import scratch_dir
+
 if TYPE_CHECKING:
     from wizard.lab.host import LabHost
 
@@ -72,7 +74,7 @@ class LabShell:
     def __init__(self, hosts: dict[str, LabHost]) -> None:
         self.hosts = hosts
         # Unix socket paths are limited to ~107 bytes: a short folder of its own.
-        self.folder = Path(tempfile.mkdtemp(prefix="gnw-sh-"))
+        self.folder = scratch_dir("gnw-sh-")  # a killed lab's is swept (scratch.py)
         self.socket = self.folder / "host.sock"
         self.bin = self.folder / "bin"
         self._server: asyncio.AbstractServer | None = None

@@ -12,6 +12,7 @@ from typing import Any
 
 from wizard import journal
 from wizard.facts import ParseError, parse
+from wizard.transports import children
 from wizard.transports.base import CommandResult, LineCallback, TransportError
 
 TARGET = "helm"
@@ -71,8 +72,8 @@ class HelmCli:
             else None
         )
         try:
-            process = await asyncio.create_subprocess_exec(
-                *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+            process = await children.spawn(
+                argv, intent, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
             )
         except OSError as exc:  # not a program (exec format error), vanished, no permission
             journal.end(intent, {"error": str(exc)})

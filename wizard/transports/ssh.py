@@ -480,6 +480,14 @@ class SshHost:
                     self.name,
                     f"{what} did not finish within {timeout:g}s{explain_timeout(exc.partial)}",
                 ) from None
+            except asyncssh.ChannelOpenError as exc:
+                # The shared connection was closed under us (the host rebooted while the
+                # wizard was paused): the command never started; the next one reconnects.
+                self._conn = None
+                raise ConnectionDroppedError(
+                    self.name,
+                    f"the connection to {self.where} was closed before {what} started ({exc})",
+                ) from None
             except (
                 asyncssh.ConnectionLost,
                 asyncssh.DisconnectError,

@@ -1,0 +1,130 @@
+"""A per-node lock in the cluster (issue #27, point 9): two wizards from two state folders
+(or jump hosts) never change one node at once. Before, both drained, changed and rejoined
+the same node, one uncordoning it while the other was mid-change.
+
+The lease is a coordination.k8s.io/v1 Lease served by the lab's API server; the wizards
+are real processes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO, served_lab
+from wizard.engine.leases import COLLECTION, PREFIX, LeaseHeldError, NodeLeases
+from wizard.services import build_services
+from wizard.site import load_site
+
+NODE = "gpu-b300-01"
+
+
+def _command(site: Path, state: Path) -> list[str]:
+    return [sys.executable, "-m", "wizard.cli", "run", str(site), "--headless", "--yes",
+            "--maintenance-window-open", "--step", "operate.reboot", "--state-dir", str(state)]  # fmt: skip
+
+
+def _api(site: Path) -> str:
+    return yaml.safe_load((site.parent / "kubeconfig").read_text())["clusters"][0]["cluster"][
+        "server"
+    ]
+
+
+def _lease(site: Path) -> dict | None:
+    try:
+        with urllib.request.urlopen(f"{_api(site)}{COLLECTION}/{PREFIX}{NODE}", timeout=10) as r:
+            return json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        assert exc.code == 404
+        return None
+
+
+def test_a_second_wizard_from_another_state_folder_does_not_touch_a_node_mid_change(tmp_path):
+    site = tmp_path / "lab" / "site.yaml"
+    with served_lab(site):
+        first_state, second_state = tmp_path / "state-a", tmp_path / "state-b"
+        first = subprocess.Popen(_command(site, first_state), cwd=REPO, text=True,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                steps = json.loads((first_state / "lab" / "state.json").read_text())["steps"]
+                if steps.get("operate.reboot", {}).get(NODE, {}).get("state") == "waiting":
+                    break
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.05)
+        else:
+            first.kill()
+            raise AssertionError("the first wizard never began the reboot")
+        # The first wizard is held right there, mid-change (its lease stays valid for its
+        # duration), so that the second one certainly meets it.
+        first.send_signal(signal.SIGSTOP)
+        lease = _lease(site)
+        assert lease is not None, "the first wizard holds no lease of the node"
+        holder = lease["spec"]["holderIdentity"]
+        assert f"pid {first.pid} site lab" in holder, holder
+        notes = lease["metadata"]["annotations"]
+        assert (
+            notes["gpu-node-wizard.io/pid"] == str(first.pid)
+            and notes["gpu-node-wizard.io/site"] == "lab"
+        )
+
+        second = subprocess.run(_command(site, second_state), cwd=REPO, capture_output=True,
+                                text=True, timeout=120)  # fmt: skip
+        assert second.returncode == 1, second.stdout + second.stderr
+        assert f"{NODE} is being changed by another wizard" in second.stdout, second.stdout
+        reboots = [
+            e for e in _journal(second_state)
+            if "intent" in e and str(e.get("command", "")).endswith("systemctl reboot")
+        ]  # fmt: skip
+        assert not reboots, "the second wizard rebooted the node under the first"
+
+        first.send_signal(signal.SIGCONT)
+        out, err = first.communicate(timeout=180)
+        assert first.returncode == 0, out + err
+        assert _lease(site) is None, "the lease was released when the run ended"
+
+
+def _journal(state: Path) -> list[dict]:
+    path = state / "lab" / "journal.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("why", ["expired", "dead pid on this host"])
+def test_a_stale_lease_is_taken_over_and_a_live_one_is_not(tmp_path, why):
+    site_path = tmp_path / "lab" / "site.yaml"
+    with served_lab(site_path):
+        site = load_site(site_path)
+
+        async def scenario() -> str | None:
+            services = build_services(site)
+            try:
+                other = NodeLeases(services, "lab", duration_s=1 if why == "expired" else 60)
+                other.host = "jump-2" if why == "expired" else other.host
+                other.pid = 2**22 + 7 if why != "expired" else other.pid  # no such process
+                await other.acquire(NODE)
+                other._renewer.cancel()  # it dies: no more renewals
+                mine = NodeLeases(services, "lab")
+                if why == "expired":
+                    with pytest.raises(LeaseHeldError, match="being changed by another wizard"):
+                        await mine.acquire(NODE)  # live: refused
+                    await asyncio.sleep(1.6)
+                note = await mine.acquire(NODE)
+                assert mine.held() == [NODE]
+                await mine.release_all()
+                return note
+            finally:
+                await services.close()
+
+        note = asyncio.run(scenario())
+    assert note and note.startswith(f"took over the lease of {NODE}"), note
+    assert ("expired" in note) if why == "expired" else ("no longer runs" in note), note
