@@ -17,42 +17,24 @@ import yaml
 from steps.irdma import REBUILD_INITRAMFS, irdma_artifacts
 from steps.packages import PACKAGES
 from steps.qos import DCB_UNIT, TOS_UNIT, BootPersistence, procedure
+from steps.remote import site_path, ssh_options
 from wizard.artifacts import Artifact, Target, render
 from wizard.site import Node, Site, SshSettings
 
 
-def _path(site: Site, value: str) -> str:
-    """A path as ssh and Ansible take it: ``~`` left for them to expand (the operator's
-    home on the control host), otherwise relative to the site file's folder, as the wizard
-    reads it."""
-    return value if value.startswith("~") else str(site.resolve_path(value))
-
-
 def ssh_vars(site: Site, ssh: SshSettings) -> dict:
-    """How Ansible reaches a node the way the wizard does: the site's user, port, key,
-    known_hosts (never accepting an unknown key unless ``trust_on_first_use``), proxy jump
-    and ssh_config, and sudo only when the site uses it. Ansible hands
-    ``ansible_ssh_common_args`` to ssh, scp and sftp, split as a shell would: each value
-    is shell-quoted."""
-    options = [
-        f"UserKnownHostsFile={_path(site, ssh.known_hosts)}",
-        f"StrictHostKeyChecking={'accept-new' if ssh.trust_on_first_use else 'yes'}",
-        f"ConnectTimeout={max(1, round(ssh.connect_timeout))}",
-    ]
-    if ssh.proxy_jump:
-        options.append(f"ProxyJump={ssh.proxy_jump}")
-    args = [part for option in options for part in ("-o", shlex.quote(option))]
-    if ssh.config is not None:
-        args = ["-F", shlex.quote("none" if ssh.config == "none" else _path(site, ssh.config)),
-                *args]  # fmt: skip
+    """How Ansible reaches a node the way the wizard does (steps/remote.py): the site's
+    user, port, key, known_hosts, proxy jump and ssh_config, and sudo only when the site
+    uses it. Ansible hands ``ansible_ssh_common_args`` to ssh, scp and sftp, split as a
+    shell would: each word is shell-quoted."""
     found = {
         "ansible_port": ssh.port,
         "ansible_user": ssh.user,
         "ansible_become": ssh.use_sudo,
-        "ansible_ssh_common_args": " ".join(args),
+        "ansible_ssh_common_args": " ".join(shlex.quote(w) for w in ssh_options(site, ssh)),
     }
     if ssh.key is not None:
-        found["ansible_ssh_private_key_file"] = _path(site, ssh.key)
+        found["ansible_ssh_private_key_file"] = site_path(site, ssh.key)
     return found
 
 
