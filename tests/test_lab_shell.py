@@ -98,3 +98,26 @@ def test_only_tools_that_read_stdin_get_it():
     assert reads_stdin(["tee", "/x"]) and reads_stdin(["cat"]) and reads_stdin(["grep", "x"])
     assert not reads_stdin(["cat", "/etc/os-release"]) and not reads_stdin(["grep", "x", "/f"])
     assert not reads_stdin(["dcb", "ets", "show", "dev", "p"])
+
+
+@pytest.mark.parametrize("kind", ["c", "python"])
+async def test_both_shims_speak_the_same_protocol(monkeypatch, kind):
+    """The C shim (with cc) and the Python stand-in (without) give the same answers:
+    argv, stdin only for a tool that reads it, stdout, stderr and the exit status."""
+    from wizard.lab.host import LabHost
+    from wizard.lab.shell import LabShell
+
+    if kind == "c" and shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler")
+    monkeypatch.setenv("GNW_LAB_SHIM", kind)
+    host = LabHost("gpu-1", "gpu", "10.0.0.1", "192.168.50.1")
+    shell = LabShell({host.name: host})
+    await shell.start()
+    try:
+        assert shell.kind == kind
+        ran = await shell.exec(host, "printf '%s\\n' 'a b' | tee /dev/null; cat /nope; echo $?")
+        assert ran.stdout == "a b\n1\n" and "No such file" in ran.stderr
+        ran = await shell.exec(host, "uname -r", b"")
+        assert ran.stdout == host.kernel + "\n"
+    finally:
+        await shell.stop()
