@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import asyncssh
 
-from wizard.lab.shim import install_shims
+from wizard.lab.shim import RUNAS, install_shims
 
 if TYPE_CHECKING:
     from wizard.lab.host import LabHost
@@ -253,7 +253,15 @@ class LabShell:
         full_env = {"PATH": str(self.bin), "GNW_LAB_HOST": host.name,
                     "GNW_LAB_SOCKET": str(self.socket), "HOME": str(home), "TMPDIR": str(home),
                     "USER": "root", "LOGNAME": "root", "LC_ALL": "C", **env}  # fmt: skip
-        drop = {"user": _NOBODY, "group": _NOBODY, "extra_groups": []} if self._drop else {}
+        drop: dict = {}
+        if self._drop:
+            # Through the C shim's launcher (an exec that drops to nobody) when there is
+            # one: Popen's user= forces a fork of this big process instead of a vfork.
+            runas = self.bin / RUNAS
+            if runas.exists():
+                argv = [str(runas), *argv]
+            else:
+                drop = {"user": _NOBODY, "group": _NOBODY, "extra_groups": []}
         process = await asyncio.create_subprocess_exec(
             *argv, cwd=home, env=full_env,
             stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
