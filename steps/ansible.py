@@ -10,21 +10,39 @@ the boot units, verify, uncordon.
 
 from __future__ import annotations
 
+import shlex
+
 import yaml
 
 from steps.irdma import REBUILD_INITRAMFS, irdma_artifacts
 from steps.packages import PACKAGES
 from steps.qos import DCB_UNIT, TOS_UNIT, BootPersistence, procedure
+from steps.remote import site_path, ssh_options
 from wizard.artifacts import Artifact, Target, render
-from wizard.site import Node, Site
+from wizard.site import Node, Site, SshSettings
+
+
+def ssh_vars(site: Site, ssh: SshSettings) -> dict:
+    """How Ansible reaches a node the way the wizard does (steps/remote.py): the site's
+    user, port, key, known_hosts, proxy jump and ssh_config, and sudo only when the site
+    uses it. Ansible hands ``ansible_ssh_common_args`` to ssh, scp and sftp, split as a
+    shell would: each word is shell-quoted."""
+    found = {
+        "ansible_port": ssh.port,
+        "ansible_user": ssh.user,
+        "ansible_become": ssh.use_sudo,
+        "ansible_ssh_common_args": " ".join(shlex.quote(w) for w in ssh_options(site, ssh)),
+    }
+    if ssh.key is not None:
+        found["ansible_ssh_private_key_file"] = site_path(site, ssh.key)
+    return found
 
 
 def host_vars(site: Site, node: Node) -> dict:
     irdma = irdma_artifacts(node)
     return {
         "ansible_host": node.host,
-        "ansible_port": node.ssh.port,
-        "ansible_user": node.ssh.user,
+        **ssh_vars(site, node.ssh),
         "gnw_packages": list(PACKAGES[node.os]),
         "gnw_bond": node.bond.name,
         "gnw_bond_ports": list(node.bond.ports),

@@ -125,7 +125,7 @@ def test_check_mode_on_localhost_shows_the_changes_and_makes_none(exported, tmp_
     assert "failed=0" in output
     assert "+options irdma roce_ena=1" in output  # the irdma file, shown as a diff
     # The boot scripts are the wizard's own, shown as diffs (the device is found at boot).
-    assert '+    dcb ets set dev "$port" tc-tsa all:ets tc-bw 0:50 1:0 2:0 3:50' in output
+    assert "+TC_BW='0:50 1:0 2:0 3:50 4:0 5:0 6:0 7:0'" in output
     assert '+write_tos "$dev" "$TOS"' in output
     assert {path: path.exists() for path in written} == before  # --check wrote nothing
 

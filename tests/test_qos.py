@@ -19,11 +19,12 @@ import pytest
 from steps import build_plan
 from steps.qos import FACTORY, PortQos, dcb_batch, desired_port, port_commands, restore_commands
 from tests.conftest import K8S_PHASES, MINIMAL_SITE, REPO, run_in_lab, served_lab
+from tests.engine_world import ScriptedFrontEnd
 from wizard.engine import DecisionRequired
 from wizard.events import Answer, Reply
 from wizard.export import export
 from wizard.headless import HeadlessFrontEnd
-from wizard.lab.host import LabHost
+from wizard.lab.host import LabHost, Result
 from wizard.model import Severity
 from wizard.site import load_site, parse_site
 
@@ -166,7 +167,7 @@ def test_export_has_batches_procedure_rollback_unit_and_switch_sheets(tmp_path):
     )
     assert "ExecStart=/usr/local/sbin/gpu-node-wizard-roce-qos" in unit
     boot = (base / "host/usr/local/sbin/gpu-node-wizard-roce-qos").read_text()
-    assert "PORTS='ens5f0np0 ens5f1np1'" in boot and "tc-bw 0:50 1:0 2:0 3:50" in boot
+    assert "PORTS='ens5f0np0 ens5f1np1'" in boot and "TC_BW='0:50 1:0 2:0 3:50" in boot
     tos_unit = (base / "host/etc/systemd/system/gpu-node-wizard-roce-tos.service").read_text()
     assert "After=network-online.target" in tos_unit
     for sheet in ("intent.md", "arista-eos.txt", "cisco-nxos.txt"):
@@ -324,3 +325,29 @@ def _journal(state: Path) -> list[dict]:
         for line in (state / "lab" / "journal.jsonl").read_text().splitlines()
         if line.strip()
     ]
+
+
+async def test_a_failed_change_rejoins_the_bond_even_when_the_rollback_is_declined(tmp_path):
+    """bond1 carries the node's InternalIP: a DCB command that fails mid-change must not
+    leave the ports out of the bond because the operator declined the rollback."""
+
+    def refuse_ets(lab):
+        host = lab.hosts["gpu-b300-01"]
+        real = host.cmd_dcb
+
+        def dcb(args):
+            if args[:2] == ["ets", "set"]:
+                return Result(stderr="Attribute write: Invalid argument\n", exit_status=1)
+            return real(args)
+
+        host.cmd_dcb = dcb
+
+    frontend = ScriptedFrontEnd({"rollback": Reply(Answer.ABORT)})
+    outcome, lab = await run_in_lab(tmp_path, frontend, phases=UP_TO_QOS, prepare=refuse_ets)
+    assert outcome.exit_code != 0
+    assert any(d.kind.value == "rollback" for d in frontend.decisions)  # it was offered
+    host = lab.hosts["gpu-b300-01"]
+    assert all(p.enslaved and p.admin_up for p in host.ports)
+    assert host.commands.index("nmcli connection up bond1-port1") > host.commands.index(
+        "nmcli connection down bond1-port1"
+    )

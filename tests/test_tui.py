@@ -481,10 +481,12 @@ async def test_a_fleet_gets_a_count_column(tmp_path):
 
     app = WizardApp(opener, auto_start=True)
     async with app.run_test(size=(160, 45)) as pilot:
+        # An 8-node lab whose hosts run every command in a real shell: a hang guard, not a
+        # speed target (2 shared cores under -n auto).
         await wait_for(
             pilot,
             lambda: screen_name(app) == "ReviewScreen" or screen_name(app) == "ManualScreen",
-            60,
+            150,
         )
         phases = app.main_screen.query_one("#phases")
         # One count column instead of a column per node, so the phase titles stay in view.

@@ -67,9 +67,12 @@ def port_commands(site: Site, port: str, live: PortQos) -> list[list[str]]:
         commands.append(
             ["dcb", "app", "add", "dev", port, "dscp-prio", f"{qos.dscp}:{qos.priority}"]
         )
-    if live.pfc != wanted.pfc or mode_switch:
+    # Only what differs from the state after the DSCP step (the switch to DSCP mode resets
+    # ETS, not PFC): Intel's out-of-tree ice answers a set that changes nothing with
+    # ICE_DCB_NO_HW_CHG, an error to `dcb` (wizard/lab/dcb.py).
+    if live.pfc != wanted.pfc:
         commands.append(["dcb", "pfc", "set", "dev", port, "prio-pfc", *_pfc_map(wanted.pfc)])
-    if live.tc_bw != wanted.tc_bw or mode_switch:
+    if (FACTORY.tc_bw if mode_switch else live.tc_bw) != wanted.tc_bw:
         commands.append(ets_command(port, desired_bandwidth(site)))
     return commands
 
@@ -77,7 +80,30 @@ def port_commands(site: Site, port: str, live: PortQos) -> list[list[str]]:
 def restore_commands(port: str, current: PortQos, previous: PortQos) -> list[list[str]]:
     """Commands that put one port back to a captured state: the DSCP entries first (the
     last one deleted switches the port back to VLAN mode and resets DCB to its default),
-    then PFC, then ETS (with the previous priority map only in VLAN mode), LLDP last."""
+    then PFC, then ETS (with the previous priority map only in VLAN mode), LLDP last.
+    The PFC and ETS sets are those of the state after the DSCP step as the driver leaves
+    it (``after_dscp``); the live undo reads that state instead (``settle_commands``)."""
+    return dscp_restore_commands(port, current, previous) + settle_commands(
+        port, previous, after_dscp(current, previous)
+    )
+
+
+def after_dscp(current: PortQos, previous: PortQos) -> PortQos:
+    """What a port holds once its DSCP entries are as captured: the last one deleted
+    switches it back to VLAN mode, which resets DCB to the default (ice_dcb_sw_dflt_cfg)
+    with the LLDP agent as it was; the first one added resets ETS (ice_dcbnl_setapp)."""
+    pfc, prio_tc, bw = current.pfc, current.prio_tc, current.tc_bw
+    kept = [entry for entry in current.dscp_prio if entry in previous.dscp_prio]
+    vlan = not current.dscp_prio
+    if current.dscp_prio and not kept:  # the last entry deleted: VLAN mode, DCB default
+        pfc, prio_tc, bw, vlan = (), FACTORY.prio_tc, FACTORY.tc_bw, True
+    if previous.dscp_prio and vlan:  # the first entry added: DSCP mode, ETS reset
+        prio_tc, bw = tuple(range(8)), FACTORY.tc_bw
+    return PortQos(False, pfc, previous.dscp_prio, prio_tc, bw)
+
+
+def dscp_restore_commands(port: str, current: PortQos, previous: PortQos) -> list[list[str]]:
+    """The LLDP agent off (DCB changes need it), then the DSCP entries as captured."""
     commands: list[list[str]] = []
     if current.lldp_agent is not False:
         commands.append(lldp_command(port, False))  # DCB changes need it off
@@ -87,16 +113,23 @@ def restore_commands(port: str, current: PortQos, previous: PortQos) -> list[lis
     for d, p in previous.dscp_prio:
         if (d, p) not in current.dscp_prio:
             commands.append(["dcb", "app", "add", "dev", port, "dscp-prio", f"{d}:{p}"])
-    return commands + settle_commands(port, previous)
+    return commands
 
 
-def settle_commands(port: str, previous: PortQos) -> list[list[str]]:
-    """After the DSCP entries are as captured: PFC, ETS and the LLDP agent as captured."""
-    commands = [["dcb", "pfc", "set", "dev", port, "prio-pfc", *_pfc_map(previous.pfc)]]
-    ets = ets_command(port, previous.tc_bw or FACTORY.tc_bw)  # type: ignore[arg-type]
-    if not previous.dscp_prio and previous.prio_tc is not None:
-        ets += ["prio-tc", *_bw_map(previous.prio_tc)]
-    commands.append(ets)
+def settle_commands(port: str, previous: PortQos, now: PortQos) -> list[list[str]]:
+    """After the DSCP entries are as captured (``now``, read back): PFC, ETS and the LLDP
+    agent as captured, each only where it differs (ice refuses a set that changes
+    nothing: ICE_DCB_NO_HW_CHG)."""
+    commands = []
+    if now.pfc != previous.pfc:
+        commands.append(["dcb", "pfc", "set", "dev", port, "prio-pfc", *_pfc_map(previous.pfc)])
+    bw = previous.tc_bw or FACTORY.tc_bw
+    prio_tc = previous.prio_tc if not previous.dscp_prio else None
+    if now.tc_bw != bw or (prio_tc is not None and now.prio_tc != prio_tc):
+        ets = ets_command(port, bw)  # type: ignore[arg-type]
+        if prio_tc is not None:
+            ets += ["prio-tc", *_bw_map(prio_tc)]
+        commands.append(ets)
     if previous.lldp_agent:
         commands.append(lldp_command(port, True))
     return commands
@@ -198,11 +231,20 @@ def rollback_script(
     restore = {}
     for port in node.bond.ports:
         before = (previous or {}).get(port, FACTORY)
-        lines = [shown(lldp_command(port, False))]
-        lines += [f"app_del {shown([port])} {d}:{p}" for d, p in wanted.dscp_prio
+        name = shown([port])
+        lines = [f"lldp_off {name}"]
+        lines += [f"app_del {name} {d}:{p}" for d, p in wanted.dscp_prio
                   if (d, p) not in before.dscp_prio]  # fmt: skip
-        lines += [f"app_add {shown([port])} {d}:{p}" for d, p in before.dscp_prio]
-        lines += [shown(c) for c in settle_commands(port, before)]
+        lines += [f"app_add {name} {d}:{p}" for d, p in before.dscp_prio]
+        # Each set guarded by the live state in the script (ice: ICE_DCB_NO_HW_CHG).
+        lines.append(f"pfc_set {name} {' '.join(_pfc_map(before.pfc))}")
+        bw = " ".join(_bw_map(before.tc_bw or FACTORY.tc_bw))  # type: ignore[arg-type]
+        prio_tc = before.prio_tc if not before.dscp_prio and before.prio_tc else None
+        lines.append(
+            f"ets_set {name} '{bw}'" + (f" '{' '.join(_bw_map(prio_tc))}'" if prio_tc else "")
+        )
+        if before.lldp_agent:
+            lines.append(f"lldp_on {name}")
         restore[port] = lines
     return render(
         "host/qos/rollback.sh.j2",

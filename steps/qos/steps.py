@@ -4,6 +4,7 @@ persistence, and the measurement with QoS on."""
 from __future__ import annotations
 
 import asyncio
+import shlex
 import time
 from dataclasses import asdict
 from typing import Any
@@ -39,18 +40,20 @@ from steps.qos.commands import (
     boot_tos_script,
     dcb_batch,
     dcb_unit,
+    dscp_restore_commands,
     join_bond_commands,
     leave_bond_commands,
     port_commands,
     procedure,
-    restore_commands,
     rollback_script,
+    settle_commands,
     tos_commands,
     tos_path,
     tos_unit,
 )
 from steps.qos.model import FACTORY, PortQos, desired_port
 from steps.qos.probes import bond_manager, dcb_show, rdma_device, read_port, read_tos
+from steps.remote import ssh_command
 from wizard.artifacts import Artifact, Target, host_file, render
 from wizard.model import Finding, StepKind
 from wizard.plan import Change, Scope, Step, StepContext
@@ -268,10 +271,13 @@ class ApplyQos(Step):
     def rollback(self, site: Site, node: Node | None) -> str | None:
         if node is None:
             return None
+        ssh = ssh_command(site, node, oob=True)
         return (
-            f"nodes/{node.name}/qos/rollback-qos.sh puts both ports back to a port's factory "
-            "state (LLDP agent on, no DSCP entry, no PFC, TC0 100 %) and the ToS to 0; at the "
-            "window gate the wizard shows the rollback computed from the node's live state."
+            "# From the export folder, over the node's out-of-band address (the bond goes\n"
+            "# down): both ports back to a port's factory state (LLDP agent on, no DSCP entry,\n"
+            "# no PFC, TC0 100 %), the ToS to 0. At the window gate the wizard shows and runs\n"
+            "# the rollback computed from the node's live state instead.\n"
+            f"{shlex.join([*ssh, 'sh -s'])} < nodes/{node.name}/qos/rollback-qos.sh"
         )
 
     async def preconditions(self, ctx: StepContext) -> list[Finding]:
@@ -403,15 +409,19 @@ class ApplyQos(Step):
         per_port = {p: port_commands(ctx.site, p, live[p]) for p in node.bond.ports}
         if any(per_port.values()):
             enslaved = await self._enslaved(ctx)
-            for command in leave_bond_commands(manager, node, profiles, enslaved):
-                await ctx.run(command, check=True)
-            for port in node.bond.ports:
-                for command in per_port[port]:
+            try:
+                for command in leave_bond_commands(manager, node, profiles, enslaved):
                     await ctx.run(command, check=True)
-        enslaved = await self._enslaved(ctx)
-        missing = [p for p in node.bond.ports if p not in enslaved]
-        for command in join_bond_commands(manager, node, profiles, missing):
-            await ctx.run(command, check=True)
+                for port in node.bond.ports:
+                    for command in per_port[port]:
+                        await ctx.run(command, check=True)
+            except Exception:
+                # bond1 carries the node's InternalIP: whatever the operator then answers
+                # to the rollback (declining it too), the ports go back into the bond
+                # first, as the exported script's EXIT trap does. Then the failure stands.
+                await self._rejoin(ctx, manager, profiles, check=False)
+                raise
+        await self._rejoin(ctx, manager, profiles, check=True)
         device = await self._device_on_bond(ctx)
         if device is None:
             return  # verify says so, with the evidence
@@ -419,6 +429,16 @@ class ApplyQos(Step):
         if await read_tos(ctx, device) != str(ctx.site.qos.roce_tos):
             for command in tos_commands(device, ctx.site.qos.roce_tos):
                 await ctx.run(command, check=True)
+
+    async def _rejoin(
+        self, ctx: StepContext, manager: str, profiles: dict[str, str], *, check: bool
+    ) -> None:
+        """Put the ports that are out of the bond back into it (through its manager)."""
+        assert ctx.node is not None
+        enslaved = await self._enslaved(ctx)
+        missing = [p for p in ctx.node.bond.ports if p not in enslaved]
+        for command in join_bond_commands(manager, ctx.node, profiles, missing):
+            await ctx.run(command, check=check)
 
     async def _enslaved(self, ctx: StepContext) -> list[str]:
         """The bond's ports that are in it now (a resume finds some already out)."""
@@ -502,10 +522,16 @@ class ApplyQos(Step):
         deadline = time.monotonic() + LACP_WAIT_S
         while True:
             bonding = await probe(ctx, bonding_command(node), "bonding")
+            # Up means bundled: both ports with MII up and in the active aggregator (a port
+            # LACP did not bundle has MII up in an aggregator of its own).
             healthy = (
                 bonding.ok
                 and len(bonding.fact.slaves) == 2
-                and all(s.mii_status == "up" for s in bonding.fact.slaves)
+                and bonding.fact.active_aggregator_id is not None
+                and all(
+                    s.mii_status == "up" and s.aggregator_id == bonding.fact.active_aggregator_id
+                    for s in bonding.fact.slaves
+                )
             )
             if healthy or time.monotonic() > deadline:
                 break
@@ -546,7 +572,11 @@ class ApplyQos(Step):
         for command in leave_bond_commands(manager, node, profiles, await self._enslaved(ctx)):
             await ctx.run(command)
         for port in node.bond.ports:
-            for command in restore_commands(port, current[port], previous[port]):
+            for command in dscp_restore_commands(port, current[port], previous[port]):
+                await ctx.run(command)
+        settled = await self._live(ctx)  # what the DSCP step left: only what differs next
+        for port in node.bond.ports:
+            for command in settle_commands(port, previous[port], settled[port]):
                 await ctx.run(command)
         enslaved = await self._enslaved(ctx)
         missing = [p for p in node.bond.ports if p not in enslaved]

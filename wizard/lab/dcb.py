@@ -7,7 +7,7 @@ Sources (read for this model; quoted where the code depends on a message):
 - ice: drivers/net/ethernet/intel/ice/ice_dcb_nl.c, ice_dcb_lib.c (Linux), and Intel's
   out-of-tree ice 1.13.x (src/ice_dcb_nl.c, src/ice_lag.c);
 - dcbnl: net/dcb/dcbnl.c (``dcb_ieee_setapp`` -EEXIST, ``dcb_ieee_delapp`` -ENOENT);
-- iproute2: dcb/dcb_ets.c, dcb/dcb_app.c, man/man8/dcb-ets.8, dcb-app.8.
+- iproute2: dcb/dcb.c, dcb/dcb_ets.c, dcb/dcb_app.c, man/man8/dcb-ets.8, dcb-app.8.
 """
 
 from __future__ import annotations
@@ -19,6 +19,13 @@ from dataclasses import dataclass, field
 EINVAL = "Attribute write: Invalid argument\n"
 EEXIST = "Attribute write: File exists\n"
 ENOENT = "Attribute write: No such file or directory\n"
+
+# Intel's out-of-tree ice (2.6.6, src/ice_dcb_nl.c ice_dcbnl_setets / ice_dcbnl_setpfc)
+# checks ice_dcb_need_recfg() first and, when the new config equals the live one, returns
+# ICE_DCB_NO_HW_CHG (1) past the translation to 0 that mainline does; dcbnl hands the 1
+# back in DCB_ATTR_IEEE and iproute2 (dcb/dcb.c dcb_set_attribute_attr_cb) prints
+# strerror(1) and fails: a `set` that changes nothing is an error on these hosts.
+NO_HW_CHG = "Error when attempting to set attribute: Operation not permitted\n"
 
 # lib/rt_names.c + /etc/iproute2/rt_dsfield: the names `dcb app show` prints without -N.
 _DSCP_NAMES = (
@@ -127,10 +134,13 @@ class DcbTool:
         if bonded:
             return Answer(stderr=EINVAL, exit_status=1)
         if obj == "pfc" and verb == "set":
+            before = set(dcb.pfc)
             for index, value in (_map(rest, "prio-pfc") or {}).items():
                 prios = range(8) if index == "all" else [int(index)]
                 for prio in prios:
                     (dcb.pfc.add if value == "on" else dcb.pfc.discard)(prio)
+            if dcb.pfc == before:
+                return Answer(stderr=NO_HW_CHG, exit_status=1)  # ICE_DCB_NO_HW_CHG
             return Answer()
         if obj == "ets" and verb == "set":
             return self._set_ets(dcb, rest, port)
@@ -153,6 +163,11 @@ class DcbTool:
                 stderr=f"Bandwidth percentages in tc-bw sum to {sum(new_bw)}%, expected 100%\n",
                 exit_status=1,
             )
+        new_prio = dcb.prio_tc
+        if prio is not None and not dcb.dscp_mode:
+            new_prio = [int(v) for v in _expand(prio, dcb.prio_tc)]
+        if (new_bw, list(new_tsa), new_prio) == (dcb.tc_bw, dcb.tc_tsa, dcb.prio_tc):
+            return Answer(stderr=NO_HW_CHG, exit_status=1)  # ICE_DCB_NO_HW_CHG
         dcb.tc_bw, dcb.tc_tsa = new_bw, list(new_tsa)
         if prio is not None and not dcb.dscp_mode:
             # ice_dcbnl_setets copies prio_tc only in VLAN mode ("in DSCP mode up->tc

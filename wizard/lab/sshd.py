@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shlex
 
 import asyncssh
 
 from wizard.lab.effects import EffectLog, changes_host
-from wizard.lab.host import LabHost
+from wizard.lab.host import LabHost, Result
+from wizard.lab.host.dispatch import in_process
 from wizard.lab.perf import (
     PERFTEST,
     Broker,
@@ -46,6 +46,8 @@ class LabSshServer:
         self.broker = broker
         self.effects = effects
         self.shell = shell
+        if shell is not None:
+            shell.special[host.name] = self._benchmark
         self.slow_seconds = slow_seconds
         self.host = host
         self.address = address
@@ -114,17 +116,7 @@ class LabSshServer:
             process.exit(0)
             self._reboot_task = asyncio.get_running_loop().create_task(self._reboot())
             return
-        special = await self._benchmark(command)
-        if special is not None:
-            self.host.commands.append(command)
-            out, err, status = special
-            if out:
-                process.stdout.write(out)
-            if err:
-                process.stderr.write(err)
-            process.exit(status)
-            return
-        result = self.host.execute(command, stdin)
+        result = await self._run(process, command, stdin)
         if changes_host(command):
             self._record(command)  # may kill the wizard before it sees the answer
         if result.stdout:
@@ -133,18 +125,28 @@ class LabSshServer:
             process.stderr.write(result.stderr)
         process.exit(result.exit_status)
 
+    async def _run(self, process: asyncssh.SSHServerProcess, command: str, stdin: str) -> Result:
+        """The command in the host's real shell (wizard/lab/shell.py), fed the channel's
+        stdin; the wizard's fixed transport scripts in-process (the fast path)."""
+        if self.shell is None or in_process(command):
+            return self.host.execute(command, stdin)
+        self.host.commands.append(command)
+        # The channel's stdin fed to the shell while it runs: `ssh node 'sh -s' < script`.
+        env = {"SSH_CONNECTION": self.host.ssh_connection()}
+        source = stdin.encode() if stdin else process.stdin
+        ran = await self.shell.exec(self.host, command, source, env=env)
+        return Result(ran.stdout, ran.stderr, ran.exit_status)
+
     def _record(self, command: str) -> None:
         if self.effects is not None:
             self.effects.record(self.host.name, command)
 
-    async def _benchmark(self, command: str) -> tuple[str, str, int] | None:
-        """perftest and iperf3 pair up across hosts through the lab's broker."""
+    async def _benchmark(self, argv: list[str]) -> tuple[str, str, int] | None:
+        """perftest and iperf3 pair up across hosts through the lab's broker (the shell's
+        tool calls of this host come here first)."""
         if self.broker is None:
             return None
-        try:
-            argv = split_prefixes(shlex.split(command))
-        except ValueError:
-            return None
+        argv = split_prefixes(argv)
         if not argv:
             return None
         if argv[0] in PERFTEST:
