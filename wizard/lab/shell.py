@@ -40,9 +40,8 @@ from typing import TYPE_CHECKING, Protocol
 
 import asyncssh
 
-from wizard.lab.shim import RUNAS, install_shims
-
 from wizard.lab.scratch import scratch_dir
+from wizard.lab.shim import RUNAS, install_shims
 
 if TYPE_CHECKING:
     from wizard.lab.host import LabHost
