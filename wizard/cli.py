@@ -169,6 +169,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fault", action="append", default=[], metavar="NAME", help="inject a fault")
     p.add_argument("--list-faults", action="store_true", help="list the faults and exit")
     p.add_argument(
+        "--build-control-plane",
+        action="store_true",
+        help="build the real control plane (kube-apiserver, controller-manager, scheduler, "
+        "etcd, helm) from their Go modules into the cache folder ($GNW_CONTROL_PLANE_CACHE, "
+        "default the per-user cache), once; needs Go and the Go module proxy; then exit "
+        "unless --write-site is given",
+    )
+    p.add_argument(
         "--record-effects",
         type=Path,
         metavar="FILE",
@@ -486,8 +494,15 @@ def cmd_lab(args: argparse.Namespace) -> int:
         for name, description in FAULTS.items():
             print(f"{name:<{width}}  {description}")
         return EXIT_OK
+    if args.build_control_plane:
+        from wizard.lab.controlplane.build import Builder
+
+        for folder in Builder.here().build_all():
+            print(folder)
+        if args.write_site is None:
+            return EXIT_OK
     if args.write_site is None:
-        raise UsageError("lab needs --write-site PATH (or --list-faults)")
+        raise UsageError("lab needs --write-site PATH (or --list-faults, --build-control-plane)")
     _check_lab_nodes(args.nodes)
     try:
         check_faults(args.fault)
