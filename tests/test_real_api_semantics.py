@@ -127,3 +127,43 @@ async def test_an_eviction_a_disruption_budget_refuses_is_429(kube):
     assert "disruption budget" in str(caught.value)
     await kube.request("DELETE", f"{pdb_path}/gnw-guard")
     await kube.delete_pod(ns, name)
+
+
+async def test_a_drain_a_budget_blocks_waits_reports_and_never_forces(kube):
+    """The wizard's drain: the 429 is asked again with progress told, and at the timeout
+    the error names the refused pod and the budget; the pod is never deleted."""
+    ns, name = "default", "gnw-drain-guarded"
+    pdb_path = f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets"
+    if not await _exists(kube, f"{pdb_path}/gnw-drain-guard"):
+        await kube.request("POST", pdb_path, {
+            "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "gnw-drain-guard"},
+            "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": name}}}})  # fmt: skip
+    if not await kube.pod(ns, name):
+        await kube.create_pod(ns, {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": name}},
+            "spec": {"nodeName": "cpu-worker-2", "containers": [{"name": "main", "image": "lab"}]}})  # fmt: skip
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        pdb = await kube.request("GET", f"{pdb_path}/gnw-drain-guard")
+        pod = await kube.pod(ns, name)
+        if (pod or {}).get("status", {}).get("phase") == "Running" and (
+            "status" not in pdb or pdb["status"].get("observedGeneration")
+        ):
+            break
+        await asyncio.sleep(0.5)
+    told: list[tuple[str, float]] = []
+    try:
+        with pytest.raises(KubeError) as caught:
+            await kube.drain("cpu-worker-2", timeout=5, progress=lambda m, s: told.append((m, s)))
+        message = str(caught.value)
+        assert (
+            f"{ns}/{name}" in message
+            and "PodDisruptionBudget" in message
+            and "not forced" in message
+        )
+        assert told and "refused by a PodDisruptionBudget" in told[0][0] and 0 < told[0][1] <= 5
+        assert await kube.pod(ns, name) is not None
+    finally:
+        await kube.cordon("cpu-worker-2", False)
+        await kube.request("DELETE", f"{pdb_path}/gnw-drain-guard")
+        await kube.delete_pod(ns, name)

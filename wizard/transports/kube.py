@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import urllib3
@@ -297,11 +298,21 @@ class KubeClient:
     async def cordon(self, name: str, unschedulable: bool = True) -> None:
         await self.patch_node(name, {"spec": {"unschedulable": unschedulable or None}})
 
-    async def drain(self, name: str, *, timeout: float = 600.0) -> list[str]:
-        """Evict every non-DaemonSet pod from the node, respecting PodDisruptionBudgets."""
+    async def drain(
+        self,
+        name: str,
+        *,
+        timeout: float = 600.0,
+        progress: Callable[[str, float], None] | None = None,
+    ) -> list[str]:
+        """Evict every non-DaemonSet pod from the node, respecting PodDisruptionBudgets: an
+        eviction a budget refuses (429) is asked again until ``timeout``, never forced (no
+        delete); ``progress`` hears which pods wait, and for how long at most."""
         await self.cordon(name)
         deadline = time.monotonic() + timeout
         evicted: list[str] = []
+        refused: list[str] = []
+        told: list[str] = []
         while True:
             pods = [
                 p
@@ -310,6 +321,7 @@ class KubeClient:
             ]
             if not pods:
                 return evicted
+            refused = []
             for pod in pods:
                 meta = pod["metadata"]
                 where = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
@@ -329,12 +341,28 @@ class KubeClient:
                 except KubeError as exc:
                     if exc.status != 429:  # 429: a PodDisruptionBudget says not yet
                         raise
-            if time.monotonic() > deadline:
+                    refused.append(f"{meta['namespace']}/{meta['name']}")
+            left = deadline - time.monotonic()
+            if refused and refused != told and progress is not None:
+                told = refused
+                progress(
+                    f"drain of {name}: eviction of {', '.join(refused)} refused by a "
+                    "PodDisruptionBudget (429); waiting for the budget to allow it, never forcing",
+                    max(0.0, left),
+                )
+            if left < 0:
                 blocked = ", ".join(
                     f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in pods
                 )
+                why = (
+                    f"; eviction refused by a PodDisruptionBudget (429, not forced): "
+                    f"{', '.join(refused)}; make the budget allow one disruption (more "
+                    "replicas elsewhere) or move the workload, then retry"
+                    if refused
+                    else ""
+                )
                 raise KubeError(
-                    f"drain of {name} timed out after {timeout:g}s; still running: {blocked}"
+                    f"drain of {name} timed out after {timeout:g}s; still running: {blocked}{why}"
                 )
             await asyncio.sleep(2)
 

@@ -166,6 +166,7 @@ class Builder:
         self._compile(command, work, total, label)
         target = bin_dir(component, self.root)
         shutil.rmtree(target, ignore_errors=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
         staging.rename(target)
         stamp = {"module": component.module, "version": component.version, "go": go_version,
                  "binaries": list(names)}  # fmt: skip
