@@ -22,10 +22,28 @@ MERGE = "application/merge-patch+json"
 async def kube(request, tmp_path):
     if request.param == "real":
         lab = request.getfixturevalue("real_lab")
-        yield KubeClient(str(lab.kubeconfig))
+        client = KubeClient(str(lab.kubeconfig))
+        client.real = True  # type: ignore[attr-defined]
+        yield client
         return
     async with Lab(tmp_path / "lab") as lab:
-        yield KubeClient(str(lab.directory / "kubeconfig"))
+        client = KubeClient(str(lab.directory / "kubeconfig"))
+        client.real = False  # type: ignore[attr-defined]
+        yield client
+
+
+async def _budget_counted(kube: KubeClient, pdb_path: str, pod_ns: str, pod_name: str) -> None:
+    """Until the pod runs and (on the real control plane) the disruption controller has
+    counted it in the budget's status: an eviction before that is not judged by it."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        pdb = await kube.request("GET", pdb_path)
+        pod = await kube.pod(pod_ns, pod_name)
+        running = (pod or {}).get("status", {}).get("phase") == "Running"
+        if running and (not kube.real or (pdb.get("status") or {}).get("currentHealthy") == 1):
+            return
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"{pod_ns}/{pod_name} not counted by {pdb_path} in 60 s")
 
 
 async def _taints(kube: KubeClient, node: str) -> list[tuple[str, str]]:
@@ -33,29 +51,66 @@ async def _taints(kube: KubeClient, node: str) -> list[tuple[str, str]]:
     return sorted((t["key"], t["effect"]) for t in live["spec"].get("taints") or [])
 
 
-async def test_a_strategic_merge_patch_merges_taints_by_key(kube):
+async def test_a_strategic_merge_patch_replaces_taints(kube):
+    """NodeSpec.Taints has no patch strategy (k8s.io/api core/v1 types.go): a strategic
+    merge patch of spec.taints replaces the list, as a JSON merge patch does. (The embedded
+    server merged them by key until this test ran on both.)"""
     node = "cpu-worker-2"
     path = f"/api/v1/nodes/{node}"
-    await kube.request("PATCH", path, {"spec": {"taints": None}}, content_type=MERGE)
     first = {"key": "gnw.test/a", "value": "1", "effect": "NoSchedule"}
     second = {"key": "gnw.test/b", "value": "2", "effect": "NoExecute"}
-    await kube.request("PATCH", path, {"spec": {"taints": [first]}}, content_type=SMP)
-    await kube.request("PATCH", path, {"spec": {"taints": [second]}}, content_type=SMP)
-    assert await _taints(kube, node) == [("gnw.test/a", "NoSchedule"), ("gnw.test/b", "NoExecute")]
-    changed = {**first, "effect": "PreferNoSchedule"}
-    await kube.request("PATCH", path, {"spec": {"taints": [changed]}}, content_type=SMP)
-    assert await _taints(kube, node) == [
-        ("gnw.test/a", "PreferNoSchedule"),
-        ("gnw.test/b", "NoExecute"),
-    ]
-    delete = {"$patch": "delete", "key": "gnw.test/a"}
-    await kube.request("PATCH", path, {"spec": {"taints": [delete]}}, content_type=SMP)
-    assert await _taints(kube, node) == [("gnw.test/b", "NoExecute")]
-    # A JSON merge patch replaces the list whole.
-    await kube.request("PATCH", path, {"spec": {"taints": [first]}}, content_type=MERGE)
-    assert await _taints(kube, node) == [("gnw.test/a", "NoSchedule")]
-    await kube.request("PATCH", path, {"spec": {"taints": None}}, content_type=MERGE)
+    try:
+        await kube.request("PATCH", path, {"spec": {"taints": [first]}}, content_type=SMP)
+        await kube.request("PATCH", path, {"spec": {"taints": [second]}}, content_type=SMP)
+        assert await _taints(kube, node) == [("gnw.test/b", "NoExecute")]
+        await kube.request("PATCH", path, {"spec": {"taints": [first, second]}}, content_type=MERGE)
+        assert await _taints(kube, node) == [
+            ("gnw.test/a", "NoSchedule"),
+            ("gnw.test/b", "NoExecute"),
+        ]
+    finally:
+        await kube.request("PATCH", path, {"spec": {"taints": None}}, content_type=MERGE)
     assert await _taints(kube, node) == []
+
+
+async def test_a_strategic_merge_patch_merges_containers_and_env_by_name(kube):
+    """PodSpec.Containers (patchMergeKey name) and Container.Env (name) merge item by item;
+    ``$patch: delete`` removes one; Tolerations (no strategy) replace."""
+    ns, name = "default", "gnw-smp"
+    path = f"/apis/apps/v1/namespaces/{ns}/daemonsets"
+    body = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": name},
+            "spec": {"selector": {"matchLabels": {"app": name}}, "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"nodeSelector": {"gnw.test/none": "x"},
+                         "tolerations": [{"key": "a", "operator": "Exists"}],
+                         "containers": [{"name": "a", "image": "lab:1", "env": [{"name": "X", "value": "1"}]}]}}}}  # fmt: skip
+    if await _exists(kube, f"{path}/{name}"):
+        await kube.request("DELETE", f"{path}/{name}")
+    await kube.request("POST", path, body)
+    try:
+        patch = {"spec": {"template": {"spec": {
+            "tolerations": [{"key": "b", "operator": "Exists"}],
+            "containers": [{"name": "a", "env": [{"name": "Y", "value": "2"}]},
+                           {"name": "b", "image": "lab:2"}]}}}}  # fmt: skip
+        live = await kube.request("PATCH", f"{path}/{name}", patch, content_type=SMP)
+        spec = live["spec"]["template"]["spec"]
+        assert [(c["name"], c["image"]) for c in spec["containers"]] == [
+            ("a", "lab:1"),
+            ("b", "lab:2"),
+        ]
+        # The patch's items first, then the live ones it did not name (normalizeElementOrder).
+        assert [(e["name"], e["value"]) for e in spec["containers"][0]["env"]] == [
+            ("Y", "2"),
+            ("X", "1"),
+        ]
+        assert [t["key"] for t in spec["tolerations"]] == ["b"]
+        delete = {
+            "spec": {"template": {"spec": {"containers": [{"$patch": "delete", "name": "a"}]}}}
+        }
+        live = await kube.request("PATCH", f"{path}/{name}", delete, content_type=SMP)
+        assert [c["name"] for c in live["spec"]["template"]["spec"]["containers"]] == ["b"]
+    finally:
+        await kube.request("DELETE", f"{path}/{name}")
 
 
 async def test_a_stale_resource_version_is_a_conflict(kube):
@@ -107,15 +162,7 @@ async def test_an_eviction_a_disruption_budget_refuses_is_429(kube):
     await kube.create_pod(ns, {
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": "gnw-guarded"}},
         "spec": {"nodeName": "cpu-worker-1", "containers": [{"name": "main", "image": "lab"}]}})  # fmt: skip
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        pdb = await kube.request("GET", f"{pdb_path}/gnw-guard")
-        pod = await kube.pod(ns, name)
-        running = (pod or {}).get("status", {}).get("phase") == "Running"
-        # The real disruption controller computes the budget's status a moment later.
-        if running and ("status" not in pdb or pdb["status"].get("currentHealthy") == 1):
-            break
-        await asyncio.sleep(0.5)
+    await _budget_counted(kube, f"{pdb_path}/gnw-guard", ns, name)
     eviction = {
         "apiVersion": "policy/v1",
         "kind": "Eviction",
@@ -142,15 +189,7 @@ async def test_a_drain_a_budget_blocks_waits_reports_and_never_forces(kube):
         await kube.create_pod(ns, {
             "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": name}},
             "spec": {"nodeName": "cpu-worker-2", "containers": [{"name": "main", "image": "lab"}]}})  # fmt: skip
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        pdb = await kube.request("GET", f"{pdb_path}/gnw-drain-guard")
-        pod = await kube.pod(ns, name)
-        if (pod or {}).get("status", {}).get("phase") == "Running" and (
-            "status" not in pdb or pdb["status"].get("observedGeneration")
-        ):
-            break
-        await asyncio.sleep(0.5)
+    await _budget_counted(kube, f"{pdb_path}/gnw-drain-guard", ns, name)
     told: list[tuple[str, float]] = []
     try:
         with pytest.raises(KubeError) as caught:

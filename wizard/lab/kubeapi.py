@@ -67,11 +67,12 @@ def merge_patch(target: Any, patch: Any) -> Any:
 
 # The list fields of the objects the wizard patches, by field name, and the key their items
 # merge on in a strategic merge patch: the `patchMergeKey` tags of k8s.io/api core/v1
-# types.go (Taint by key, Container and EnvVar by name, ...). A list field not named here is
-# replaced whole, as an atomic list is (Tolerations have no merge key: they replace).
+# types.go (Container and EnvVar by name, ...). A list field not named here is replaced
+# whole, as one without a patch strategy is: NodeSpec.Taints and Tolerations have none, so
+# a strategic merge patch of spec.taints replaces the node's taints (the differential tier
+# found the embedded server merging them by key, which the real one does not).
 # Approximation: the real server looks tags up per Go type, this table per field name.
 MERGE_KEYS = {
-    "taints": "key",
     "containers": "name",
     "initContainers": "name",
     "ephemeralContainers": "name",
@@ -105,24 +106,17 @@ def strategic_merge_patch(target: Any, patch: Any, field: str = "") -> Any:
         return result
     key = MERGE_KEYS.get(field)
     if isinstance(patch, list) and key and all(isinstance(i, dict) for i in patch):
-        merged = [copy.deepcopy(i) for i in target] if isinstance(target, list) else []
+        # Order as strategicpatch's normalizeElementOrder leaves it in the simple cases: the
+        # patch's items in the patch's order, then the live items the patch did not name.
+        live = [i for i in target if isinstance(i, dict)] if isinstance(target, list) else []
+        named = {i.get(key) for i in patch}
+        merged = []
         for item in patch:
-            index = next(
-                (
-                    n
-                    for n, old in enumerate(merged)
-                    if isinstance(old, dict) and old.get(key) == item.get(key)
-                ),
-                None,
-            )
             if item.get("$patch") == "delete":
-                if index is not None:
-                    merged.pop(index)
-            elif index is None:
-                merged.append(copy.deepcopy(item))
-            else:
-                merged[index] = strategic_merge_patch(merged[index], item)
-        return merged
+                continue
+            old = next((i for i in live if i.get(key) == item.get(key)), None)
+            merged.append(copy.deepcopy(item) if old is None else strategic_merge_patch(old, item))
+        return merged + [copy.deepcopy(i) for i in live if i.get(key) not in named]
     return copy.deepcopy(patch)
 
 
