@@ -84,7 +84,7 @@ class KubeClient:
         body: Any,
         query: list[tuple[str, str]] | None,
         content_type: str,
-    ) -> tuple[int, bytes]:
+    ) -> tuple[int, bytes, str | None]:
         request = self.api_client.param_serialize(
             method=method,
             resource_path=path,
@@ -95,7 +95,7 @@ class KubeClient:
         )
         response = self.api_client.call_api(*request, _request_timeout=30)
         response.read()
-        return response.status, response.data
+        return response.status, response.data, (response.getheaders() or {}).get("Retry-After")
 
     async def request(
         self,
@@ -119,9 +119,19 @@ class KubeClient:
             else journal.begin({"target": TARGET, "api": f"{method} {path}", "what": what})
         )
         try:
-            status, data = await asyncio.to_thread(
-                self._request_sync, method, path, body, pairs, content_type
-            )
+            for attempt in range(RETRY_AFTER_TRIES):
+                status, data, retry_after = await asyncio.to_thread(
+                    self._request_sync, method, path, body, pairs, content_type
+                )
+                # The API server asks to come back later (a CRD's storage initializing, a
+                # priority-and-fairness queue full): 429 or 5xx with Retry-After, which
+                # client-go obeys up to 10 times (rest/request.go checkWait). An eviction's
+                # 429 carries no Retry-After: it is the PodDisruptionBudget's answer.
+                evicting = path.endswith("/eviction")
+                if retry_after is None or evicting or status not in (429, 500, 503, 504):
+                    break
+                if attempt + 1 < RETRY_AFTER_TRIES:
+                    await asyncio.sleep(_seconds(retry_after))
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             journal.end(intent, {"error": str(exc)})
             raise UnreachableError(
@@ -368,6 +378,16 @@ class KubeClient:
 
 
 _FINISHED = ("Succeeded", "Failed")
+RETRY_AFTER_TRIES = 10
+RETRY_AFTER_MAX_S = 10.0
+
+
+def _seconds(retry_after: str) -> float:
+    """Retry-After in seconds (the API server sends an integer), bounded."""
+    try:
+        return min(RETRY_AFTER_MAX_S, max(0.1, float(retry_after)))
+    except ValueError:
+        return 1.0
 
 
 def _daemonset_pod(pod: dict[str, Any]) -> bool:

@@ -166,8 +166,10 @@ class Kubelets:
                 self._note(f"pods: {exc}")
 
     def _note(self, message: str) -> None:
-        log.warning("lab kubelet: %s", message)
-        self.errors = [*self.errors[-20:], message]
+        """A kubelet's trouble, logged once (the same trouble recurs on every pass)."""
+        if message not in self.errors:
+            log.warning("lab kubelet: %s", message)
+        self.errors = [*[e for e in self.errors[-20:] if e != message], message]
 
     # -- pods ----------------------------------------------------------------------------------
 
@@ -192,8 +194,8 @@ class Kubelets:
             try:
                 self.api.merge_patch(path + "/status", {"status": status})
             except ApiError as exc:
-                if exc.status not in (404, 409):
-                    raise
+                if exc.status not in (404, 409):  # gone, or changed meanwhile: next pass
+                    self._note(f"status of pod {meta['namespace']}/{meta['name']}: {exc}")
                 continue
             if status["phase"] == "Running" and self.plugin_resources is not None:
                 self._advertise(node, pod)
@@ -228,9 +230,10 @@ class Kubelets:
             for condition in conditions:
                 if condition["type"] in ("Ready", "ContainersReady"):
                     condition["reason"] = "PodCompleted"
+        # status.qosClass is the API server's (set at creation, immutable): not reported.
         return {"phase": phase, "conditions": conditions, "hostIP": "127.0.0.1",
                 "hostIPs": [{"ip": "127.0.0.1"}], "podIP": "127.0.0.1", "podIPs": [{"ip": "127.0.0.1"}],
-                "startTime": now, "qosClass": "BestEffort", "containerStatuses": statuses}  # fmt: skip
+                "startTime": now, "containerStatuses": statuses}  # fmt: skip
 
     def _advertise(self, node: str, pod: dict[str, Any]) -> None:
         assert self.plugin_resources is not None
