@@ -24,11 +24,13 @@ async def kube(request, tmp_path):
         lab = request.getfixturevalue("real_lab")
         client = KubeClient(str(lab.kubeconfig))
         client.real = True  # type: ignore[attr-defined]
+        client.path = str(lab.kubeconfig)  # type: ignore[attr-defined]
         yield client
         return
     async with Lab(tmp_path / "lab") as lab:
         client = KubeClient(str(lab.directory / "kubeconfig"))
         client.real = False  # type: ignore[attr-defined]
+        client.path = str(lab.directory / "kubeconfig")  # type: ignore[attr-defined]
         yield client
 
 
@@ -206,3 +208,44 @@ async def test_a_drain_a_budget_blocks_waits_reports_and_never_forces(kube):
         await kube.cordon("cpu-worker-2", False)
         await kube.request("DELETE", f"{pdb_path}/gnw-drain-guard")
         await kube.delete_pod(ns, name)
+
+
+class _Interleaved(KubeClient):
+    """The wizard's client with another writer's update forced between its read and its
+    replace (the race a busy cluster has), through a second client to the same server."""
+
+    def __init__(self, kubeconfig: str, other: KubeClient, writes: int) -> None:
+        super().__init__(kubeconfig)
+        self.other, self.writes = other, writes
+
+    async def request(self, method, path, body=None, **kwargs):
+        answer = await super().request(method, path, body, **kwargs)
+        if method == "GET" and path.endswith("/gnw-race") and self.writes:
+            self.writes -= 1
+            await self.other.request("PATCH", path, {"data": {"other": str(self.writes)}},
+                                     content_type=MERGE)  # fmt: skip
+        return answer
+
+
+async def test_apply_rereads_and_retries_on_a_conflict(kube):
+    path = "/api/v1/namespaces/default/configmaps"
+    body = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "gnw-race"},
+        "data": {"a": "1"},
+    }
+    if await _exists(kube, f"{path}/gnw-race"):
+        await kube.request("DELETE", f"{path}/gnw-race")
+    await kube.request("POST", path, body)
+    try:
+        racing = _Interleaved(kube.path, kube, writes=2)
+        result = await racing.apply(path, {**body, "data": {"a": "2"}})
+        assert result["data"] == {"a": "2"}  # two conflicts, then the third replace landed
+        assert racing.writes == 0
+        always = _Interleaved(kube.path, kube, writes=100)
+        with pytest.raises(KubeError) as caught:
+            await always.apply(path, {**body, "data": {"a": "3"}})
+        assert caught.value.status == 409
+    finally:
+        await kube.request("DELETE", f"{path}/gnw-race")

@@ -240,10 +240,20 @@ class KubeClient:
         except KubeError as exc:
             if exc.status != 409:
                 raise
-        current = await self.request("GET", f"{path}/{name}", what=f"get {kind} {name}")
-        version = current["metadata"].get("resourceVersion")
-        body = {**body, "metadata": {**body["metadata"], "resourceVersion": version}}
-        return await self.request("PUT", f"{path}/{name}", body, what=f"replace {kind} {name}")
+        # Optimistic concurrency: the replace names the resourceVersion just read; when
+        # someone wrote in between (409 Conflict), read again and retry, a few times.
+        for attempt in range(CONFLICT_TRIES):
+            current = await self.request("GET", f"{path}/{name}", what=f"get {kind} {name}")
+            version = current["metadata"].get("resourceVersion")
+            fresh = {**body, "metadata": {**body["metadata"], "resourceVersion": version}}
+            try:
+                return await self.request(
+                    "PUT", f"{path}/{name}", fresh, what=f"replace {kind} {name}"
+                )
+            except KubeError as exc:
+                if exc.status != 409 or attempt + 1 == CONFLICT_TRIES:
+                    raise
+        raise AssertionError("unreachable")
 
     async def apply_configmap(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
         return await self.apply(f"/api/v1/namespaces/{namespace}/configmaps", body)
@@ -379,6 +389,7 @@ class KubeClient:
 
 _FINISHED = ("Succeeded", "Failed")
 RETRY_AFTER_TRIES = 10
+CONFLICT_TRIES = 5
 RETRY_AFTER_MAX_S = 10.0
 
 
