@@ -135,13 +135,26 @@ def node_pod(
     container: dict[str, Any],
     volumes: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """A run-once pod pinned to ``node`` (labelled as the wizard's, so it can be found)."""
+    """A run-once pod pinned to ``node`` (labelled as the wizard's, so it can be found).
+
+    It tolerates the cordon (node.kubernetes.io/unschedulable, the taint the node
+    lifecycle controller puts on a cordoned node): the wizard proves a node it drained
+    (after a reboot, a QoS change) before it uncordons it, and the scheduler would
+    otherwise leave the proof pod Pending, as the real control plane showed.
+    """
+    placement = pod_placement(site)
+    cordon = {
+        "key": "node.kubernetes.io/unschedulable",
+        "operator": "Exists",
+        "effect": "NoSchedule",
+    }
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "nodeSelector": {"kubernetes.io/hostname": node.name},
         "containers": [container],
         **({"volumes": volumes} if volumes else {}),
-        **pod_placement(site),
+        **placement,
+        "tolerations": [*placement.get("tolerations", []), cordon],
     }
     return {
         "apiVersion": "v1",

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from typing import Any
 
 from steps.common import SHM_MOUNT, SHM_VOLUME, node_pod, pod_placement, q
@@ -17,6 +19,11 @@ from wizard.site import Node, Site
 
 CONFIGMAP = "rdma-devices"
 DAEMONSET = "rdma-shared-dp-ds"
+# How long verify waits for the plugin's rollout and its resource on the nodes: the
+# DaemonSet controller starts a pod per node, the plugin registers with the kubelet
+# (deviceplugin v1beta1 Register), and the kubelet's next node status carries the resource.
+ADVERTISE_TIMEOUT_S = 180.0
+REGISTRATION_GRACE_S = 15.0
 TEST_NAMESPACE = "default"
 # The selectors that identify an E810's RDMA function (the PCI driver is ice, not irdma).
 E810_SELECTORS = {"vendors": ["8086"], "drivers": ["ice"]}
@@ -265,9 +272,9 @@ class InstallRdmaPlugin(Step):
                 f"ConfigMap {CONFIGMAP} differs from the desired config",
                 "apply this step again",
             )
+        counts = await self._advertised(ctx, resource)
         for node in ctx.site.nodes:
-            obj = await kube.node(node.name) or {}
-            count = obj.get("status", {}).get("allocatable", {}).get(resource)
+            count = counts.get(node.name)
             if count and count != "0":
                 report.ok(
                     f"allocatable-{node.name}", f"{node.name} allocatable {resource} = {count}"
@@ -280,6 +287,52 @@ class InstallRdmaPlugin(Step):
                     f"-l name={DAEMONSET}): its selectors must match the node's RDMA netdev and driver ice",
                 )
         return report.findings
+
+    async def _advertised(self, ctx: StepContext, resource: str) -> dict[str, str | None]:
+        """Each node's allocatable ``resource``, once the plugin's DaemonSet rolled out (and
+        a grace for the kubelet to report what registered), or at the timeout; a server
+        that tracks no rollout (no metadata.generation) is read once."""
+        kube = ctx.services.kube
+        ns = ctx.site.device_plugin.namespace
+        deadline = time.monotonic() + ADVERTISE_TIMEOUT_S
+        rolled_out_at: float | None = None
+        told = False
+        while True:
+            counts = {}
+            for node in ctx.site.nodes:
+                obj = await kube.node(node.name) or {}
+                counts[node.name] = obj.get("status", {}).get("allocatable", {}).get(resource)
+            if all(c and c != "0" for c in counts.values()):
+                return counts
+            ds = next(
+                (d for d in await kube.daemonsets(ns) if d["metadata"]["name"] == DAEMONSET), None
+            )
+            generation = ((ds or {}).get("metadata") or {}).get("generation")
+            if ds is None or generation is None or time.monotonic() > deadline:
+                return counts
+            status = ds.get("status") or {}
+            desired = status.get("desiredNumberScheduled", 0)
+            done = (
+                status.get("observedGeneration", 0) >= generation
+                and desired > 0
+                and (
+                    status.get("numberAvailable", 0) >= desired
+                    and status.get("updatedNumberScheduled", 0) >= desired
+                )
+            )
+            now = time.monotonic()
+            if done:
+                rolled_out_at = rolled_out_at or now
+                if now - rolled_out_at > REGISTRATION_GRACE_S:
+                    return counts
+            if not told:
+                told = True
+                missing = ", ".join(n for n, c in counts.items() if not c or c == "0")
+                ctx.wait_begins(
+                    f"waiting for {DAEMONSET} to roll out and {missing} to advertise {resource}",
+                    deadline - now,
+                )
+            await asyncio.sleep(1)
 
 
 def evaluate_pod_rdma(logs: str, node: Node, report: Report) -> None:

@@ -187,3 +187,7 @@ async def run_in_lab(
 def findings_of(outcome, step: str) -> dict:
     """The findings a step produced, by check name."""
     return {f.check: f for (s, _), fs in outcome.summary.findings.items() if s == step for f in fs}
+
+
+# The real control plane's tier (tests/real_tier.py): one lab on it per test module.
+from tests.real_tier import real_lab  # noqa: E402, F401

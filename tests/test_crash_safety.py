@@ -332,7 +332,7 @@ class _Kube:
     async def cordon(self, name, unschedulable=True):
         self.calls.append(("cordon", name, unschedulable))
 
-    async def drain(self, name, timeout=600.0):
+    async def drain(self, name, timeout=600.0, progress=None):
         from wizard.transports.kube import KubeError
 
         raise KubeError(f"drain of {name} timed out after 600s; still running: default/db-0")

@@ -106,6 +106,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--report", type=Path, metavar="DIR", help="with --headless: write the run's report here"
     )
+    p.add_argument(
+        "--control-plane",
+        choices=("embedded", "real"),
+        default="embedded",
+        help="embedded (default): the lab's own small API server and a helm stand-in, pip "
+        "alone; real: etcd, kube-apiserver, controller-manager, scheduler and helm built from "
+        "their Go modules (build them once with `lab --build-control-plane`)",
+    )
     _common(p)
 
     p = sub.add_parser(
@@ -169,6 +177,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nodes", type=int, default=1, help="simulated GPU nodes (default 1)")
     p.add_argument("--fault", action="append", default=[], metavar="NAME", help="inject a fault")
     p.add_argument("--list-faults", action="store_true", help="list the faults and exit")
+    p.add_argument(
+        "--control-plane",
+        choices=("embedded", "real"),
+        default="embedded",
+        help="embedded (default): the lab's own small API server and a helm stand-in, pip "
+        "alone; real: etcd, kube-apiserver, controller-manager, scheduler and helm built from "
+        "their Go modules (build them once with `lab --build-control-plane`)",
+    )
+    p.add_argument(
+        "--build-control-plane",
+        action="store_true",
+        help="build the real control plane (kube-apiserver, controller-manager, scheduler, "
+        "etcd, helm) from their Go modules into the cache folder ($GNW_CONTROL_PLANE_CACHE, "
+        "default the per-user cache), once; needs Go and the Go module proxy; then exit "
+        "unless --write-site is given",
+    )
     p.add_argument(
         "--record-effects",
         type=Path,
@@ -488,8 +512,15 @@ def cmd_lab(args: argparse.Namespace) -> int:
         for name, description in FAULTS.items():
             print(f"{name:<{width}}  {description}")
         return EXIT_OK
+    if args.build_control_plane:
+        from wizard.lab.controlplane.build import Builder
+
+        for folder in Builder.here().build_all():
+            print(folder)
+        if args.write_site is None:
+            return EXIT_OK
     if args.write_site is None:
-        raise UsageError("lab needs --write-site PATH (or --list-faults)")
+        raise UsageError("lab needs --write-site PATH (or --list-faults, --build-control-plane)")
     _check_lab_nodes(args.nodes)
     try:
         check_faults(args.fault)
@@ -502,7 +533,12 @@ def cmd_lab(args: argparse.Namespace) -> int:
         raise UsageError(f"lab --write-site {args.write_site}: {folder} is a file, not a folder")
     return asyncio.run(
         _serve_lab(
-            args.write_site, args.nodes, tuple(args.fault), args.record_effects, args.kill_on_effect
+            args.write_site,
+            args.nodes,
+            tuple(args.fault),
+            args.record_effects,
+            args.kill_on_effect,
+            args.control_plane,
         )
     )
 
@@ -513,6 +549,7 @@ async def _serve_lab(
     faults: tuple[str, ...],
     record_effects: Path | None = None,
     kill_control: Path | None = None,
+    control_plane: str = "embedded",
 ) -> int:
     import signal
 
@@ -525,9 +562,13 @@ async def _serve_lab(
         site_name=path.name,
         record_effects=record_effects,
         kill_control=kill_control,
+        control_plane=control_plane,
     )
     try:
         await lab.start()
+    except WizardError:
+        await lab.stop()
+        raise
     except OSError as exc:
         await lab.stop()
         raise UsageError(
@@ -540,9 +581,10 @@ async def _serve_lab(
     print(f"lab serving {nodes} GPU node(s) + {lab.peers} AIStor peer(s); faults: "
           f"{', '.join(faults) or 'none'}")  # fmt: skip
     print(f"site file: {lab.site_path}")
-    print(
-        f"helm stand-in: {lab.directory / 'bin' / 'helm'} (export PATH={lab.directory / 'bin'}:$PATH)"
-    )
+    what = "helm" if control_plane == "real" else "helm stand-in"
+    print(f"{what}: {lab.directory / 'bin' / 'helm'} (export PATH={lab.directory / 'bin'}:$PATH)")
+    if lab.real is not None:
+        print(f"control plane: real, kube-apiserver at {lab.real.plane.url}")
     print(
         "try: gpu-node-wizard check " + str(lab.site_path) + "   (Ctrl-C stops the lab)", flush=True
     )
@@ -570,6 +612,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     _check_lab_nodes(args.nodes)
+    if args.control_plane == "real" and args.state_dir is not None:
+        raise UsageError("demo --control-plane real: a kept demo (--state-dir) runs embedded only")
     if args.headless:
         from wizard.demo import run_demo_headless
         from wizard.report import prepare_out
@@ -578,11 +622,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
             prepare_out(args.report, "demo --report")
 
         return asyncio.run(
-            run_demo_headless(tuple(args.fault), args.nodes, args.state_dir, args.report)
+            run_demo_headless(
+                tuple(args.fault), args.nodes, args.state_dir, args.report, args.control_plane
+            )
         )
     from wizard.demo import run_demo_tui
 
-    return run_demo_tui(tuple(args.fault), args.nodes, args.state_dir)
+    return run_demo_tui(tuple(args.fault), args.nodes, args.state_dir, args.control_plane)
 
 
 COMMANDS = {

@@ -25,16 +25,23 @@ def gate_table(outcome: Outcome) -> str:
 
 
 async def run_demo_headless(
-    faults: tuple[str, ...], nodes: int, state_dir: Path | None, report_dir: Path | None = None
+    faults: tuple[str, ...],
+    nodes: int,
+    state_dir: Path | None,
+    report_dir: Path | None = None,
+    control_plane: str = "embedded",
 ) -> int:
     """Run the whole plan in the lab, auto-approved; print the gates; 0 if every gate passes."""
     directory = scratch_dir("gnw-demo-")  # a killed demo's is swept (wizard/lab/scratch.py)
     try:
         # With a state directory the lab is kept there too, so a second run resumes it.
         where = kept_lab_dir(state_dir) if state_dir is not None else directory / "lab"
-        async with Lab(where, nodes=nodes, faults=faults, persist=state_dir is not None) as lab:
+        lab = Lab(where, nodes=nodes, faults=faults, persist=state_dir is not None,
+                  control_plane=control_plane)  # fmt: skip
+        async with lab:
             site = load_site(lab.site_path)
-            print(f"demo: lab with {nodes} GPU node(s), faults: {', '.join(faults) or 'none'}")
+            print(f"demo: lab with {nodes} GPU node(s), faults: {', '.join(faults) or 'none'}, "
+                  f"control plane: {control_plane}")  # fmt: skip
             frontend = HeadlessFrontEnd(
                 yes=True, window_open=True, out=sys.stdout, compact=is_fleet(nodes)
             )
@@ -66,10 +73,16 @@ async def run_demo_headless(
     return outcome.exit_code
 
 
-def run_demo_tui(faults: tuple[str, ...], nodes: int, state_dir: Path | None) -> int:
+def run_demo_tui(
+    faults: tuple[str, ...], nodes: int, state_dir: Path | None, control_plane: str = "embedded"
+) -> int:
     """The TUI over a freshly started lab (imports Textual only here)."""
     from screens.app import run_tui
     from wizard.session import open_lab
 
     # With --state-dir the lab is kept there: killed and started again, the demo resumes.
-    return run_tui(lambda: open_lab(faults, nodes, state_dir, keep=state_dir is not None))
+    return run_tui(
+        lambda: open_lab(
+            faults, nodes, state_dir, keep=state_dir is not None, control_plane=control_plane
+        )
+    )

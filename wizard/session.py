@@ -63,6 +63,7 @@ async def open_lab(
     state_dir: Path | None = None,
     *,
     keep: bool = False,
+    control_plane: str = "embedded",
 ) -> LabSession:
     """Start the embedded lab in a temporary folder (removed on close; after an internal
     error its state folder stays, see Session.keep_state).
@@ -78,7 +79,7 @@ async def open_lab(
         site = load_site(lab.site_path)
         return LabSession(site, build_services(site), state_dir, lab=lab)
     tmp = scratch_dir("gnw-demo-")  # a killed demo's is swept (wizard/lab/scratch.py)
-    lab = Lab(tmp / "lab", nodes=nodes, faults=faults)
+    lab = Lab(tmp / "lab", nodes=nodes, faults=faults, control_plane=control_plane)
     await lab.start()
     site = load_site(lab.site_path)
     return LabSession(site, build_services(site), state_dir or tmp / "state", lab=lab, _tmp=tmp)

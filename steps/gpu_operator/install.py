@@ -36,6 +36,7 @@ from steps.gpu_operator.values import (
     values_yaml,
 )
 from wizard.artifacts import Artifact, Target, k8s_object, k8s_yaml, render
+from wizard.events import Notice
 from wizard.model import Finding, StepKind
 from wizard.plan import Change, Scope, Step, StepContext
 from wizard.probe import Report
@@ -192,12 +193,22 @@ class InstallGpuOperator(Step):
                 "manage it where it was installed; the wizard will not install a second one",
             )
         elif state.status and state.status.startswith("pending"):
-            report.fail(
-                "release",
-                f"release {state.label} is {state.status}: another helm operation is running "
-                "or was interrupted",
-                f"wait for it, or `helm rollback {state.name} -n {state.namespace}`, then retry",
-            )
+            interrupted = interrupted_helm(ctx, state)
+            if interrupted:
+                report.warn(
+                    "release",
+                    f"release {state.label} is {state.status}: this wizard's own `{interrupted}` "
+                    "was interrupted (the journal has its intent and no outcome; no other wizard "
+                    f"holds this site's lock); it is resolved first: {_resolution(state)}",
+                    "nothing to do: the step resolves it, then upgrades",
+                )
+            else:
+                report.fail(
+                    "release",
+                    f"release {state.label} is {state.status}: another helm operation is running "
+                    "or was interrupted",
+                    f"wait for it, or `helm rollback {state.name} -n {state.namespace}`, then retry",
+                )
         return report.findings
 
     async def changes(self, ctx: StepContext) -> list[Change]:
@@ -249,6 +260,9 @@ class InstallGpuOperator(Step):
 
     async def apply(self, ctx: StepContext, changes: list[Change]) -> None:
         state = await read_state(ctx)
+        if state.status and state.status.startswith("pending") and interrupted_helm(ctx, state):
+            await self._resolve_pending(ctx, state)
+            state = await read_state(ctx)
         for change in changes:
             if change.artifact.path == VALUES_PATH:
                 await self._upgrade(ctx, state, change.artifact.content)
@@ -256,6 +270,34 @@ class InstallGpuOperator(Step):
             if change.artifact.path == NVIDIADRIVER_PATH:
                 body = yaml.safe_load(change.artifact.content)
                 await ctx.services.kube.apply(NVIDIADRIVERS, body)
+
+    async def _resolve_pending(self, ctx: StepContext, state: ReleaseState) -> None:
+        """The release this wizard left pending when it was killed mid-upgrade: back to the
+        last revision that was deployed (helm rollback, its default: the previous one), or,
+        when nothing was ever deployed (pending-install), uninstalled so that the install
+        runs again; never a --force."""
+        helm = ctx.services.helm
+        ctx.engine.emit(
+            Notice(
+                f"release {state.label} is {state.status}: this wizard's own "
+                f"`{interrupted_helm(ctx, state)}` was interrupted; resolving it with "
+                f"{_resolution(state)}",
+                ctx.target,
+            )
+        )
+        ns = ["--namespace", state.namespace]
+        args = (
+            ["uninstall", state.name, *ns, "--wait"]
+            if state.status == "pending-install"
+            else ["rollback", state.name, *ns, "--wait"]
+        )
+        result = await helm.run(
+            *args, on_line=lambda stream, line: ctx.engine.emit(_output(line, stream))
+        )
+        if result.exit_status != 0:
+            from wizard.transports.base import CommandFailedError
+
+            raise CommandFailedError(result)
 
     async def _upgrade(self, ctx: StepContext, state: ReleaseState, content: str) -> None:
         """Exactly the reviewed values, to the release as it is named on the cluster."""
@@ -357,3 +399,23 @@ def _output(line: str, stream: str):
     from wizard.events import OutputLine
 
     return OutputLine("helm", line, stream)
+
+
+def interrupted_helm(ctx: StepContext, state: ReleaseState) -> str | None:
+    """This wizard's own helm command on the release that a kill interrupted: an intent in
+    the journal without an outcome (wizard/checkpoint.py ``unfinished``). The site's lock
+    says no other wizard runs now, so a release pending because of it is ours to resolve;
+    a release pending for any other reason is another operator's, and is left alone."""
+    for entry in getattr(ctx.engine.checkpoint, "unfinished", []) or []:
+        command = str(entry.get("command") or "")
+        words = command.split()
+        ours = entry.get("target") == "helm" and state.name in words and state.namespace in words
+        if ours and any(w in words for w in ("upgrade", "install", "rollback")):
+            return command
+    return None
+
+
+def _resolution(state: ReleaseState) -> str:
+    if state.status == "pending-install":
+        return f"`helm uninstall {state.name} -n {state.namespace}` (it was never deployed), then the install"
+    return f"`helm rollback {state.name} -n {state.namespace}` to the last deployed revision, then the upgrade"

@@ -136,7 +136,7 @@ class MaintenanceMixin:
             try:
                 with effects(ctx):
                     await kube.cordon(node)
-                    ctx.data["evicted"] = await kube.drain(node)
+                    ctx.data["evicted"] = await kube.drain(node, progress=ctx.wait_begins)
             except TransportError as exc:
                 # Nothing on the host changed yet: no rollback (it would bounce the bond
                 # under pods that still run); the node is made schedulable again.

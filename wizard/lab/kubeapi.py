@@ -67,6 +67,61 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return result
 
 
+# The list fields of the objects the wizard patches, by field name, and the key their items
+# merge on in a strategic merge patch: the `patchMergeKey` tags of k8s.io/api core/v1
+# types.go (Container and EnvVar by name, ...). A list field not named here is replaced
+# whole, as one without a patch strategy is: NodeSpec.Taints and Tolerations have none, so
+# a strategic merge patch of spec.taints replaces the node's taints (the differential tier
+# found the embedded server merging them by key, which the real one does not).
+# Approximation: the real server looks tags up per Go type, this table per field name.
+MERGE_KEYS = {
+    "containers": "name",
+    "initContainers": "name",
+    "ephemeralContainers": "name",
+    "env": "name",
+    "volumes": "name",
+    "volumeMounts": "mountPath",
+    "ports": "containerPort",
+    "imagePullSecrets": "name",
+    "conditions": "type",
+    "addresses": "type",
+    "ownerReferences": "uid",
+}
+
+
+def strategic_merge_patch(target: Any, patch: Any, field: str = "") -> Any:
+    """A strategic merge patch (k8s.io/apimachinery pkg/util/strategicpatch): maps merge as
+    in a JSON merge patch; a list with a merge key (MERGE_KEYS) merges item by item on that
+    key, an item ``{"$patch": "delete", KEY: ...}`` removing its match; ``{"$patch":
+    "replace"}`` in a map replaces it; any other list replaces."""
+    if isinstance(patch, dict):
+        if patch.get("$patch") == "replace":
+            return {k: copy.deepcopy(v) for k, v in patch.items() if k != "$patch"}
+        if patch.get("$patch") == "delete":
+            return None
+        result = dict(target) if isinstance(target, dict) else {}
+        for key, value in patch.items():
+            if value is None:
+                result.pop(key, None)
+            else:
+                result[key] = strategic_merge_patch(result.get(key), value, key)
+        return result
+    key = MERGE_KEYS.get(field)
+    if isinstance(patch, list) and key and all(isinstance(i, dict) for i in patch):
+        # Order as strategicpatch's normalizeElementOrder leaves it in the simple cases: the
+        # patch's items in the patch's order, then the live items the patch did not name.
+        live = [i for i in target if isinstance(i, dict)] if isinstance(target, list) else []
+        named = {i.get(key) for i in patch}
+        merged = []
+        for item in patch:
+            if item.get("$patch") == "delete":
+                continue
+            old = next((i for i in live if i.get(key) == item.get(key)), None)
+            merged.append(copy.deepcopy(item) if old is None else strategic_merge_patch(old, item))
+        return merged + [copy.deepcopy(i) for i in live if i.get(key) not in named]
+    return copy.deepcopy(patch)
+
+
 class ClusterState:
     """Objects by (api path prefix, plural, namespace, name); thread-safe."""
 
@@ -302,6 +357,19 @@ class _Handler(BaseHTTPRequestHandler):
             return None
         return (api, plural, ns, name), current
 
+    def _conflict(self, current: dict[str, Any], body: Any) -> bool:
+        """Optimistic concurrency, as the real API server: a write naming a resourceVersion
+        other than the stored one is refused with 409 Conflict (and answered here)."""
+        wanted = (
+            (body.get("metadata") or {}).get("resourceVersion") if isinstance(body, dict) else None
+        )
+        if not wanted or wanted == current["metadata"].get("resourceVersion"):
+            return False
+        kind = current.get("kind", "object").lower()
+        self._status(409, "Conflict", f'Operation cannot be fulfilled on {kind}s "{current["metadata"]["name"]}": '
+                     "the object has been modified; please apply your changes to the latest version and try again")  # fmt: skip
+        return True
+
     def do_PUT(self) -> None:
         with self.state.lock:
             self._put()
@@ -312,16 +380,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         (api, plural, ns, name), current = found
         body = self._body()
-        # Optimistic concurrency, as the API server does: an update naming a
-        # resourceVersion other than the stored one is a 409 Conflict (API conventions,
-        # "Concurrency Control and Consistency").
-        sent = body.get("metadata", {}).get("resourceVersion")
-        if sent and sent != current["metadata"].get("resourceVersion"):
-            self._status(
-                409, "Conflict",
-                f'Operation cannot be fulfilled on {plural} "{name}": the object has been '
-                "modified; please apply your changes to the latest version and try again",
-            )  # fmt: skip
+        if self._conflict(current, body):
             return
         body.setdefault("metadata", {})["uid"] = current["metadata"]["uid"]
         body["metadata"]["creationTimestamp"] = current["metadata"]["creationTimestamp"]
@@ -335,7 +394,18 @@ class _Handler(BaseHTTPRequestHandler):
             if found is None:
                 return
             (api, plural, _, _), current = found
-            self._send(200, self.state.put(api, plural, merge_patch(current, self._body())))
+            body = self._body()
+            if self._conflict(current, body):
+                return
+            kind = (self.headers.get("Content-Type") or "").split(";")[0].strip()
+            if kind == "application/strategic-merge-patch+json":
+                patched = strategic_merge_patch(current, body)
+            elif kind in ("application/merge-patch+json", ""):
+                patched = merge_patch(current, body)
+            else:  # json-patch and apply-patch: not served by the lab (the wizard sends neither)
+                self._status(415, "UnsupportedMediaType", f"the lab does not serve {kind} patches")
+                return
+            self._send(200, self.state.put(api, plural, patched))
 
     def do_DELETE(self) -> None:
         found = self._existing()
@@ -358,8 +428,9 @@ class _Handler(BaseHTTPRequestHandler):
         labels = pod["metadata"].get("labels", {})
         for pdb in self.state.list("policy/v1", "poddisruptionbudgets", ns):
             selector = pdb.get("spec", {}).get("selector", {}).get("matchLabels", {})
-            blocking = pdb.get("spec", {}).get("maxUnavailable") == 0
-            if blocking and selector and all(labels.get(k) == v for k, v in selector.items()):
+            if not selector or any(labels.get(k) != v for k, v in selector.items()):
+                continue
+            if _healthy(pod) and _disruptions_allowed(pdb, self.state.list(api, "pods", ns)) <= 0:
                 self._status(
                     429,
                     "TooManyRequests",
@@ -378,6 +449,44 @@ class _Handler(BaseHTTPRequestHandler):
             return
         code, result = handler(body)
         self._send(code, result)
+
+
+def _healthy(pod: dict[str, Any]) -> bool:
+    """Running and Ready: what the disruption controller counts as healthy."""
+    status = pod.get("status", {})
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions", [])
+    )
+    statuses = status.get("containerStatuses") or []
+    return status.get("phase") == "Running" and (
+        ready or (bool(statuses) and all(s.get("ready") for s in statuses))
+    )
+
+
+def _disruptions_allowed(pdb: dict[str, Any], pods: list[dict[str, Any]]) -> int:
+    """status.disruptionsAllowed as pkg/controller/disruption/disruption.go computes it for
+    pods without a scalable controller: expected = the selected pods, healthy = those
+    Running and Ready; minAvailable or maxUnavailable, a count or a percentage of expected
+    rounded up (intstr.GetScaledValueFromIntOrPercent(..., true))."""
+    spec = pdb.get("spec", {})
+    selector = spec.get("selector", {}).get("matchLabels", {})
+    chosen = [
+        p
+        for p in pods
+        if all((p["metadata"].get("labels") or {}).get(k) == v for k, v in selector.items())
+    ]
+    expected, healthy = len(chosen), sum(_healthy(p) for p in chosen)
+
+    def scaled(value: Any) -> int:
+        if isinstance(value, str) and value.endswith("%"):
+            return -(-int(value[:-1]) * expected // 100)
+        return int(value)
+
+    if spec.get("maxUnavailable") is not None:
+        desired = max(0, expected - scaled(spec["maxUnavailable"]))
+    else:
+        desired = scaled(spec.get("minAvailable", 1))
+    return max(0, healthy - desired)
 
 
 class KubeApiServer:

@@ -66,6 +66,11 @@ class Lab(SiteFilesMixin, ClusterMixin, GpuOperatorMixin, WorkloadsMixin):
     # Kept in ``directory`` across restarts (the demo with a state directory): the same
     # ports, keys, hosts and cluster when started again (wizard/lab/persist.py).
     persist: bool = False
+    # "embedded": the lab's own API server (kubeapi.py) and helm stand-in; "real": etcd,
+    # kube-apiserver, controllers, scheduler and helm built from their Go modules, the lab
+    # playing the kubelets (wizard/lab/controlplane/).
+    control_plane: str = "embedded"
+    real: Any = None
     _saver: asyncio.Task | None = field(default=None, repr=False)
     _client_key: asyncssh.SSHKey | None = field(default=None, repr=False)
 
@@ -79,6 +84,10 @@ class Lab(SiteFilesMixin, ClusterMixin, GpuOperatorMixin, WorkloadsMixin):
             raise ValueError(f"the lab serves 1 to {MAX_NODES} GPU nodes, not {self.nodes}")
         if not 1 <= self.peers <= MAX_PEERS:
             raise ValueError(f"the lab serves 1 to {MAX_PEERS} AIStor peers, not {self.peers}")
+        if self.control_plane not in ("embedded", "real"):
+            raise ValueError(f"control plane {self.control_plane!r}: embedded or real")
+        if self.control_plane == "real" and self.persist:
+            raise ValueError("a kept lab (--state-dir) runs on the embedded control plane only")
         if self.record_effects is not None or self.kill_control is not None:
             self.effects = EffectLog(self.record_effects, self.kill_control)
 
@@ -132,6 +141,18 @@ class Lab(SiteFilesMixin, ClusterMixin, GpuOperatorMixin, WorkloadsMixin):
                 await self._serve(_saved_host(saved, host), f"127.0.1.{1 + i}", public, saved)
             )
         (self.directory / "known_hosts").write_text("".join(known_hosts))
+        if self.control_plane == "real":
+            from wizard.lab.controlplane.lab_side import RealSide
+
+            self.real = RealSide(self)
+            try:
+                helm = self.real.start()
+            except BaseException:
+                await self.stop()  # the hosts already listen; the control plane is stopped
+                raise
+            self._write_site(key_path, helm)
+            self._client_key = client_key
+            return self.site_path
         if saved is not None:
             with self.cluster.lock:
                 self.cluster.objects.update(saved.objects)
@@ -214,6 +235,9 @@ class Lab(SiteFilesMixin, ClusterMixin, GpuOperatorMixin, WorkloadsMixin):
         if self.shell is not None:
             await self.shell.stop()
             self.shell = None
+        if self.real is not None:
+            self.real.stop()
+            self.real = None
         if self.api is not None:
             self.api.stop()
             self.api = None

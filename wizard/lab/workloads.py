@@ -41,7 +41,7 @@ class WorkloadsMixin:
                 ],
             }  # fmt: skip
         elif plural == "mpijobs":
-            self._mpijob_launcher(obj)
+            self.cluster.put("v1", "pods", self._mpijob_launcher(obj))
         elif plural == "daemonsets" and "rdma" in obj["metadata"]["name"]:
             self._rdma_plugin_appears(obj)
         elif plural == "jobs":
@@ -112,7 +112,7 @@ class WorkloadsMixin:
                     "Unable to open file descriptor for socket connection Unable to init the socket connection\n"), False  # fmt: skip
         return client_output(args, host), True
 
-    def _mpijob_launcher(self: Lab, job: dict[str, Any]) -> None:
+    def _mpijob_launcher(self: Lab, job: dict[str, Any]) -> dict[str, Any]:
         """What the MPI Operator does with an MPIJob: a launcher pod (labelled with the job
         name and role, kubeflow/mpi-operator v2beta1) that runs mpirun across the workers;
         here the launcher's log is computed from where the workers would land."""
@@ -159,7 +159,7 @@ class WorkloadsMixin:
             "spec": {**launcher, "restartPolicy": "Never", "nodeName": "cpu-worker-1"},
             "status": {"phase": "Failed" if "No transport found" in log else "Succeeded"},
         }
-        self.cluster.put("v1", "pods", pod)
+        return pod
 
     def _rdma_plugin_appears(self: Lab, daemonset: dict[str, Any]) -> None:
         if "plugin-missing-resource" in self.faults:
@@ -181,22 +181,26 @@ class WorkloadsMixin:
                 labels = node["metadata"].get("labels", {}) if node else {}
                 if node is None or any(labels.get(k) != v for k, v in selector.items()):
                     continue
-                for entry in config.get("configList", []):
-                    prefix = entry.get("resourcePrefix", config.get("resourcePrefix", "rdma"))
-                    resource = f"{prefix}/{entry['resourceName']}"
-                    # rdma_device_spec.go: a device without its rdma_cm, umad and uverbs
-                    # character devices is skipped, and the pool advertises 0.
-                    devices = host.infiniband_devices()
-                    complete = all(
-                        any(d.startswith(n) for d in devices) for n in ("rdma_cm", "umad", "uverbs")
-                    )
-                    count = (
-                        str(entry.get("rdmaHcaMax", 1000))
-                        if host.rdma_devices and complete
-                        else "0"
-                    )
+                for resource, count in self.rdma_pools(host, config).items():
                     node["status"]["capacity"][resource] = count
                     node["status"]["allocatable"][resource] = count
+
+    def rdma_pools(self: Lab, host: LabHost, config: dict[str, Any]) -> dict[str, str]:
+        """The resources the RDMA shared device plugin registers for this host, from its
+        ConfigMap's config.json (also the real control plane's kubelets' answer)."""
+        pools = {}
+        for entry in config.get("configList", []):
+            prefix = entry.get("resourcePrefix", config.get("resourcePrefix", "rdma"))
+            resource = f"{prefix}/{entry['resourceName']}"
+            # rdma_device_spec.go: a device without its rdma_cm, umad and uverbs
+            # character devices is skipped, and the pool advertises 0.
+            devices = host.infiniband_devices()
+            complete = all(
+                any(d.startswith(n) for d in devices) for n in ("rdma_cm", "umad", "uverbs")
+            )
+            count = str(entry.get("rdmaHcaMax", 1000)) if host.rdma_devices and complete else "0"
+            pools[resource] = count
+        return pools
 
     def _pod_logs(self: Lab, pod: dict[str, Any]) -> str:
         """What the pod's command prints, run against the simulated host it is on."""

@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import urllib3
@@ -83,7 +84,7 @@ class KubeClient:
         body: Any,
         query: list[tuple[str, str]] | None,
         content_type: str,
-    ) -> tuple[int, bytes]:
+    ) -> tuple[int, bytes, str | None]:
         request = self.api_client.param_serialize(
             method=method,
             resource_path=path,
@@ -94,7 +95,7 @@ class KubeClient:
         )
         response = self.api_client.call_api(*request, _request_timeout=30)
         response.read()
-        return response.status, response.data
+        return response.status, response.data, (response.getheaders() or {}).get("Retry-After")
 
     async def request(
         self,
@@ -118,9 +119,19 @@ class KubeClient:
             else journal.begin({"target": TARGET, "api": f"{method} {path}", "what": what})
         )
         try:
-            status, data = await asyncio.to_thread(
-                self._request_sync, method, path, body, pairs, content_type
-            )
+            for attempt in range(RETRY_AFTER_TRIES):
+                status, data, retry_after = await asyncio.to_thread(
+                    self._request_sync, method, path, body, pairs, content_type
+                )
+                # The API server asks to come back later (a CRD's storage initializing, a
+                # priority-and-fairness queue full): 429 or 5xx with Retry-After, which
+                # client-go obeys up to 10 times (rest/request.go checkWait). An eviction's
+                # 429 carries no Retry-After: it is the PodDisruptionBudget's answer.
+                evicting = path.endswith("/eviction")
+                if retry_after is None or evicting or status not in (429, 500, 503, 504):
+                    break
+                if attempt + 1 < RETRY_AFTER_TRIES:
+                    await asyncio.sleep(_seconds(retry_after))
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             journal.end(intent, {"error": str(exc)})
             raise UnreachableError(
@@ -229,10 +240,20 @@ class KubeClient:
         except KubeError as exc:
             if exc.status != 409:
                 raise
-        current = await self.request("GET", f"{path}/{name}", what=f"get {kind} {name}")
-        version = current["metadata"].get("resourceVersion")
-        body = {**body, "metadata": {**body["metadata"], "resourceVersion": version}}
-        return await self.request("PUT", f"{path}/{name}", body, what=f"replace {kind} {name}")
+        # Optimistic concurrency: the replace names the resourceVersion just read; when
+        # someone wrote in between (409 Conflict), read again and retry, a few times.
+        for attempt in range(CONFLICT_TRIES):
+            current = await self.request("GET", f"{path}/{name}", what=f"get {kind} {name}")
+            version = current["metadata"].get("resourceVersion")
+            fresh = {**body, "metadata": {**body["metadata"], "resourceVersion": version}}
+            try:
+                return await self.request(
+                    "PUT", f"{path}/{name}", fresh, what=f"replace {kind} {name}"
+                )
+            except KubeError as exc:
+                if exc.status != 409 or attempt + 1 == CONFLICT_TRIES:
+                    raise
+        raise AssertionError("unreachable")
 
     async def apply_configmap(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
         return await self.apply(f"/api/v1/namespaces/{namespace}/configmaps", body)
@@ -297,11 +318,21 @@ class KubeClient:
     async def cordon(self, name: str, unschedulable: bool = True) -> None:
         await self.patch_node(name, {"spec": {"unschedulable": unschedulable or None}})
 
-    async def drain(self, name: str, *, timeout: float = 600.0) -> list[str]:
-        """Evict every non-DaemonSet pod from the node, respecting PodDisruptionBudgets."""
+    async def drain(
+        self,
+        name: str,
+        *,
+        timeout: float = 600.0,
+        progress: Callable[[str, float], None] | None = None,
+    ) -> list[str]:
+        """Evict every non-DaemonSet pod from the node, respecting PodDisruptionBudgets: an
+        eviction a budget refuses (429) is asked again until ``timeout``, never forced (no
+        delete); ``progress`` hears which pods wait, and for how long at most."""
         await self.cordon(name)
         deadline = time.monotonic() + timeout
         evicted: list[str] = []
+        refused: list[str] = []
+        told: list[str] = []
         while True:
             pods = [
                 p
@@ -310,6 +341,7 @@ class KubeClient:
             ]
             if not pods:
                 return evicted
+            refused = []
             for pod in pods:
                 meta = pod["metadata"]
                 where = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
@@ -329,17 +361,44 @@ class KubeClient:
                 except KubeError as exc:
                     if exc.status != 429:  # 429: a PodDisruptionBudget says not yet
                         raise
-            if time.monotonic() > deadline:
+                    refused.append(f"{meta['namespace']}/{meta['name']}")
+            left = deadline - time.monotonic()
+            if refused and refused != told and progress is not None:
+                told = refused
+                progress(
+                    f"drain of {name}: eviction of {', '.join(refused)} refused by a "
+                    "PodDisruptionBudget (429); waiting for the budget to allow it, never forcing",
+                    max(0.0, left),
+                )
+            if left < 0:
                 blocked = ", ".join(
                     f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in pods
                 )
+                why = (
+                    f"; eviction refused by a PodDisruptionBudget (429, not forced): "
+                    f"{', '.join(refused)}; make the budget allow one disruption (more "
+                    "replicas elsewhere) or move the workload, then retry"
+                    if refused
+                    else ""
+                )
                 raise KubeError(
-                    f"drain of {name} timed out after {timeout:g}s; still running: {blocked}"
+                    f"drain of {name} timed out after {timeout:g}s; still running: {blocked}{why}"
                 )
             await asyncio.sleep(2)
 
 
 _FINISHED = ("Succeeded", "Failed")
+RETRY_AFTER_TRIES = 10
+CONFLICT_TRIES = 5
+RETRY_AFTER_MAX_S = 10.0
+
+
+def _seconds(retry_after: str) -> float:
+    """Retry-After in seconds (the API server sends an integer), bounded."""
+    try:
+        return min(RETRY_AFTER_MAX_S, max(0.1, float(retry_after)))
+    except ValueError:
+        return 1.0
 
 
 def _daemonset_pod(pod: dict[str, Any]) -> bool:

@@ -1,0 +1,168 @@
+"""`lab --build-control-plane`: the generated build modules, the clear errors without Go or
+without the module proxy, and a second build that builds nothing (no network in tests:
+the builds themselves run in .ci/run, and the real tier uses what they made)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from wizard.lab.controlplane import build
+from wizard.lab.controlplane.versions import COMPONENTS, ETCD, HELM, KUBERNETES
+
+# Shaped as k8s.io/kubernetes' go.mod: staging modules required at v0.0.0 and replaced by
+# ./staging paths, and one ordinary replace that must survive as it is.
+K8S_GO_MOD = """\
+module k8s.io/kubernetes
+
+go 1.24.0
+
+godebug default=go1.24
+
+require (
+\tgithub.com/spf13/cobra v1.8.1
+\tk8s.io/api v0.0.0
+\tk8s.io/client-go v0.0.0
+)
+
+require k8s.io/kubelet v0.0.0
+
+replace (
+\tk8s.io/api => ./staging/src/k8s.io/api
+\tk8s.io/client-go => ./staging/src/k8s.io/client-go // a comment
+\tk8s.io/kubelet => ./staging/src/k8s.io/kubelet
+\tgithub.com/example/fork => github.com/example/fork v1.2.3
+)
+"""
+
+# Shaped as etcd's server/go.mod: siblings required at their own published versions
+# (client/v2 is v2.305.x), plus a guard replace for a module nothing requires.
+ETCD_GO_MOD = """\
+module go.etcd.io/etcd/server/v3
+
+go 1.23
+
+require (
+\tgo.etcd.io/etcd/api/v3 v3.5.35
+\tgo.etcd.io/etcd/client/v2 v2.305.35
+)
+
+replace (
+\tgo.etcd.io/etcd/api/v3 => ../api
+\tgo.etcd.io/etcd/client/v2 => ../client/v2
+)
+
+replace go.etcd.io/etcd => ./FORBIDDEN_DEPENDENCY
+"""
+
+
+def test_kubernetes_staging_modules_become_their_published_versions():
+    text = build.build_module(KUBERNETES, K8S_GO_MOD)
+    assert f"require k8s.io/kubernetes {KUBERNETES.version}" in text
+    assert "go 1.24.0" in text
+    for module in ("k8s.io/api", "k8s.io/client-go", "k8s.io/kubelet"):
+        assert f"\t{module} => {module} {KUBERNETES.sibling_version}" in text
+    assert "\tgithub.com/example/fork => github.com/example/fork v1.2.3" in text
+    assert "./staging" not in text
+
+
+def test_etcd_siblings_take_the_versions_its_go_mod_requires():
+    text = build.build_module(ETCD, ETCD_GO_MOD)
+    assert "\tgo.etcd.io/etcd/api/v3 => go.etcd.io/etcd/api/v3 v3.5.35" in text
+    assert "\tgo.etcd.io/etcd/client/v2 => go.etcd.io/etcd/client/v2 v2.305.35" in text
+    assert "FORBIDDEN" not in text and "../" not in text
+
+
+def test_versions_are_pinned_for_the_clusters_minor():
+    assert KUBERNETES.version.startswith("v1.33.")
+    assert KUBERNETES.sibling_version == "v0.33." + KUBERNETES.version.split(".")[2]
+    assert ETCD.version.startswith(("v3.5.", "v3.6."))
+    assert HELM.version.startswith("v3.")
+    assert {c.binary_names() for c in COMPONENTS} == {
+        ("etcd",),
+        ("kube-apiserver", "kube-controller-manager", "kube-scheduler"),
+        ("helm",),
+    }
+
+
+def test_cache_is_outside_the_repository_and_keyed_by_version(monkeypatch, tmp_path):
+    monkeypatch.setenv(build.CACHE_ENV, str(tmp_path / "cp"))
+    assert build.bin_dir(KUBERNETES) == tmp_path / "cp" / f"kubernetes-{KUBERNETES.version}" / "bin"
+    monkeypatch.delenv(build.CACHE_ENV)
+    repo = Path(build.__file__).resolve().parents[3]
+    assert repo not in build.cache_root().parents
+
+
+def _stamp_built(root: Path) -> None:
+    for component in COMPONENTS:
+        folder = build.bin_dir(component, root)
+        folder.mkdir(parents=True)
+        for name in component.binary_names():
+            (folder / name).write_text("")
+        (folder.parent / build.STAMP).write_text(json.dumps({"version": component.version}))
+
+
+def test_a_second_build_builds_nothing(tmp_path):
+    """Idempotent: with every version built, the builder never runs go (here a go that
+    would fail at once)."""
+    _stamp_built(tmp_path)
+    said: list[str] = []
+    builder = build.Builder(tmp_path, Path("/bin/false"), 1, said.append)
+    assert builder.build_all() == [build.bin_dir(c, tmp_path) for c in COMPONENTS]
+    assert len(said) == len(COMPONENTS) and all("already built" in s for s in said)
+    assert build.missing_reason(tmp_path) is None
+
+
+def test_an_interrupted_build_is_not_taken_for_a_built_one(tmp_path):
+    """Binaries without the stamp (the stamp is written last) count as not built."""
+    _stamp_built(tmp_path)
+    (build.bin_dir(HELM, tmp_path).parent / build.STAMP).unlink()
+    assert not build.built(HELM, tmp_path)
+    reason = build.missing_reason(tmp_path)
+    assert reason and HELM.key in reason and "lab --build-control-plane" in reason
+
+
+def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "wizard.cli", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=120,
+    )
+
+
+def test_without_go_the_build_says_so(tmp_path):
+    result = _cli("lab", "--build-control-plane",
+                  env={build.CACHE_ENV: str(tmp_path), build.GO_ENV: str(tmp_path / "no-go")})  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert "needs Go" in result.stderr and "GNW_GO" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_without_the_module_proxy_the_build_says_so(tmp_path):
+    try:
+        go = build.find_go()
+    except build.BuildError:
+        pytest.skip("no go command on this machine")
+    result = _cli(
+        "lab",
+        "--build-control-plane",
+        env={
+            build.CACHE_ENV: str(tmp_path / "cp"),
+            build.GO_ENV: str(go),
+            "GOPROXY": "off",
+            "GOMODCACHE": str(tmp_path / "mod"),
+            "GOFLAGS": "",
+        },
+    )
+    assert result.returncode == 2, result.stderr
+    assert "Go module proxy" in result.stderr and "GOPROXY=off" in result.stderr
+    assert f"{ETCD.module}@{ETCD.version}" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not build.built(ETCD, tmp_path / "cp")

@@ -1,0 +1,117 @@
+"""helm's pending state after a kill -9 in the middle of the wizard's `helm upgrade
+--install --wait`, on the real control plane with the real helm: the next run sees it,
+says so, and resolves it (its own interrupted operation, by the journal), never forcing."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import ssl
+import subprocess
+import sys
+import time
+
+import yaml
+
+from tests.conftest import REPO
+from tests.real_tier import ServedLab, require_real
+from wizard.lab.controlplane import build
+from wizard.lab.controlplane.client import Api
+from wizard.lab.controlplane.versions import HELM
+
+NODES = ("cp-1", "cpu-worker-1", "cpu-worker-2", "gpu-b300-01")
+
+
+def _releases(lab: ServedLab) -> list[dict]:
+    result = subprocess.run(
+        [str(lab.helm), "--kubeconfig", str(lab.kubeconfig), "list", "-A", "--all", "-o", "json"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    return json.loads(result.stdout or "[]")
+
+
+def _cordon(lab: ServedLab, unschedulable: bool) -> None:
+    """Cordon (or uncordon) every node, as the admin of the lab's cluster."""
+    pki = lab.folder / "control-plane" / "pki"
+    context = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    context.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+    config = yaml.safe_load(lab.kubeconfig.read_text())
+    api = Api(config["clusters"][0]["cluster"]["server"], context)
+    for node in NODES:
+        api.merge_patch(f"/api/v1/nodes/{node}", {"spec": {"unschedulable": unschedulable or None}})
+
+
+def _processes_running(binary: str) -> list[int]:
+    """The pids whose command line starts with ``binary`` (the lab's helm wrapper execs the
+    real helm, which keeps the wrapper's argv[0]... so both forms are matched)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                argv = handle.read().split(b"\0")
+        except OSError:
+            continue
+        if (
+            argv
+            and (
+                argv[0].decode(errors="replace") == binary
+                or (len(argv) > 1 and argv[1].decode(errors="replace") == binary)
+            )
+            and b"upgrade" in argv
+        ):
+            found.append(int(entry))
+    return found
+
+
+def _wizard(lab: ServedLab, state: str) -> list[str]:
+    argv = [sys.executable, "-m", "wizard.cli", "run", str(lab.site), "--headless", "--yes",
+            "--phase", "gpu-operator", "--state-dir", state]  # fmt: skip
+    return argv
+
+
+def test_an_install_killed_mid_way_is_seen_said_and_resolved_by_the_next_run(tmp_path):
+    require_real()
+    lab = ServedLab(tmp_path / "lab")
+    state = str(tmp_path / "state")
+    try:
+        # Every node cordoned: the operator's pod cannot be scheduled, helm --wait waits.
+        _cordon(lab, True)
+        first = subprocess.Popen(_wizard(lab, state), cwd=REPO, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        deadline = time.monotonic() + 180
+        status = None
+        while time.monotonic() < deadline and status != "pending-install":
+            status = next(
+                (r["status"] for r in _releases(lab) if r["name"] == "gpu-operator"), None
+            )
+            time.sleep(1)
+        assert status == "pending-install"
+        # The wizard and its helm, as a lost jump host ends them (helm runs in a session of
+        # its own, so that a Ctrl-C reaches the wizard first: it is found by its argv).
+        helms = _processes_running(str(build.binary(HELM, "helm")))
+        os.killpg(first.pid, signal.SIGKILL)
+        for pid in helms:
+            os.kill(pid, signal.SIGKILL)
+        first.wait(30)
+        assert helms, "the wizard's helm was not running"
+        assert [r["status"] for r in _releases(lab)] == ["pending-install"]
+        _cordon(lab, False)
+        second = subprocess.run(_wizard(lab, state), cwd=REPO, capture_output=True, text=True,
+                                timeout=900)  # fmt: skip
+        out = second.stdout + second.stderr
+        assert second.returncode == 0, out[-4000:]
+        assert "gpu-operator/gpu-operator is pending-install: this wizard's own" in out
+        assert "`helm uninstall gpu-operator -n gpu-operator` (it was never deployed)" in out
+        # The journal: the interrupted install, the uninstall, the install again; no --force.
+        journal = (tmp_path / "state" / "lab" / "journal.jsonl").read_text().splitlines()
+        helm = [json.loads(line)["command"].split()[1] for line in journal
+                if '"target": "helm"' in line and '"command"' in line and '"intent"' in line]  # fmt: skip
+        assert helm == ["upgrade", "uninstall", "upgrade"]
+        assert "--force" not in "".join(journal)
+        releases = [(r["name"], r["status"], r["chart"]) for r in _releases(lab)]
+        assert releases == [("gpu-operator", "deployed", "gpu-operator-v26.7.0")]
+    finally:
+        lab.stop()
