@@ -378,7 +378,7 @@ class _Handler(BaseHTTPRequestHandler):
         found = self._existing()
         if found is None:
             return
-        (api, plural, ns, name), current = found
+        (api, plural, ns, _), current = found
         body = self._body()
         if self._conflict(current, body):
             return
