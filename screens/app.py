@@ -170,12 +170,9 @@ class TuiFrontEnd:
 
     async def decide(self, decision: Decision) -> Reply:
         screen = DECISION_SCREENS[decision.kind]
-
-        def make() -> Screen[Reply]:
-            self.decisions.append(decision)
-            return screen(decision)
-
-        return await self.bridge.ask(make)
+        self.decisions.append(decision)
+        # A fresh dialog each time it is shown: Esc sets it aside, `d` shows it again.
+        return await self.bridge.ask(partial(screen, decision))
 
 
 class ErrorScreen(Screen[None]):
@@ -260,6 +257,7 @@ class WizardApp(App[int]):
             self.theme = theme
         self.theme_changed_signal.subscribe(self, self._remember_theme)
         self._bridge = UiBridge(self)
+        self._bridge.on_waiting = self._waiting_changed
         self._engine_done.clear()
         self.conductor()
 
@@ -429,6 +427,16 @@ class WizardApp(App[int]):
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
+
+    def _waiting_changed(self) -> None:
+        waiting = self._bridge.waiting if self._bridge is not None else None
+        if self.main_screen is not None and self.main_screen.is_mounted:
+            self.main_screen.show_waiting(waiting[0] if waiting else None)
+
+    def action_decide(self) -> None:
+        """``d``: the question set aside with Esc, again."""
+        if self._bridge is None or not self._bridge.reopen():
+            self.notify("no question waits for you", timeout=3)
 
     def action_report(self) -> None:
         self.push_screen(self._report())

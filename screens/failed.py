@@ -10,7 +10,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Button, Footer, Input, Label, Static
 
-from screens.modals import DIALOG_BINDINGS, AnswerScreen, failing_checks, findings_text
+from screens.modals import BACK, DIALOG_BINDINGS, AnswerScreen, failing_checks, findings_text
 from wizard.events import Answer, Reply
 
 
@@ -28,7 +28,8 @@ class FailedStepScreen(AnswerScreen):
         Binding("ctrl+r", "answer('proceed')", "Retry"),
         Binding("r", "answer('proceed')", "Retry", show=False),
         Binding("w", "waive", "Waive", show=False),
-        Binding("escape", "answer('skip')", "Leave failed"),
+        Binding("ctrl+l", "answer('skip')", "Leave failed"),
+        BACK,
         Binding("ctrl+x", "answer('abort')", "Abort run"),
         *DIALOG_BINDINGS,
     ]
@@ -43,7 +44,7 @@ class FailedStepScreen(AnswerScreen):
                 yield from failing_checks(d.findings, "(no failing check recorded)")
             if d.waivable:
                 yield Label("To waive: type the reason and Enter (recorded with your name "
-                            "and the time); ctrl+r retries, Esc leaves it failed")  # fmt: skip
+                            "and the time); ctrl+r retries, ctrl+l leaves it failed")  # fmt: skip
                 yield Input(placeholder="e.g. lab machine without ACS control", id="reason")
             yield Static("", id="waive-error", classes="error-text")
             with Horizontal(classes="buttons"):
@@ -78,10 +79,11 @@ class FailedStepScreen(AnswerScreen):
 
     def action_answer(self, answer: str) -> None:
         # The Waive button's id comes here too (AnswerScreen.pressed): it carries a reason.
+        # "Leave failed" is no skip of the step (it stays failed): no skip question.
         if answer == Answer.WAIVE:
             self.action_waive()
         else:
-            super().action_answer(answer)
+            self.dismiss(Reply(Answer(answer)))
 
     @on(Input.Submitted, "#reason")
     def submitted(self) -> None:

@@ -86,6 +86,7 @@ class MainScreen(Screen[None]):
         Binding("r", "app.report", "Report"),
         Binding("m", "app.measurements", "Measure"),
         Binding("n", "nodes", "Nodes"),
+        Binding("d", "app.decide", "Decide", show=False),
         Binding("p", "toggle_phases", "Phases"),
         Binding("question_mark", "app.help", "Help"),
         Binding("q", "app.quit", "Quit"),
@@ -136,6 +137,7 @@ class MainScreen(Screen[None]):
                 yield DataTable(id="phases", cursor_type="row", zebra_stripes=False)
             with Vertical(id="main"):
                 yield Label("Starting...", id="step-title")
+                yield Static("", id="waiting")
                 with Horizontal(id="progress-line"):
                     yield ProgressBar(total=self.total, id="progress", show_eta=False)
                     yield Label("", id="elapsed")
@@ -176,6 +178,7 @@ class MainScreen(Screen[None]):
         findings.add_column("message", key="message")
         self._fit_findings()
         self.query_one("#error-panel", Static).display = False
+        self.query_one("#waiting", Static).display = False
         self.query_one("#findings-filter", Input).display = False
         self.set_interval(1.0, self._tick)
 
@@ -491,6 +494,19 @@ class MainScreen(Screen[None]):
         from screens.fleet import FleetScreen
 
         self.app.push_screen(FleetScreen(self))
+
+    def show_waiting(self, title: str | None) -> None:
+        """A question set aside with Esc waits: say which, and that ``d`` answers it."""
+        lines = self.query("#waiting").results(Static)
+        line = next(lines, None)
+        if line is None:  # the screen is being taken down (the app is quitting)
+            return
+        line.display = title is not None
+        if title is not None:
+            line.update(
+                Content.assemble(("Waiting for you: ", "bold $text-warning"), title,
+                                 ("  (d: answer it)", "bold"))
+            )  # fmt: skip
 
     def show_stopped(self, reason: str) -> None:
         """The run ended early: say why, and stay here so the operator can read the findings."""

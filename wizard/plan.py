@@ -297,6 +297,22 @@ class Plan:
                 return phase
         raise KeyError(step_id)
 
+    def dependents(self, step_id: str) -> list[Step]:
+        """The steps that build on ``step_id``, directly or through one another: those that
+        require it or need a result it records (in plan order). What skipping it holds back."""
+        found: set[str] = set()
+        frontier = {step_id}
+        while frontier:
+            after = {
+                s.id
+                for s in self.steps()
+                if s.id not in found
+                and (frontier & set(s.requires) or frontier & {p for p, _ in s.needs})
+            }
+            found |= after
+            frontier = after
+        return [s for s in self.steps() if s.id in found]
+
     def targets(self, step: Step, site: Site) -> list[str]:
         return [CLUSTER] if step.scope == Scope.CLUSTER else [n.name for n in site.nodes]
 
