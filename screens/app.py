@@ -54,7 +54,7 @@ from screens.modals import (
     RollbackScreen,
 )
 from screens.preferences import remembered_theme, save_preference
-from screens.report import ReportScreen
+from screens.report import ReportData, ReportScreen
 from screens.start import StartScreen
 from steps import build_plan
 from wizard.checkpoint import Checkpoint, site_state_dir
@@ -359,7 +359,7 @@ class WizardApp(App[int]):
             self.main_screen.show_stopped(summary.stopped)
             self.notify(f"The run stopped: {summary.stopped}", severity="error", timeout=10)
         else:
-            self.push_screen(self._report())
+            self.run_worker(self.action_report())
 
     async def _show_error(self, message: str) -> None:
         await self.push_screen(ErrorScreen(message))
@@ -375,10 +375,28 @@ class WizardApp(App[int]):
             assert worker.error is not None
             self.run_worker(self._show_failure(Failure.of(worker.error, None, self.journal_path)))
 
-    def _report(self) -> ReportScreen:
-        findings = self.main_screen.findings if self.main_screen else []
+    async def _report(self) -> ReportScreen:
+        """report.md's report of the checkpoint (read off the UI loop), refreshed while it is
+        open; before a session (or a checkpoint) exists, the report of what the run showed."""
         stopped = self.summary.stopped if self.summary else None
-        return ReportScreen(list(findings), stopped)
+        session = self.session
+        load = None
+        if session is not None:
+
+            async def load() -> ReportData | None:
+                return await asyncio.to_thread(_report_data, session, self.plan)
+
+        data = await load() if load is not None else None
+        if data is None:
+            main = self.main_screen
+            site = main.site if main is not None else (session.site if session else None)
+            if site is None:
+                data = ReportData({"gates": [], "site": "", "skipped_steps": []}, [])
+            else:
+                states = main.states if main is not None else {}
+                findings = list(main.findings) if main is not None else []
+                data = ReportData.of_run(site, self.plan, states, findings)
+        return ReportScreen(data, stopped, load)
 
     # -- quitting ---------------------------------------------------------------------------
 
@@ -438,8 +456,8 @@ class WizardApp(App[int]):
         if self._bridge is None or not self._bridge.reopen():
             self.notify("no question waits for you", timeout=3)
 
-    def action_report(self) -> None:
-        self.push_screen(self._report())
+    async def action_report(self) -> None:
+        await self.push_screen(await self._report())
 
     async def action_measurements(self) -> None:
         from screens.measurements import MeasurementsScreen
@@ -487,6 +505,13 @@ def _measurements(session: Session, plan: Any) -> list[dict[str, Any]]:
 
     report = checkpoint_report(session.state_dir, session.site, plan)
     return report["measurements"] if report else []
+
+
+def _report_data(session: Session, plan: Any) -> ReportData | None:
+    from wizard.checkpoint import read_state
+
+    state = read_state(site_state_dir(session.state_dir, session.site))
+    return None if state is None else ReportData.of_state(state, session.site, plan)
 
 
 def _journal_failure(checkpoint: Checkpoint, failure: Failure) -> None:

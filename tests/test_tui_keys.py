@@ -28,7 +28,7 @@ from screens.modals import (
     ReviewScreen,
     RollbackScreen,
 )
-from screens.report import ReportScreen
+from screens.report import ReportData, ReportScreen
 from screens.start import StartScreen
 from steps import build_plan
 from tests.conftest import MINIMAL_SITE
@@ -143,7 +143,7 @@ SCREENS = {
     "maintenance": lambda app: MaintenanceScreen(maintenance_decision()),
     "rollback": lambda app: RollbackScreen(rollback_decision()),
     "failed": lambda app: FailedStepScreen(failed_decision()),
-    "report": lambda app: ReportScreen([], None),
+    "report": lambda app: ReportScreen(ReportData.of_run(SITE, PLAN, {}, []), None),
     "measurements": lambda app: MeasurementsScreen(MEASUREMENTS),
     "start": lambda app: StartScreen(SITE, Status(Path("/nonexistent"), exists=False)),
     "quit": lambda app: QuitScreen({"gpu-1": "cordoned, QoS half applied"}),
@@ -423,7 +423,7 @@ async def test_the_report_opens_with_the_first_gates_findings_shown():
     ]
     app = IdleApp()
     async with app.run_test(size=(120, 40)) as pilot:
-        screen = ReportScreen(findings, None)
+        screen = ReportScreen(ReportData.of_run(SITE, PLAN, {}, findings), None)
         await app.push_screen(screen)
         await wait_for(pilot, lambda: screen.is_mounted, 5)
         await pilot.pause(0.1)
@@ -440,7 +440,7 @@ async def test_a_gate_of_many_passes_says_they_pass_and_of_many_findings_shows_t
     tens = [("s", "gpu-1", Finding(f"T10.c{n}", "T10", Severity.PASS, "ok")) for n in range(9)]
     app = IdleApp()
     async with app.run_test(size=(120, 40)) as pilot:
-        screen = ReportScreen([*many, *tens, warn], None)
+        screen = ReportScreen(ReportData.of_run(SITE, PLAN, {}, [*many, *tens, warn]), None)
         await app.push_screen(screen)
         await wait_for(pilot, lambda: screen.is_mounted, 5)
         screen.show_gate("T02")

@@ -10,9 +10,9 @@ import pytest
 from screens.failed import FailedStepScreen
 from screens.fleet import FleetScreen
 from screens.modals import MaintenanceScreen, ReviewScreen
-from screens.report import ReportScreen
+from screens.report import ReportData, ReportScreen
 from tests.test_tui import maintenance_decision, wait_for
-from tests.test_tui_keys import IdleApp, failed_decision, show
+from tests.test_tui_keys import PLAN, SITE, IdleApp, failed_decision, show
 from wizard.events import (
     ArtifactDiff,
     Decision,
@@ -90,7 +90,9 @@ SCREENS = {
     "fleet": lambda app: FleetScreen(app.main()),
     "review": lambda app: ReviewScreen(review_decision()),
     "maintenance": lambda app: MaintenanceScreen(gate_decision()),
-    "report": lambda app: ReportScreen([("preflight.host", "gpu-1", f) for f in FINDINGS], None),
+    "report": lambda app: ReportScreen(
+        ReportData.of_run(SITE, PLAN, {}, [("preflight.host", "gpu-1", f) for f in FINDINGS]), None
+    ),
     "failed": lambda app: FailedStepScreen(failed_decision()),
 }
 

@@ -19,7 +19,7 @@ from wizard.site import load_site
 def gate_table(outcome: Outcome) -> str:
     lines = ["gate  verdict  what"]
     for gate, verdict in outcome.gate_verdicts().items():
-        lines.append(f"{gate:<5} {(verdict.value if verdict else '-'):<8} {GATES[gate]}")
+        lines.append(f"{gate:<5} {verdict.value:<8} {GATES[gate]}")
     return "\n".join(lines)
 
 
@@ -53,11 +53,11 @@ async def run_demo_headless(
     if outcome.summary.stopped:
         print(f"stopped: {outcome.summary.stopped}")
     verdicts = outcome.gate_verdicts()
-    waiting = [g for g, v in verdicts.items() if v is None or v.value == "skip"]
+    waiting = [g for g, v in verdicts.items() if not v.complete or v.value == "skip"]
     if outcome.exit_code == 0:
         print("demo passed: no gate failed")
         if waiting:
-            print(f"no verdict (not configured or not run): {', '.join(waiting)}")
+            print(f"no full verdict (skipped, partial or not run): {', '.join(waiting)}")
     else:
         print("demo found failures (see above)")
     return outcome.exit_code

@@ -19,9 +19,9 @@ from wizard.redact import Redactor
 from wizard.report_xlsx import xlsx
 from wizard.site import Site
 from wizard.support import release_notes
-from wizard.verdict import gate_verdicts
+from wizard.verdict import judge_gates, state_records
 
-STATUS_ORDER = {"fail": 0, "warn": 1, "pass": 2, "skip": 3, "not run": 4}
+STATUS_ORDER = {"fail": 0, "warn": 1, "pass": 2, "skip": 3, "partial": 4, "not run": 5}
 # Which measurements are the key numbers of a gate (by name).
 KEY_NUMBERS = {
     "T05": re.compile(r"^tcp\."),
@@ -48,6 +48,7 @@ def checkpoint_report(state_dir: Path, site: Site, plan: Plan) -> dict[str, Any]
 def build_report(state: dict[str, Any] | None, site: Site, plan: Plan) -> dict[str, Any]:
     """One entry per gate (status, key numbers, evidence, time) and every measurement."""
     steps = (state or {}).get("steps", {})
+    verdicts = judge_gates(plan, site, state_records(state))
     gates = []
     measurements = []
     for step in plan.steps():
@@ -91,12 +92,14 @@ def build_report(state: dict[str, Any] | None, site: Site, plan: Plan) -> dict[s
         by_target: dict[str, list[Finding]] = {}
         for _, target, finding in findings:
             by_target.setdefault(target, []).append(finding)
+        status = verdicts[gate].value
+        evidence = ""
         if findings:
-            status = gate_verdicts(f for _, _, f in findings)[gate].value
             headline = sorted(findings, key=lambda x: _headline_rank(x[2]))[0]
             evidence = f"{headline[1]}: {headline[2].check}: {headline[2].message}"
-        else:
-            status, evidence = "not run", ""
+        if status == "partial":
+            missing = _not_run_provers(plan, site, steps, gate)
+            evidence = f"not run yet: {missing}" + (f"; so far {evidence}" if evidence else "")
         gates.append(
             {
                 "gate": gate,
@@ -139,6 +142,22 @@ def build_report(state: dict[str, Any] | None, site: Site, plan: Plan) -> dict[s
     }
 
 
+def _not_run_provers(plan: Plan, site: Site, steps: dict[str, Any], gate: str) -> str:
+    """The steps that prove ``gate`` and have not run everywhere yet (a partial gate)."""
+    missing = []
+    for step in plan.steps():
+        if gate not in step.gates:
+            continue
+        targets = [
+            t
+            for t in plan.targets(step, site)
+            if steps.get(step.id, {}).get(t, {}).get("state") not in ("done", "failed", "skipped")
+        ]
+        if targets:
+            missing.append(f"{step.id} on {targets_text(targets)}")
+    return ", ".join(missing)
+
+
 def _skipped_steps(steps: dict[str, Any], plan: Plan) -> list[dict[str, Any]]:
     """Every step recorded as skipped, with who skipped it and why (the engine keeps who
     in ``extra.skipped_by``; a checkpoint from before that is read from the message)."""
@@ -177,6 +196,7 @@ def verdict_line(report: dict[str, Any]) -> str:
         return [g["gate"] for g in gates if g["status"] == status]
 
     failed, skipped, not_run = named("fail"), named("skip"), named("not run")
+    partial = named("partial")
     waived = [g["gate"] for g in gates if g.get("waived") and g["status"] != "fail"]
     warned = [g for g in named("warn") if g not in waived]
     passed = named("pass")
@@ -188,6 +208,8 @@ def verdict_line(report: dict[str, Any]) -> str:
         parts.append(f"{_count(failed, 'gate')} {fail} ({', '.join(failed)}){where}")
     if skipped:
         parts.append(f"{len(skipped)} skipped ({', '.join(skipped)})")
+    if partial:
+        parts.append(f"{len(partial)} partial ({', '.join(partial)})")
     if not_run:
         parts.append(f"{len(not_run)} not run ({', '.join(not_run)})")
     if waived:
@@ -196,7 +218,7 @@ def verdict_line(report: dict[str, Any]) -> str:
         parts.append(f"{len(warned)} warn ({', '.join(warned)})")
     if failed:
         word = "not ready"
-    elif skipped or not_run:
+    elif skipped or not_run or partial:
         word = "not ready (incomplete)"
     elif waived or warned:
         word = "ready with warnings"

@@ -11,6 +11,7 @@ from wizard.fleet import group_targets, targets_text
 from wizard.model import Finding, StepState, worst
 from wizard.plan import Plan
 from wizard.site import Site
+from wizard.verdict import GateVerdict, judge_gates, state_records
 
 
 @dataclass
@@ -36,6 +37,7 @@ class Status:
     changed_sections: list[str] = field(default_factory=list)
     would_reset: list[tuple[str, str]] = field(default_factory=list)
     waivers: list[dict[str, Any]] = field(default_factory=list)
+    gates: dict[str, GateVerdict] = field(default_factory=dict)
 
     @property
     def interrupted(self) -> list[StepStatus]:
@@ -50,6 +52,7 @@ class Status:
             "site_changed": self.changed_sections,
             "would_reset": [{"step": s, "target": t} for s, t in self.would_reset],
             "waivers": self.waivers,
+            "gates": {gate: v.value for gate, v in self.gates.items()},
             "steps": [
                 {
                     "step": s.step,
@@ -83,6 +86,7 @@ def load_status(state_dir: Path, site: Site, plan: Plan) -> Status:
             (s, t) for s, t in plan.invalidated(changed, site) if t in recorded.get(s, {})
         ],
         waivers=state.get("waivers", []),
+        gates=judge_gates(plan, site, state_records(state)),
     )
     for phase in plan.phases:
         for step in phase.steps:
@@ -127,6 +131,8 @@ def format_status(status: Status) -> str:
         )
     for waiver in status.waivers:
         lines.append(f"waived: {waiver['check']} ({waiver['reason']}; {waiver.get('by', '?')})")
+    if status.gates:
+        lines.append("gates: " + gates_text(status.gates))
     phase = None
     steps: dict[str, list[StepStatus]] = {}
     for s in status.steps:
@@ -144,3 +150,13 @@ def format_status(status: Status) -> str:
             said = f" - {message}" if message else ""
             lines.append(f"  {state:<8} {records[0].step} on {targets_text(targets)}{detail}{said}")
     return "\n".join(lines)
+
+
+def gates_text(gates: dict[str, GateVerdict]) -> str:
+    """``fail T03; pass T00 T01; partial T11; not run T12 T13``: worst first, one verdict
+    a group (a gate is "pass" only when every step that proves it ran)."""
+    order = ["fail", "warn", "skip", "partial", "not run", "pass"]
+    groups: dict[str, list[str]] = {}
+    for gate, v in gates.items():
+        groups.setdefault(v.value, []).append(gate)
+    return "; ".join(f"{v} {' '.join(groups[v])}" for v in order if v in groups)
