@@ -77,6 +77,7 @@ DECISION_SCREENS = {
 }
 CANCEL_POLL_S = 0.05  # how soon the engine's thread notices that the app is going away
 ENGINE_STOP_S = 30.0  # how long the closing app waits for the engine's thread at most
+CORDON_POLL_S = 2.0  # how often the main screen reads the checkpoint for cordoned nodes
 IN_FLIGHT_ASK_S = 2.0  # how long quitting waits for the engine to say what is in flight
 
 
@@ -343,7 +344,19 @@ class WizardApp(App[int]):
         self.main_screen = MainScreen(session.site, self.plan)
         await self.push_screen(self.main_screen)
         _freeze_startup_objects()
+        self.set_interval(CORDON_POLL_S, self._watch_cordons)
+        self.call_later(self._watch_cordons)
         return self.main_screen
+
+    async def _watch_cordons(self) -> None:
+        """Which nodes a failed maintenance change left cordoned, read from the checkpoint
+        (off the UI loop): the main screen names them until the engine uncordons them."""
+        session, main = self.session, self.main_screen
+        if session is None or main is None:
+            return
+        cordons = await asyncio.to_thread(_cordons, session)
+        if main.is_mounted:
+            main.show_cordons(cordons)
 
     def _run_ended(self, summary: RunSummary) -> None:
         self.summary = summary
@@ -505,6 +518,13 @@ def _measurements(session: Session, plan: Any) -> list[dict[str, Any]]:
 
     report = checkpoint_report(session.state_dir, session.site, plan)
     return report["measurements"] if report else []
+
+
+def _cordons(session: Session) -> list:
+    from wizard.checkpoint import read_state
+    from wizard.status import cordoned_nodes
+
+    return cordoned_nodes(read_state(site_state_dir(session.state_dir, session.site)))
 
 
 def _report_data(session: Session, plan: Any) -> ReportData | None:

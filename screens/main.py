@@ -37,6 +37,7 @@ from wizard.fleet import is_fleet
 from wizard.model import Finding, Severity, StepState, worst
 from wizard.plan import Plan
 from wizard.site import Site
+from wizard.status import Cordon
 
 GLYPHS = {
     StepState.PENDING: "·",
@@ -128,6 +129,9 @@ class MainScreen(Screen[None]):
         # What steps wait for (a node's reboot) and until when: a countdown each second.
         self._waiting: dict[tuple[str, str], tuple[str, float]] = {}
         self._run_ended = False
+        # Nodes a failed maintenance change left cordoned (from the checkpoint, see
+        # WizardApp._watch_cordons): named in the header and a panel until uncordoned.
+        self.cordons: list[Cordon] = []
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False)
@@ -142,6 +146,7 @@ class MainScreen(Screen[None]):
                     yield ProgressBar(total=self.total, id="progress", show_eta=False)
                     yield Label("", id="elapsed")
                 yield Static("", id="error-panel")
+                yield Static("", id="cordon-panel")
                 yield Input(placeholder="filter the findings: node, gate, check or severity "
                             "(Esc clears)", id="findings-filter")  # fmt: skip
                 yield DataTable(id="findings", cursor_type="row", zebra_stripes=True)
@@ -179,6 +184,7 @@ class MainScreen(Screen[None]):
         self._fit_findings()
         self.query_one("#error-panel", Static).display = False
         self.query_one("#waiting", Static).display = False
+        self.query_one("#cordon-panel", Static).display = False
         self.query_one("#findings-filter", Input).display = False
         self.set_interval(1.0, self._tick)
 
@@ -494,6 +500,25 @@ class MainScreen(Screen[None]):
         from screens.fleet import FleetScreen
 
         self.app.push_screen(FleetScreen(self))
+
+    def show_cordons(self, cordons: list[Cordon]) -> None:
+        """Name every node left cordoned, why, and how to uncordon it (header and panel)."""
+        if cordons == self.cordons:
+            return
+        self.cordons = list(cordons)
+        nodes = ", ".join(c.node for c in cordons)
+        self.sub_title = f"site {self.site.name}" + (f" · CORDONED: {nodes}" if nodes else "")
+        panel = next(self.query("#cordon-panel").results(Static), None)
+        if panel is None:
+            return
+        panel.display = bool(cordons)
+        parts: list[Content | str] = []
+        for cordon in cordons:
+            if parts:
+                parts.append("\n")
+            parts += [("CORDONED ", "bold $text-error"), Content(cordon.text()), "\n",
+                      ("To uncordon: ", "bold"), Content(cordon.remedy)]  # fmt: skip
+        panel.update(Content.assemble(*parts))
 
     def show_waiting(self, title: str | None) -> None:
         """A question set aside with Esc waits: say which, and that ``d`` answers it."""

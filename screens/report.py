@@ -134,8 +134,12 @@ class ReportScreen(Screen[None]):
         """The verdict line and the table from ``self.data`` (the cursor stays where it is)."""
         line = verdict_line(self.data.report).replace("**", "")
         word, _, rest = line.partition(" — ")
+        cordons: list[Content | str] = []
+        for c in self.data.report.get("cordoned", []):
+            cordons += ["\n", ("CORDONED ", "bold $text-error"),
+                        Content(f"{c['node']} (by {c['step']}): to uncordon, {c['uncordon']}")]  # fmt: skip
         self.query_one("#verdict-line", Static).update(
-            Content.assemble((word, "bold"), " — " if rest else "", rest)
+            Content.assemble((word, "bold"), " — " if rest else "", rest, *cordons)
         )
         table = self.query_one("#gates", DataTable)
         row = table.cursor_row

@@ -42,6 +42,9 @@ def checkpoint_summary(status: Status) -> str:
         + (f", {len(skipped)} skipped (kept on resume; `run --redo STEP@NODE`)" if skipped else "")
         + "."
     ]
+    for cordon in status.cordoned:
+        lines.append(f"CORDONED: {cordon.text()}")
+        lines.append(f"  to uncordon: {cordon.remedy}")
     if status.interrupted:
         lines.append(
             "Interrupted (verified first on resume): "

@@ -18,6 +18,7 @@ from wizard.private import PrivatePathError, private_dir, write_private
 from wizard.redact import Redactor
 from wizard.report_xlsx import xlsx
 from wizard.site import Site
+from wizard.status import cordoned_nodes
 from wizard.support import release_notes
 from wizard.verdict import judge_gates, state_records
 
@@ -133,6 +134,10 @@ def build_report(state: dict[str, Any] | None, site: Site, plan: Plan) -> dict[s
         "updated": (state or {}).get("updated"),
         "gates": gates,
         "skipped_steps": _skipped_steps(steps, plan),
+        "cordoned": [
+            {"node": c.node, "step": c.step, "why": c.why, "since": c.since, "uncordon": c.remedy}
+            for c in cordoned_nodes(state)
+        ],
         "waivers": list((state or {}).get("waivers", [])),
         "measurements": measurements,
         "notes": [
@@ -179,6 +184,11 @@ def _skipped_steps(steps: dict[str, Any], plan: Plan) -> list[dict[str, Any]]:
                     "by": by,
                     "why": why,
                     "time": record.get("finished"),
+                    # A failed change (and its rollback) this skip took the place of.
+                    "earlier": [
+                        f"{e.get('state')}: {e.get('message', '')} ({e.get('finished', '?')})"
+                        for e in (record.get("extra") or {}).get("earlier") or []
+                    ],
                 }
             )
     return skipped
@@ -197,10 +207,13 @@ def verdict_line(report: dict[str, Any]) -> str:
 
     failed, skipped, not_run = named("fail"), named("skip"), named("not run")
     partial = named("partial")
+    cordoned = [c["node"] for c in report.get("cordoned", [])]
     waived = [g["gate"] for g in gates if g.get("waived") and g["status"] != "fail"]
     warned = [g for g in named("warn") if g not in waived]
     passed = named("pass")
     parts = []
+    if cordoned:
+        parts.append(f"{targets_text(cordoned)} left cordoned (see Cordoned nodes)")
     if failed:
         on = sorted({t for g in gates if g["status"] == "fail" for t in g.get("fail_targets", [])})
         where = f" on {targets_text(on)}" if on else ""
@@ -216,7 +229,7 @@ def verdict_line(report: dict[str, Any]) -> str:
         parts.append(f"{len(waived)} waived ({', '.join(waived)})")
     if warned:
         parts.append(f"{len(warned)} warn ({', '.join(warned)})")
-    if failed:
+    if failed or cordoned:
         word = "not ready"
     elif skipped or not_run or partial:
         word = "not ready (incomplete)"
@@ -272,7 +285,8 @@ def skipped_and_waived(report: dict[str, Any]) -> list[str]:
         ]
         lines += [
             f"| {s['step']} | {s['target']} | {', '.join(s['gates'])} | {_cell(s['by'])} | "
-            f"{_cell(s['why'])} | {s['time'] or ''} |"
+            f"{_cell(s['why'] + ''.join(f'; before that {e}' for e in s.get('earlier', [])))} "
+            f"| {s['time'] or ''} |"
             for s in steps
         ]
         lines.append("")
@@ -346,6 +360,14 @@ def markdown(report: dict[str, Any], other: dict[str, Any] | None = None) -> str
         f"{', '.join(report['nodes'])}; checkpoint updated {report['updated']}.",
         "",
     ]
+    if report.get("cordoned"):
+        lines += ["## Cordoned nodes", ""]
+        lines += [
+            f"- **{c['node']} is cordoned** (by {c['step']}, since {c['since']}): "
+            f"{_cell(c['why'])}. To uncordon: {c['uncordon']}."
+            for c in report["cordoned"]
+        ]
+        lines.append("")
     if other:
         lines += [f"Compared with {other['site']} (NIC profile {other['nic_profile']}).", ""]
         lines += [

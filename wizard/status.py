@@ -14,6 +14,42 @@ from wizard.site import Site
 from wizard.verdict import GateVerdict, judge_gates, state_records
 
 
+@dataclass(frozen=True)
+class Cordon:
+    """A node a maintenance change left cordoned (its change failed to verify): nothing
+    new is scheduled there until it is uncordoned. Recorded by the engine in the step's
+    ``extra.cordoned`` and cleared when it uncordons the node."""
+
+    node: str
+    step: str
+    why: str
+    since: str
+
+    @property
+    def remedy(self) -> str:
+        return (
+            f"`run SITE --redo {self.step}@{self.node}` finishes the change and uncordons the "
+            f"node once it verifies; or fix it by hand, then `kubectl uncordon {self.node}`"
+        )
+
+    def text(self) -> str:
+        return f"{self.node} is cordoned (by {self.step}, since {self.since}): {self.why}"
+
+
+def cordoned_nodes(state: dict[str, Any] | None) -> list[Cordon]:
+    """Every node the checkpoint says a maintenance change left cordoned."""
+    found = []
+    for step, targets in ((state or {}).get("steps") or {}).items():
+        for target, record in targets.items():
+            mark = (record.get("extra") or {}).get("cordoned")
+            if isinstance(mark, dict):
+                found.append(
+                    Cordon(target, str(mark.get("by", step)), str(mark.get("why", "")),
+                           str(mark.get("since", "?")))
+                )  # fmt: skip
+    return sorted(found, key=lambda c: c.node)
+
+
 @dataclass
 class StepStatus:
     step: str
@@ -25,6 +61,7 @@ class StepStatus:
     severity: str = ""
     finished: str | None = None
     findings: list[Finding] = field(default_factory=list)
+    earlier: list[dict[str, Any]] = field(default_factory=list)  # failures a skip replaced
 
 
 @dataclass
@@ -38,6 +75,7 @@ class Status:
     would_reset: list[tuple[str, str]] = field(default_factory=list)
     waivers: list[dict[str, Any]] = field(default_factory=list)
     gates: dict[str, GateVerdict] = field(default_factory=dict)
+    cordoned: list[Cordon] = field(default_factory=list)
 
     @property
     def interrupted(self) -> list[StepStatus]:
@@ -53,6 +91,16 @@ class Status:
             "would_reset": [{"step": s, "target": t} for s, t in self.would_reset],
             "waivers": self.waivers,
             "gates": {gate: v.value for gate, v in self.gates.items()},
+            "cordoned": [
+                {
+                    "node": c.node,
+                    "step": c.step,
+                    "why": c.why,
+                    "since": c.since,
+                    "uncordon": c.remedy,
+                }
+                for c in self.cordoned
+            ],
             "steps": [
                 {
                     "step": s.step,
@@ -87,6 +135,7 @@ def load_status(state_dir: Path, site: Site, plan: Plan) -> Status:
         ],
         waivers=state.get("waivers", []),
         gates=judge_gates(plan, site, state_records(state)),
+        cordoned=cordoned_nodes(state),
     )
     for phase in plan.phases:
         for step in phase.steps:
@@ -104,6 +153,7 @@ def load_status(state_dir: Path, site: Site, plan: Plan) -> Status:
                         severity=worst(findings).value if findings else "",
                         finished=record.get("finished"),
                         findings=findings,
+                        earlier=list((record.get("extra") or {}).get("earlier") or []),
                     )
                 )
     return status
@@ -124,6 +174,9 @@ def format_status(status: Status) -> str:
             lines.append(
                 "  the next run resets: " + ", ".join(f"{s} on {t}" for s, t in status.would_reset)
             )
+    for cordon in status.cordoned:
+        lines.append(f"CORDONED: {cordon.text()}")
+        lines.append(f"  to uncordon: {cordon.remedy}")
     if status.interrupted:
         lines.append(
             "interrupted (re-verified first on resume): "
@@ -149,6 +202,12 @@ def format_status(status: Status) -> str:
             detail = f" [{severity}]" if severity else ""
             said = f" - {message}" if message else ""
             lines.append(f"  {state:<8} {records[0].step} on {targets_text(targets)}{detail}{said}")
+        for r in records:
+            for before in r.earlier:
+                lines.append(
+                    f"           before that on {r.target}: {before.get('state')} - "
+                    f"{before.get('message', '')} ({before.get('finished', '?')})"
+                )
     return "\n".join(lines)
 
 

@@ -54,6 +54,9 @@ from wizard.plan import (
 from wizard.site import Site
 from wizard.transports.base import TransportError
 
+# What a failed result keeps of itself when a later skip takes its place (``extra.earlier``).
+EARLIER_KEYS = ("state", "message", "findings", "finished", "attempts")
+
 
 class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin):
     def __init__(
@@ -498,6 +501,11 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
                 ctx.data.pop(key, None)
                 recorded.pop(key, None)
         extra = dict(ctx.data)
+        before = self.checkpoint.record(ctx.step.id, ctx.target)
+        if state is StepState.SKIPPED and before.get("state") == StepState.FAILED.value:
+            # A failed change (and its rollback) stays in the record under a later skip.
+            earlier = before.get("extra", {}).get("earlier", [])
+            extra["earlier"] = [*earlier, {key: before.get(key) for key in EARLIER_KEYS}]
         if ctx.target in self._boots and state is StepState.DONE:
             extra["verified_boot"] = self._boots[ctx.target]
         self.checkpoint.set_step(
