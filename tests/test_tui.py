@@ -408,7 +408,7 @@ def test_demo_in_tmux_walks_to_the_report():
 
         while time.monotonic() < deadline:
             shown = screen()
-            if "T00-T17 verdicts" in shown:
+            if "T00-T17 report" in shown:
                 break
             if "Maintenance window:" in shown:  # type the node name into the box, confirm
                 # The name box has the focus: a person types the name and presses Enter
@@ -419,7 +419,7 @@ def test_demo_in_tmux_walks_to_the_report():
             elif "Your turn:" in shown:  # a manual step: done, verify it
                 act("Your turn:", ["Enter"])
             time.sleep(0.2)
-        assert "T00-T17 verdicts" in shown, shown
+        assert "T00-T17 report" in shown, shown
         assert {"Review:", "Your turn:", "Maintenance window:"} <= set(seen)
         # The first capture with the title can hold half a frame: tmux had read part of
         # what the app wrote (seen under load: the rows up to T16, no footer). Judge the

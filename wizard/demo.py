@@ -69,4 +69,21 @@ def run_demo_tui(faults: tuple[str, ...], nodes: int, state_dir: Path | None) ->
     from wizard.session import open_lab
 
     # With --state-dir the lab is kept there: killed and started again, the demo resumes.
-    return run_tui(lambda: open_lab(faults, nodes, state_dir, keep=state_dir is not None))
+    # Without, the state lives in a temporary folder as long as the TUI (its report and
+    # measurements read it after the run) and goes when the TUI exits.
+    opened: list = []
+
+    async def opener():
+        opened.append(await open_lab(faults, nodes, state_dir, keep=state_dir is not None))
+        return opened[-1]
+
+    try:
+        return run_tui(opener)
+    finally:
+        for session in opened:
+            kept = session.discard()
+            if kept is not None:
+                print(f"demo: the state stays in {kept} (the journal names the error)")
+            elif state_dir is None:
+                print("demo: its temporary state went with the TUI "
+                      "(`demo --state-dir DIR` keeps it, and resumes there)")  # fmt: skip
