@@ -32,6 +32,8 @@ def site_summary(site: Site) -> str:
 
 
 def checkpoint_summary(status: Status) -> str:
+    if status.foreign is not None:
+        return f"Refused: {status.foreign}"
     if not status.exists:
         return "No checkpoint yet: the run starts at phase 1."
     done = sum(1 for s in status.steps if s.state is StepState.DONE)

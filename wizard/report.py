@@ -9,8 +9,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from wizard.checkpoint import read_state, site_state_dir
-from wizard.errors import UsageError
+from wizard.checkpoint import foreign_site_file, read_state, site_state_dir
+from wizard.errors import CheckpointError, UsageError
 from wizard.fleet import group_targets, targets_text
 from wizard.model import GATES, SKIPPED_CHECK, Finding, Severity, is_skipped_step, verdict
 from wizard.plan import Plan
@@ -42,7 +42,11 @@ KEY_NUMBERS = {
 
 def checkpoint_report(state_dir: Path, site: Site, plan: Plan) -> dict[str, Any] | None:
     """The report of the site's checkpoint in ``state_dir``; None when it has none yet."""
-    state = read_state(site_state_dir(state_dir, site))
+    directory = site_state_dir(state_dir, site)
+    state = read_state(directory)
+    foreign = foreign_site_file(state, site)
+    if foreign is not None:
+        raise CheckpointError(f"{directory}: {foreign}")
     return None if state is None else build_report(state, site, plan)
 
 

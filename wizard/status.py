@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wizard.checkpoint import changed_sections, read_state, site_state_dir
+from wizard.checkpoint import changed_sections, foreign_site_file, read_state, site_state_dir
 from wizard.fleet import group_targets, targets_text
 from wizard.model import Finding, StepState, worst
 from wizard.plan import Plan
@@ -76,6 +76,8 @@ class Status:
     waivers: list[dict[str, Any]] = field(default_factory=list)
     gates: dict[str, GateVerdict] = field(default_factory=dict)
     cordoned: list[Cordon] = field(default_factory=list)
+    # Another site file's checkpoint (the same name:): why it is not this one's.
+    foreign: str | None = None
 
     @property
     def interrupted(self) -> list[StepStatus]:
@@ -85,6 +87,7 @@ class Status:
         return {
             "checkpoint": str(self.directory),
             "exists": self.exists,
+            "belongs_to_another_site_file": self.foreign,
             "created": self.created,
             "updated": self.updated,
             "site_changed": self.changed_sections,
@@ -122,6 +125,9 @@ def load_status(state_dir: Path, site: Site, plan: Plan) -> Status:
     state = read_state(directory)
     if state is None:
         return Status(directory, exists=False)
+    foreign = foreign_site_file(state, site)
+    if foreign is not None:  # never shown as this site's: its steps are another file's
+        return Status(directory, exists=False, foreign=foreign)
     changed = changed_sections(state, site)
     recorded = state.get("steps", {})
     status = Status(
@@ -160,6 +166,8 @@ def load_status(state_dir: Path, site: Site, plan: Plan) -> Status:
 
 
 def format_status(status: Status) -> str:
+    if status.foreign is not None:
+        return f"{status.directory}: {status.foreign}"
     if not status.exists:
         return f"no checkpoint yet for this site (would be {status.directory})"
     lines = [
