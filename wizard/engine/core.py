@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import traceback
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 from wizard import journal
@@ -484,6 +485,23 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
 
     # -- helpers -----------------------------------------------------------------------------
 
+    def _name_the_cause(
+        self, ctx: StepContext, findings: list[Finding], message: str
+    ) -> tuple[list[Finding], str]:
+        """A failure downstream of a skipped or failed step names that step first, in the
+        result's message and in each failing check (message and fix)."""
+        cause = self._upstream_cause(ctx.step, ctx.target)
+        if cause is None:
+            return findings, message
+        said, todo = cause
+        named = [
+            replace(f, message=f"{said}: {f.message}", remediation=f"{todo}; then: {f.remediation}")
+            if f.severity is Severity.FAIL and not f.waived and not f.message.startswith(said)
+            else f
+            for f in findings
+        ]
+        return named, (f"{said}; {message}" if message else said)
+
     def _finish(
         self, ctx: StepContext, state: StepState, findings: list[Finding], message: str = ""
     ) -> tuple[StepState, list[Finding]]:
@@ -500,6 +518,8 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
             for key in ctx.step.provides:
                 ctx.data.pop(key, None)
                 recorded.pop(key, None)
+        if state is StepState.FAILED:
+            findings, message = self._name_the_cause(ctx, findings, message)
         extra = dict(ctx.data)
         before = self.checkpoint.record(ctx.step.id, ctx.target)
         if state is StepState.SKIPPED and before.get("state") == StepState.FAILED.value:
