@@ -64,6 +64,10 @@ class EngineEvents(Message):
 # slices, so that keys and repaints get their turn in between.
 DRAIN_SLICE = 500
 
+# The findings table's columns (MainScreen._fit_findings): an id is cut only past this.
+ID_WIDTH_MAX = 40
+MESSAGE_MIN = 12
+
 # How often a main screen under a modal takes its events in.
 COVERED_DRAIN_S = 0.25
 
@@ -110,6 +114,8 @@ class MainScreen(Screen[None]):
         self._refill_due = False
         self._reported: set[tuple[str, str]] = set()  # (step, target) that brought findings
         self._select_due: int | None = None
+        # The longest check name and node shown so far: their columns are never narrower.
+        self._longest = {"check": 0, "target": max(len("cluster"), *map(len, self.node_names))}
         # A fleet gets one count column instead of a column per node, so that the phase
         # titles stay in view; the fleet view (n) has a row per node.
         self.node_columns = [] if self.fleet else self.node_names
@@ -192,16 +198,26 @@ class MainScreen(Screen[None]):
         self._fit_findings()
 
     def _fit_findings(self) -> None:
-        """Narrow the target and check columns on a narrow table, so the message keeps at
-        least a third of it (the detail below shows every name in full)."""
+        """Columns by priority (as k9s does): the check name and the node are ids the
+        operator types (`--waive CHECK=...`, `--redo STEP@NODE`), so they keep their full
+        width; the message takes what is left and shrinks first (the detail below shows it
+        whole). Only past ``ID_WIDTH_MAX`` is an id cut, and then the message keeps
+        ``MESSAGE_MIN``."""
         table = self.query_one("#findings", DataTable)
         width = table.size.width or self.size.width
-        target, check = (12, 26) if width >= 100 else (10, 18) if width >= 70 else (8, 14)
+        pad = 2 * table.cell_padding
+        check = min(max(self._longest["check"], 8), ID_WIDTH_MAX)
+        target = min(max(self._longest["target"], 6), ID_WIDTH_MAX)
+        room = width - pad * 4 - 6 - 2  # sev, the scrollbar
+        if room - check - target < MESSAGE_MIN:  # too narrow for every id: ids still first
+            check = max(8, min(check, room - target - MESSAGE_MIN))
+        message = max(MESSAGE_MIN, room - check - target)
         columns = table.columns
-        for key, value in (("target", target), ("check", check)):
+        for key, value in (("target", target), ("check", check), ("message", message)):
             column = columns.get(ColumnKey(key))
-            if column is not None and column.width != value:
+            if column is not None and (column.width != value or column.auto_width):
                 column.width = value
+                column.auto_width = False  # the message too: it takes the rest, no more
                 table._require_update_dimensions = True
         table.refresh()
 
@@ -405,6 +421,10 @@ class MainScreen(Screen[None]):
 
     def _add_row(self, index: int) -> None:
         _step, target, finding = self.findings[index]
+        if len(finding.check) > self._longest["check"] or len(target) > self._longest["target"]:
+            self._longest["check"] = max(self._longest["check"], len(finding.check))
+            self._longest["target"] = max(self._longest["target"], len(target))
+            self._fit_findings()
         severity = findings_view.shown_severity(finding)
         label = "waived" if finding.waived else severity.value
         self.query_one("#findings", DataTable).add_row(

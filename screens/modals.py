@@ -529,6 +529,10 @@ Every dialog:      pageup/pagedown scroll the diff   ctrl+c copy its commands an
 
 
 class HelpScreen(ModalScreen[None]):
+    """The keys, in a box of its own that scrolls (at 160x48 its first lines were above the
+    screen): the title and Close stay in view."""
+
+    AUTO_FOCUS = "#help-scroll"  # up/down, pageup/pagedown, home/end scroll it
     HORIZONTAL_BREAKPOINTS = layout.HORIZONTAL
     VERTICAL_BREAKPOINTS = layout.VERTICAL
     BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close")]
@@ -537,7 +541,8 @@ class HelpScreen(ModalScreen[None]):
         yield Footer(compact=True, show_command_palette=False)
         with Vertical(id="dialog"):
             yield Label("gpu-node-wizard help", classes="dialog-title")
-            yield Static(HELP)
+            with VerticalScroll(id="help-scroll"):
+                yield Static(HELP, markup=False)
             yield Button("Close", id="close")
 
     @on(Button.Pressed, "#close")
