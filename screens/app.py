@@ -59,7 +59,7 @@ from screens.start import StartScreen
 from steps import build_plan
 from wizard.checkpoint import Checkpoint, site_state_dir
 from wizard.engine import Engine, RunSummary
-from wizard.errors import EXIT_INTERNAL, WizardError
+from wizard.errors import EXIT_INTERNAL, EXIT_OK, WizardError
 from wizard.events import Decision, DecisionKind, Event, Reply, StepFinished, StepStarted
 from wizard.fleet import targets_text
 from wizard.session import Session
@@ -172,8 +172,15 @@ class TuiFrontEnd:
     async def decide(self, decision: Decision) -> Reply:
         screen = DECISION_SCREENS[decision.kind]
         self.decisions.append(decision)
+        make = partial(screen, decision)
+        if decision.kind is DecisionKind.RETRY_FAILED:  # the same failure again after a retry
+            attempt = sum(
+                1 for d in self.decisions
+                if d.kind is decision.kind and (d.step, d.target) == (decision.step, decision.target)
+            )  # fmt: skip
+            make = partial(FailedStepScreen, decision, attempt=attempt)
         # A fresh dialog each time it is shown: Esc sets it aside, `d` shows it again.
-        return await self.bridge.ask(partial(screen, decision))
+        return await self.bridge.ask(make)
 
 
 class ErrorScreen(Screen[None]):
@@ -235,6 +242,7 @@ class WizardApp(App[int]):
         self.failure: Failure | None = None
         self.finished = False
         self.decisions: list[Decision] = []
+        self.exit_message = ""  # what the terminal says once the TUI is gone
         self._bridge: UiBridge | None = None
         self._engine_loop: asyncio.AbstractEventLoop | None = None
         self._engine_thread_id: int | None = None
@@ -430,8 +438,29 @@ class WizardApp(App[int]):
     def leave(self) -> None:
         if self.failure is not None:
             self.exit(EXIT_INTERNAL, return_code=EXIT_INTERNAL, message=self.failure.summary())
-        else:
-            self.exit(0)
+            return
+        code, self.exit_message = self.exit_summary()
+        self.exit(code, message=self.exit_message or None)
+
+    def exit_summary(self) -> tuple[int, str]:
+        """The exit code and what the terminal says after the TUI is gone: as a headless
+        run's (1 after a stopped, aborted or failed run), with the report's verdict line."""
+        session, summary = self.session, self.summary
+        if session is None or self.main_screen is None:
+            return EXIT_OK, ""
+        if summary is None:
+            return EXIT_OK, (
+                "gpu-node-wizard: left during the run; the checkpoint keeps every result so "
+                "far: run again to resume"
+            )
+        from wizard.report import verdict_line
+        from wizard.runner import Outcome
+
+        code = Outcome(session.site, summary).exit_code
+        data = _report_data(session, self.plan)
+        verdict = verdict_line(data.report).replace("**", "") if data is not None else ""
+        said = f"the run stopped: {summary.stopped}" if summary.stopped else "the run ended"
+        return code, f"gpu-node-wizard: {said}\n{verdict}".rstrip()
 
     async def maintenance_in_flight(self) -> dict[str, str]:
         """target -> the state a maintenance change left it in, asked on the engine's loop

@@ -11,7 +11,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Button, Footer, Input, Label, Static
 
 from screens.modals import BACK, DIALOG_BINDINGS, AnswerScreen, failing_checks, findings_text
-from wizard.events import Answer, Reply
+from wizard.events import Answer, Decision, Reply
 
 
 class FailedStepScreen(AnswerScreen):
@@ -34,11 +34,16 @@ class FailedStepScreen(AnswerScreen):
         *DIALOG_BINDINGS,
     ]
 
+    def __init__(self, decision: Decision, attempt: int = 1) -> None:
+        super().__init__(decision)
+        self.attempt = attempt  # how many times this step failed on this target in this run
+
     def compose(self) -> ComposeResult:
         d = self.decision
+        again = f": failed again, attempt {self.attempt}" if self.attempt > 1 else ""
         yield Footer(compact=True, show_command_palette=False)
         with Vertical(id="dialog", classes="maintenance"):
-            yield Label(f"{d.title} ({d.target})", classes="dialog-title danger")
+            yield Label(f"{d.title} ({d.target}){again}", classes="dialog-title danger")
             yield Static(d.summary, classes="summary", markup=False)
             with VerticalScroll(id="diffs"):
                 yield from failing_checks(d.findings, "(no failing check recorded)")
@@ -82,8 +87,11 @@ class FailedStepScreen(AnswerScreen):
         # "Leave failed" is no skip of the step (it stays failed): no skip question.
         if answer == Answer.WAIVE:
             self.action_waive()
-        else:
-            self.dismiss(Reply(Answer(answer)))
+            return
+        if answer == Answer.PROCEED:
+            d = self.decision
+            self.notify(f"retrying {d.step} on {d.target} (attempt {self.attempt + 1})", timeout=4)
+        self.dismiss(Reply(Answer(answer)))
 
     @on(Input.Submitted, "#reason")
     def submitted(self) -> None:

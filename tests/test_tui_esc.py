@@ -65,6 +65,9 @@ async def test_escape_sets_the_review_aside_d_brings_it_back_and_skip_asks_namin
         assert waiting.display
         assert "irdma.enable on gpu-b300-01" in str(waiting.content)
         assert "d: answer it" in str(waiting.content)
+        from tests.test_tui_palette import titles
+
+        assert "Answer the waiting question" in titles(app, app.screen)
         await pilot.pause(0.5)
         assert ("irdma.enable", NODE) not in app.main_screen.states or app.main_screen.states[
             ("irdma.enable", NODE)
@@ -93,7 +96,7 @@ async def test_escape_sets_the_review_aside_d_brings_it_back_and_skip_asks_namin
 
 
 async def test_a_skip_that_nothing_builds_on_is_not_asked_twice():
-    decision = Decision(DecisionKind.CONFIRM_APPLY, "join.labels", "Node labels", "gpu-1", "x")
+    decision = Decision(DecisionKind.CONFIRM_APPLY, "ecn.enable", "ECN", "gpu-1", "x")
     app = ModalHost(ReviewScreen(decision))
     app.plan = __import__("steps").build_plan()
     async with app.run_test(size=SIZE) as pilot:
