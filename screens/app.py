@@ -151,6 +151,7 @@ class TuiFrontEnd:
         # Which steps run on which targets now (for an error screen that names the step).
         self.running: dict[str, list[str]] = {}
         self.last_step: str | None = None
+        self.deciding = 0  # questions pending: while one waits, nothing runs
 
     def emit(self, event: Event) -> None:
         if isinstance(event, StepStarted):
@@ -180,7 +181,21 @@ class TuiFrontEnd:
             )  # fmt: skip
             make = partial(FailedStepScreen, decision, attempt=attempt)
         # A fresh dialog each time it is shown: Esc sets it aside, `d` shows it again.
-        return await self.bridge.ask(make)
+        self.deciding += 1
+        try:
+            return await self.bridge.ask(make)
+        finally:
+            self.deciding -= 1
+
+    def steps_running(self) -> dict[str, str]:
+        """target -> the step running there now; empty while a question waits (nothing
+        runs then: quitting is as safe as between steps)."""
+        if self.deciding:
+            return {}
+        try:  # filled on the engine's thread
+            return {t: f"{step} is running" for step, ts in list(self.running.items()) for t in ts}
+        except RuntimeError:  # changed while read: do not guess that nothing runs
+            return {"(unknown)": "a step may be running"}
 
 
 class ErrorScreen(Screen[None]):
@@ -243,6 +258,7 @@ class WizardApp(App[int]):
         self.finished = False
         self.decisions: list[Decision] = []
         self.exit_message = ""  # what the terminal says once the TUI is gone
+        self.frontend: TuiFrontEnd | None = None
         self._bridge: UiBridge | None = None
         self._engine_loop: asyncio.AbstractEventLoop | None = None
         self._engine_thread_id: int | None = None
@@ -316,7 +332,7 @@ class WizardApp(App[int]):
                 await ui.call(self.exit, 0)
                 return
             main = await ui.call(self._show_main, session)
-            frontend = TuiFrontEnd(main, ui, self.decisions)
+            frontend = self.frontend = TuiFrontEnd(main, ui, self.decisions)
             with Checkpoint.open(session.state_dir, session.site) as checkpoint:
                 if choice == "restart":
                     checkpoint.reset_all()
@@ -426,8 +442,11 @@ class WizardApp(App[int]):
         if isinstance(self.screen, QuitScreen):
             return
         in_flight = await self.maintenance_in_flight()
+        running = self.frontend.steps_running() if self.frontend and not self.finished else {}
         if in_flight:
             self.push_screen(QuitScreen(in_flight), callback=self._quit_answered)
+        elif running:  # `q` mid-step asks too, as ctrl+c does
+            self.push_screen(QuitScreen(running, maintenance=False), callback=self._quit_answered)
         else:
             self.leave()
 

@@ -462,14 +462,16 @@ class QuitScreen(ModalScreen[bool]):
         Binding("question_mark", "app.help", "Help"),
     ]
 
-    def __init__(self, in_flight: dict[str, str]) -> None:
+    def __init__(self, in_flight: dict[str, str], *, maintenance: bool = True) -> None:
         super().__init__()
         self.in_flight = in_flight
+        self.maintenance = maintenance  # False: a step runs (no change of a node in flight)
 
     def compose(self) -> ComposeResult:
         yield Footer(compact=True, show_command_palette=False)
         with Vertical(id="dialog", classes="quit"):
-            yield Label("A maintenance change is in flight", classes="dialog-title danger")
+            title = "A maintenance change is in flight" if self.maintenance else "A step is running"
+            yield Label(title, classes="dialog-title danger")
             with VerticalScroll(id="in-flight"):
                 yield Static(
                     "\n".join(f"{node}: {where}" for node, where in self.in_flight.items()),
@@ -479,7 +481,10 @@ class QuitScreen(ModalScreen[bool]):
             yield Static(
                 "Quitting now stops the change where it is. The checkpoint keeps it: the next "
                 "run starts with these nodes, verifies what is in place, then finishes the "
-                "change or rolls it back.",
+                "change or rolls it back."
+                if self.maintenance
+                else "Quitting now stops these steps where they are. The checkpoint keeps "
+                "every result so far: the next run verifies what was in progress first.",
                 classes="summary",
             )
             with Horizontal(classes="buttons"):
@@ -498,7 +503,8 @@ class QuitScreen(ModalScreen[bool]):
 HELP = """\
 Keys
   ?        this help
-  q        quit (the checkpoint keeps everything; run again to resume)
+  q        quit (the checkpoint keeps everything; run again to resume; asks while a step runs)
+  d        answer the question set aside with Esc
   r        the T00-T17 report so far     m   the measurements (charts, then every number)
   l        the log, full screen: / searches (only matching lines), end follows again
   f        focus the findings        F   problems only (failures first) / all

@@ -49,3 +49,26 @@ async def test_leaving_mid_run_says_the_checkpoint_keeps_it(tmp_path):
         await pilot.pause(0.3)
     assert app.return_value == 0
     assert "run again to resume" in app.exit_message
+
+
+async def test_q_mid_step_asks_first_as_ctrl_c_does_and_not_at_a_question():
+    from screens.app import TuiFrontEnd
+    from tests.test_tui_keys import IdleApp, show
+
+    app = IdleApp()
+    async with app.run_test(size=SIZE) as pilot:
+        await show(app, pilot, "main")
+        app.frontend = TuiFrontEnd(app.main(), None, [])
+        app.frontend.running = {"preflight.host": ["gpu-1"]}
+        await pilot.press("q")
+        await wait_for(pilot, lambda: screen_name(app) == "QuitScreen", 5)
+        assert "A step is running" in str(app.screen.query_one(".dialog-title", Label).content)
+        assert "gpu-1: preflight.host is running" in str(
+            app.screen.query_one("#in-flight-nodes").content
+        )
+        await pilot.press("escape")  # Stay
+        await wait_for(pilot, lambda: screen_name(app) == "MainScreen", 5)
+        app.frontend.deciding = 1  # at a question nothing runs: q leaves at once
+        await pilot.press("q")
+        await pilot.pause(0.3)
+    assert app.return_value == 0
