@@ -129,6 +129,7 @@ class MainScreen(Screen[None]):
         self._covered_drain: Timer | None = None
         # Elapsed times: the run's, and each step's on each target since it started.
         self.clock = time.monotonic  # a snapshot test sets a fixed clock
+        self.wall = lambda: time.strftime("%H:%M:%S")  # the log's time of day (fixed there too)
         self._run_started = self.clock()
         self._started: dict[tuple[str, str], float] = {}
         self._current: tuple[str, str, str] | None = None  # title, step, target shown now
@@ -337,6 +338,7 @@ class MainScreen(Screen[None]):
                     self.notify(text, timeout=6)
 
     def _log(self, line: str) -> None:
+        line = f"{self.wall()} {line}"  # when it happened: a log read later needs it
         self.transcript.append(line)
         self._pending_lines.append(line)
 

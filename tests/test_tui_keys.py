@@ -224,6 +224,7 @@ async def test_l_opens_the_full_log_with_a_search_and_f_focuses_the_findings():
     app = IdleApp()
     async with app.run_test(size=(120, 40)) as pilot:
         main = await show(app, pilot, "main")
+        main.wall = lambda: "12:00:00"
         for n in range(300):
             main.deliver(OutputLine("gpu-1", f"line {n} {'ice' if n % 100 == 7 else 'x'}"))
         await pilot.pause(0.2)
@@ -238,9 +239,9 @@ async def test_l_opens_the_full_log_with_a_search_and_f_focuses_the_findings():
         await pilot.press(*"ice")
         await pilot.pause(0.1)
         assert [line for line in log.lines] == [
-            "gpu-1| line 7 ice",
-            "gpu-1| line 107 ice",
-            "gpu-1| line 207 ice",
+            "12:00:00 gpu-1| line 7 ice",
+            "12:00:00 gpu-1| line 107 ice",
+            "12:00:00 gpu-1| line 207 ice",
         ]
         assert "3 of 300 lines contain 'ice'" in str(app.screen.query_one("#log-count").content)
         main.deliver(OutputLine("gpu-1", "modinfo ice: version 2.3.10"))  # still live
@@ -308,6 +309,7 @@ async def test_step_and_run_elapsed_times_are_shown():
         main = await show(app, pilot, "main")
         now = [1000.0]
         main.clock = lambda: now[0]
+        main.wall = lambda: "23:04:05"
         main._run_started = 900.0
         main.deliver(StepStarted("preflight.host", "gpu-1", "Host preflight"))
         await pilot.pause(0.1)
@@ -318,7 +320,8 @@ async def test_step_and_run_elapsed_times_are_shown():
         )
         main.deliver(StepFinished("preflight.host", "gpu-1", StepState.DONE))
         await pilot.pause(0.1)
-        assert main.transcript[-1] == "gpu-1: preflight.host: done (12.5s)"
+        # Every log line says when (a log read later, or copied into a ticket, needs it).
+        assert main.transcript[-1] == "23:04:05 gpu-1: preflight.host: done (12.5s)"
         # A reboot: a countdown from the step's own limit, gone when the step ends.
         main.deliver(StepStarted("operate.reboot", "gpu-1", "Reboot"))
         main.deliver(Waiting("operate.reboot", "gpu-1", "waiting for gpu-1 to come back", 900.0))

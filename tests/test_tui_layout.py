@@ -70,6 +70,7 @@ async def fill(app: IdleApp, pilot) -> None:
     """A main screen some way into a run, on a fixed clock."""
     main = app.main()
     main.clock = lambda: 100.0
+    main.wall = lambda: "12:00:00"
     main._run_started = 100.0
     main.deliver(StepStarted("preflight.host", "gpu-1", "Host preflight"))
     for n in range(30):
