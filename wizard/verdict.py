@@ -9,7 +9,7 @@ preflight passed, the GPU-memory RDMA measurements never ran), never "pass".
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Any
 
@@ -80,15 +80,6 @@ def state_records(state: dict[str, Any] | None) -> dict[tuple[str, str], tuple[S
             findings = [Finding.from_json(f) for f in record.get("findings", [])]
             records[(step, target)] = (StepState(record.get("state", "pending")), findings)
     return records
-
-
-def gate_verdicts(findings: Iterable[Finding]) -> dict[str, Severity | None]:
-    """Each gate's worst finding alone, without asking which steps ran: for a view of
-    findings only (a gate's findings column), never for a gate's verdict (``judge_gates``)."""
-    by_gate: dict[str, list[Finding]] = {}
-    for finding in findings:
-        by_gate.setdefault(finding.gate, []).append(finding)
-    return {gate: (verdict(by_gate[gate]) if gate in by_gate else None) for gate in GATES}
 
 
 def checkpoint_findings(state: dict[str, Any] | None, plan: Plan) -> list[tuple[str, str, Finding]]:
