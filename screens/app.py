@@ -54,12 +54,12 @@ from screens.modals import (
     RollbackScreen,
 )
 from screens.preferences import remembered_theme, save_preference
-from screens.report import ReportScreen
+from screens.report import ReportData, ReportScreen
 from screens.start import StartScreen
 from steps import build_plan
 from wizard.checkpoint import Checkpoint, site_state_dir
 from wizard.engine import Engine, RunSummary
-from wizard.errors import EXIT_INTERNAL, WizardError
+from wizard.errors import EXIT_INTERNAL, EXIT_OK, WizardError
 from wizard.events import Decision, DecisionKind, Event, Reply, StepFinished, StepStarted
 from wizard.fleet import targets_text
 from wizard.session import Session
@@ -77,6 +77,7 @@ DECISION_SCREENS = {
 }
 CANCEL_POLL_S = 0.05  # how soon the engine's thread notices that the app is going away
 ENGINE_STOP_S = 30.0  # how long the closing app waits for the engine's thread at most
+CORDON_POLL_S = 2.0  # how often the main screen reads the checkpoint for cordoned nodes
 IN_FLIGHT_ASK_S = 2.0  # how long quitting waits for the engine to say what is in flight
 
 
@@ -150,6 +151,7 @@ class TuiFrontEnd:
         # Which steps run on which targets now (for an error screen that names the step).
         self.running: dict[str, list[str]] = {}
         self.last_step: str | None = None
+        self.deciding = 0  # questions pending: while one waits, nothing runs
 
     def emit(self, event: Event) -> None:
         if isinstance(event, StepStarted):
@@ -170,12 +172,30 @@ class TuiFrontEnd:
 
     async def decide(self, decision: Decision) -> Reply:
         screen = DECISION_SCREENS[decision.kind]
+        self.decisions.append(decision)
+        make = partial(screen, decision)
+        if decision.kind is DecisionKind.RETRY_FAILED:  # the same failure again after a retry
+            attempt = sum(
+                1 for d in self.decisions
+                if d.kind is decision.kind and (d.step, d.target) == (decision.step, decision.target)
+            )  # fmt: skip
+            make = partial(FailedStepScreen, decision, attempt=attempt)
+        # A fresh dialog each time it is shown: Esc sets it aside, `d` shows it again.
+        self.deciding += 1
+        try:
+            return await self.bridge.ask(make)
+        finally:
+            self.deciding -= 1
 
-        def make() -> Screen[Reply]:
-            self.decisions.append(decision)
-            return screen(decision)
-
-        return await self.bridge.ask(make)
+    def steps_running(self) -> dict[str, str]:
+        """target -> the step running there now; empty while a question waits (nothing
+        runs then: quitting is as safe as between steps)."""
+        if self.deciding:
+            return {}
+        try:  # filled on the engine's thread
+            return {t: f"{step} is running" for step, ts in list(self.running.items()) for t in ts}
+        except RuntimeError:  # changed while read: do not guess that nothing runs
+            return {"(unknown)": "a step may be running"}
 
 
 class ErrorScreen(Screen[None]):
@@ -237,6 +257,8 @@ class WizardApp(App[int]):
         self.failure: Failure | None = None
         self.finished = False
         self.decisions: list[Decision] = []
+        self.exit_message = ""  # what the terminal says once the TUI is gone
+        self.frontend: TuiFrontEnd | None = None
         self._bridge: UiBridge | None = None
         self._engine_loop: asyncio.AbstractEventLoop | None = None
         self._engine_thread_id: int | None = None
@@ -260,6 +282,7 @@ class WizardApp(App[int]):
             self.theme = theme
         self.theme_changed_signal.subscribe(self, self._remember_theme)
         self._bridge = UiBridge(self)
+        self._bridge.on_waiting = self._waiting_changed
         self._engine_done.clear()
         self.conductor()
 
@@ -309,7 +332,7 @@ class WizardApp(App[int]):
                 await ui.call(self.exit, 0)
                 return
             main = await ui.call(self._show_main, session)
-            frontend = TuiFrontEnd(main, ui, self.decisions)
+            frontend = self.frontend = TuiFrontEnd(main, ui, self.decisions)
             with Checkpoint.open(session.state_dir, session.site) as checkpoint:
                 if choice == "restart":
                     checkpoint.reset_all()
@@ -345,7 +368,19 @@ class WizardApp(App[int]):
         self.main_screen = MainScreen(session.site, self.plan)
         await self.push_screen(self.main_screen)
         _freeze_startup_objects()
+        self.set_interval(CORDON_POLL_S, self._watch_cordons)
+        self.call_later(self._watch_cordons)
         return self.main_screen
+
+    async def _watch_cordons(self) -> None:
+        """Which nodes a failed maintenance change left cordoned, read from the checkpoint
+        (off the UI loop): the main screen names them until the engine uncordons them."""
+        session, main = self.session, self.main_screen
+        if session is None or main is None:
+            return
+        cordons = await asyncio.to_thread(_cordons, session)
+        if main.is_mounted:
+            main.show_cordons(cordons)
 
     def _run_ended(self, summary: RunSummary) -> None:
         self.summary = summary
@@ -361,7 +396,7 @@ class WizardApp(App[int]):
             self.main_screen.show_stopped(summary.stopped)
             self.notify(f"The run stopped: {summary.stopped}", severity="error", timeout=10)
         else:
-            self.push_screen(self._report())
+            self.run_worker(self.action_report())
 
     async def _show_error(self, message: str) -> None:
         await self.push_screen(ErrorScreen(message))
@@ -377,10 +412,28 @@ class WizardApp(App[int]):
             assert worker.error is not None
             self.run_worker(self._show_failure(Failure.of(worker.error, None, self.journal_path)))
 
-    def _report(self) -> ReportScreen:
-        findings = self.main_screen.findings if self.main_screen else []
+    async def _report(self) -> ReportScreen:
+        """report.md's report of the checkpoint (read off the UI loop), refreshed while it is
+        open; before a session (or a checkpoint) exists, the report of what the run showed."""
         stopped = self.summary.stopped if self.summary else None
-        return ReportScreen(list(findings), stopped)
+        session = self.session
+        load = None
+        if session is not None:
+
+            async def load() -> ReportData | None:
+                return await asyncio.to_thread(_report_data, session, self.plan)
+
+        data = await load() if load is not None else None
+        if data is None:
+            main = self.main_screen
+            site = main.site if main is not None else (session.site if session else None)
+            if site is None:
+                data = ReportData({"gates": [], "site": "", "skipped_steps": []}, [])
+            else:
+                states = main.states if main is not None else {}
+                findings = list(main.findings) if main is not None else []
+                data = ReportData.of_run(site, self.plan, states, findings)
+        return ReportScreen(data, stopped, load)
 
     # -- quitting ---------------------------------------------------------------------------
 
@@ -389,8 +442,11 @@ class WizardApp(App[int]):
         if isinstance(self.screen, QuitScreen):
             return
         in_flight = await self.maintenance_in_flight()
+        running = self.frontend.steps_running() if self.frontend and not self.finished else {}
         if in_flight:
             self.push_screen(QuitScreen(in_flight), callback=self._quit_answered)
+        elif running:  # `q` mid-step asks too, as ctrl+c does
+            self.push_screen(QuitScreen(running, maintenance=False), callback=self._quit_answered)
         else:
             self.leave()
 
@@ -401,8 +457,29 @@ class WizardApp(App[int]):
     def leave(self) -> None:
         if self.failure is not None:
             self.exit(EXIT_INTERNAL, return_code=EXIT_INTERNAL, message=self.failure.summary())
-        else:
-            self.exit(0)
+            return
+        code, self.exit_message = self.exit_summary()
+        self.exit(code, message=self.exit_message or None)
+
+    def exit_summary(self) -> tuple[int, str]:
+        """The exit code and what the terminal says after the TUI is gone: as a headless
+        run's (1 after a stopped, aborted or failed run), with the report's verdict line."""
+        session, summary = self.session, self.summary
+        if session is None or self.main_screen is None:
+            return EXIT_OK, ""
+        if summary is None:
+            return EXIT_OK, (
+                "gpu-node-wizard: left during the run; the checkpoint keeps every result so "
+                "far: run again to resume"
+            )
+        from wizard.report import verdict_line
+        from wizard.runner import Outcome
+
+        code = Outcome(session.site, summary).exit_code
+        data = _report_data(session, self.plan)
+        verdict = verdict_line(data.report).replace("**", "") if data is not None else ""
+        said = f"the run stopped: {summary.stopped}" if summary.stopped else "the run ended"
+        return code, f"gpu-node-wizard: {said}\n{verdict}".rstrip()
 
     async def maintenance_in_flight(self) -> dict[str, str]:
         """target -> the state a maintenance change left it in, asked on the engine's loop
@@ -430,8 +507,18 @@ class WizardApp(App[int]):
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
 
-    def action_report(self) -> None:
-        self.push_screen(self._report())
+    def _waiting_changed(self) -> None:
+        waiting = self._bridge.waiting if self._bridge is not None else None
+        if self.main_screen is not None and self.main_screen.is_mounted:
+            self.main_screen.show_waiting(waiting[0] if waiting else None)
+
+    def action_decide(self) -> None:
+        """``d``: the question set aside with Esc, again."""
+        if self._bridge is None or not self._bridge.reopen():
+            self.notify("no question waits for you", timeout=3)
+
+    async def action_report(self) -> None:
+        await self.push_screen(await self._report())
 
     async def action_measurements(self) -> None:
         from screens.measurements import MeasurementsScreen
@@ -479,6 +566,20 @@ def _measurements(session: Session, plan: Any) -> list[dict[str, Any]]:
 
     report = checkpoint_report(session.state_dir, session.site, plan)
     return report["measurements"] if report else []
+
+
+def _cordons(session: Session) -> list:
+    from wizard.checkpoint import read_state
+    from wizard.status import cordoned_nodes
+
+    return cordoned_nodes(read_state(site_state_dir(session.state_dir, session.site)))
+
+
+def _report_data(session: Session, plan: Any) -> ReportData | None:
+    from wizard.checkpoint import read_state
+
+    state = read_state(site_state_dir(session.state_dir, session.site))
+    return None if state is None else ReportData.of_state(state, session.site, plan)
 
 
 def _journal_failure(checkpoint: Checkpoint, failure: Failure) -> None:

@@ -23,6 +23,14 @@ from textual.screen import Screen
 T = TypeVar("T")
 
 
+class SetAside:
+    """What a question's dialog is dismissed with when the operator steps back from it (Esc):
+    no answer. The question still waits; ``UiBridge.reopen`` shows it again."""
+
+
+SET_ASIDE = SetAside()
+
+
 class UiBridge:
     """Made on the UI loop; used from the engine's loop."""
 
@@ -32,6 +40,10 @@ class UiBridge:
         # Textual finds its app through context variables (active_app...): a call runs in
         # a copy of the context the bridge was made in, not in the engine thread's.
         self.context = contextvars.copy_context()
+        # The question set aside with Esc (at most one: the engine asks one at a time), as
+        # its title and how to show it again; a callback tells the app when this changes.
+        self.waiting: tuple[str, Callable[[], Any]] | None = None
+        self.on_waiting: Callable[[], None] | None = None
 
     async def call(self, function: Callable[..., Any], *args: Any) -> Any:
         """Run ``function(*args)`` on the UI loop (awaiting it if it is a coroutine)."""
@@ -53,18 +65,43 @@ class UiBridge:
     async def _push_and_wait(self, make_screen: Callable[[], Screen[T]]) -> T:
         answered: asyncio.Future[T] = asyncio.get_running_loop().create_future()
 
-        def done(result: T | None) -> None:
-            if not answered.done():
-                answered.set_result(result)  # type: ignore[arg-type]
+        shown: list[Screen[T]] = []
 
-        screen = make_screen()
-        await self.app.push_screen(screen, callback=done)
+        def done(result: T | SetAside | None) -> None:
+            if answered.done():
+                return
+            if isinstance(result, SetAside):  # Esc: back to the run, the question waits
+                self._set_waiting((str(getattr(shown[-1], "waiting_title", "a question")), show))
+                return
+            self._set_waiting(None)
+            answered.set_result(result)  # type: ignore[arg-type]
+
+        def show() -> Any:
+            self._set_waiting(None)
+            shown.append(make_screen())
+            return self.app.push_screen(shown[-1], callback=done)
+
+        await show()
         try:
             return await answered
         except asyncio.CancelledError:
             # Nobody waits for this answer any more (the run was cancelled): take the
             # question down unless something else sits on top of it by now.
+            self._set_waiting(None)
             with contextlib.suppress(ScreenStackError):  # the app is closing: no screens
-                if self.app.screen is screen:
-                    screen.dismiss(None)
+                if self.app.screen is shown[-1]:
+                    shown[-1].dismiss(None)
             raise
+
+    def reopen(self) -> bool:
+        """Show the question set aside with Esc again (on the UI loop); False when none waits."""
+        if self.waiting is None:
+            return False
+        _title, show = self.waiting
+        self.app.call_later(show)
+        return True
+
+    def _set_waiting(self, waiting: tuple[str, Callable[[], Any]] | None) -> None:
+        self.waiting = waiting
+        if self.on_waiting is not None:
+            self.on_waiting()

@@ -38,7 +38,10 @@ def palette_commands(app: WizardApp, screen: Screen) -> Iterator[SystemCommand]:
     if isinstance(screen, Dialog):
         yield SystemCommand("Copy", "This dialog's commands, diffs or failing checks",
                             screen.action_copy)  # fmt: skip
-    yield SystemCommand("Report", "The T00-T17 verdicts so far", app.action_report)
+    waiting = app._bridge.waiting if app._bridge is not None else None
+    if waiting is not None:  # set aside with Esc: it still waits for an answer
+        yield SystemCommand("Answer the waiting question", waiting[0], app.action_decide)
+    yield SystemCommand("Report", "report.md's report of the checkpoint", app.action_report)
     yield SystemCommand("Measurements", "Charts and every number", app.action_measurements)
     if main is not None:
         yield SystemCommand("Log", "Every command and its output, full screen, with a search",

@@ -10,8 +10,8 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Button, Footer, Input, Label, Static
 
-from screens.modals import DIALOG_BINDINGS, AnswerScreen, failing_checks, findings_text
-from wizard.events import Answer, Reply
+from screens.modals import BACK, DIALOG_BINDINGS, AnswerScreen, failing_checks, findings_text
+from wizard.events import Answer, Decision, Reply
 
 
 class FailedStepScreen(AnswerScreen):
@@ -28,22 +28,28 @@ class FailedStepScreen(AnswerScreen):
         Binding("ctrl+r", "answer('proceed')", "Retry"),
         Binding("r", "answer('proceed')", "Retry", show=False),
         Binding("w", "waive", "Waive", show=False),
-        Binding("escape", "answer('skip')", "Leave failed"),
+        Binding("ctrl+l", "answer('skip')", "Leave failed"),
+        BACK,
         Binding("ctrl+x", "answer('abort')", "Abort run"),
         *DIALOG_BINDINGS,
     ]
 
+    def __init__(self, decision: Decision, attempt: int = 1) -> None:
+        super().__init__(decision)
+        self.attempt = attempt  # how many times this step failed on this target in this run
+
     def compose(self) -> ComposeResult:
         d = self.decision
+        again = f": failed again, attempt {self.attempt}" if self.attempt > 1 else ""
         yield Footer(compact=True, show_command_palette=False)
         with Vertical(id="dialog", classes="maintenance"):
-            yield Label(f"{d.title} ({d.target})", classes="dialog-title danger")
+            yield Label(f"{d.title} ({d.target}){again}", classes="dialog-title danger")
             yield Static(d.summary, classes="summary", markup=False)
             with VerticalScroll(id="diffs"):
                 yield from failing_checks(d.findings, "(no failing check recorded)")
             if d.waivable:
                 yield Label("To waive: type the reason and Enter (recorded with your name "
-                            "and the time); ctrl+r retries, Esc leaves it failed")  # fmt: skip
+                            "and the time); ctrl+r retries, ctrl+l leaves it failed")  # fmt: skip
                 yield Input(placeholder="e.g. lab machine without ACS control", id="reason")
             yield Static("", id="waive-error", classes="error-text")
             with Horizontal(classes="buttons"):
@@ -78,10 +84,14 @@ class FailedStepScreen(AnswerScreen):
 
     def action_answer(self, answer: str) -> None:
         # The Waive button's id comes here too (AnswerScreen.pressed): it carries a reason.
+        # "Leave failed" is no skip of the step (it stays failed): no skip question.
         if answer == Answer.WAIVE:
             self.action_waive()
-        else:
-            super().action_answer(answer)
+            return
+        if answer == Answer.PROCEED:
+            d = self.decision
+            self.notify(f"retrying {d.step} on {d.target} (attempt {self.attempt + 1})", timeout=4)
+        self.dismiss(Reply(Answer(answer)))
 
     @on(Input.Submitted, "#reason")
     def submitted(self) -> None:

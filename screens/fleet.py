@@ -68,6 +68,8 @@ class FleetScreen(Screen[None]):
         over the main screen's states and findings: on 64 nodes this runs twice a second."""
         states = self.main.states
         problems: dict[str, str] = {}
+        for cordon in self.main.cordons:  # first: nothing is scheduled there until uncordoned
+            problems[cordon.node] = f"CORDONED by {cordon.step}: {cordon.why}"
         for _step, target, finding in self.main.findings:
             if finding.severity is Severity.FAIL and not finding.waived:
                 problems.setdefault(target, f"{finding.check}: {finding.message}")
@@ -139,11 +141,13 @@ class FleetScreen(Screen[None]):
             1 for r in rows.values() if all(r[p.id] == GLYPHS[StepState.DONE] for p in self.phases)
         )
         shown = " (problems only: p shows all)" if self.problems_only else ""
+        cordoned = [c.node for c in self.main.cordons]
         self.query_one("#fleet-summary", Label).update(
             f"{len(rows)} nodes: {done} {GLYPHS[StepState.DONE]} all phases done, "
             f"{skipped} {GLYPHS[StepState.SKIPPED]} with a skipped step, "
             f"{running} {GLYPHS[StepState.RUNNING]} running, "
             f"{failed} {GLYPHS[StepState.FAILED]} with a problem{shown}"
+            + (f"; CORDONED: {', '.join(cordoned)}" if cordoned else "")
         )
 
     # -- actions ---------------------------------------------------------------------------

@@ -37,6 +37,7 @@ from wizard.fleet import is_fleet
 from wizard.model import Finding, Severity, StepState, worst
 from wizard.plan import Plan
 from wizard.site import Site
+from wizard.status import Cordon
 
 GLYPHS = {
     StepState.PENDING: "·",
@@ -63,6 +64,10 @@ class EngineEvents(Message):
 # slices, so that keys and repaints get their turn in between.
 DRAIN_SLICE = 500
 
+# The findings table's columns (MainScreen._fit_findings): an id is cut only past this.
+ID_WIDTH_MAX = 40
+MESSAGE_MIN = 12
+
 # How often a main screen under a modal takes its events in.
 COVERED_DRAIN_S = 0.25
 
@@ -86,6 +91,7 @@ class MainScreen(Screen[None]):
         Binding("r", "app.report", "Report"),
         Binding("m", "app.measurements", "Measure"),
         Binding("n", "nodes", "Nodes"),
+        Binding("d", "app.decide", "Decide", show=False),
         Binding("p", "toggle_phases", "Phases"),
         Binding("question_mark", "app.help", "Help"),
         Binding("q", "app.quit", "Quit"),
@@ -108,6 +114,8 @@ class MainScreen(Screen[None]):
         self._refill_due = False
         self._reported: set[tuple[str, str]] = set()  # (step, target) that brought findings
         self._select_due: int | None = None
+        # The longest check name and node shown so far: their columns are never narrower.
+        self._longest = {"check": 0, "target": max(len("cluster"), *map(len, self.node_names))}
         # A fleet gets one count column instead of a column per node, so that the phase
         # titles stay in view; the fleet view (n) has a row per node.
         self.node_columns = [] if self.fleet else self.node_names
@@ -121,12 +129,16 @@ class MainScreen(Screen[None]):
         self._covered_drain: Timer | None = None
         # Elapsed times: the run's, and each step's on each target since it started.
         self.clock = time.monotonic  # a snapshot test sets a fixed clock
+        self.wall = lambda: time.strftime("%H:%M:%S")  # the log's time of day (fixed there too)
         self._run_started = self.clock()
         self._started: dict[tuple[str, str], float] = {}
         self._current: tuple[str, str, str] | None = None  # title, step, target shown now
         # What steps wait for (a node's reboot) and until when: a countdown each second.
         self._waiting: dict[tuple[str, str], tuple[str, float]] = {}
         self._run_ended = False
+        # Nodes a failed maintenance change left cordoned (from the checkpoint, see
+        # WizardApp._watch_cordons): named in the header and a panel until uncordoned.
+        self.cordons: list[Cordon] = []
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False)
@@ -136,10 +148,12 @@ class MainScreen(Screen[None]):
                 yield DataTable(id="phases", cursor_type="row", zebra_stripes=False)
             with Vertical(id="main"):
                 yield Label("Starting...", id="step-title")
+                yield Static("", id="waiting")
                 with Horizontal(id="progress-line"):
                     yield ProgressBar(total=self.total, id="progress", show_eta=False)
                     yield Label("", id="elapsed")
                 yield Static("", id="error-panel")
+                yield Static("", id="cordon-panel")
                 yield Input(placeholder="filter the findings: node, gate, check or severity "
                             "(Esc clears)", id="findings-filter")  # fmt: skip
                 yield DataTable(id="findings", cursor_type="row", zebra_stripes=True)
@@ -176,6 +190,8 @@ class MainScreen(Screen[None]):
         findings.add_column("message", key="message")
         self._fit_findings()
         self.query_one("#error-panel", Static).display = False
+        self.query_one("#waiting", Static).display = False
+        self.query_one("#cordon-panel", Static).display = False
         self.query_one("#findings-filter", Input).display = False
         self.set_interval(1.0, self._tick)
 
@@ -183,16 +199,26 @@ class MainScreen(Screen[None]):
         self._fit_findings()
 
     def _fit_findings(self) -> None:
-        """Narrow the target and check columns on a narrow table, so the message keeps at
-        least a third of it (the detail below shows every name in full)."""
+        """Columns by priority (as k9s does): the check name and the node are ids the
+        operator types (`--waive CHECK=...`, `--redo STEP@NODE`), so they keep their full
+        width; the message takes what is left and shrinks first (the detail below shows it
+        whole). Only past ``ID_WIDTH_MAX`` is an id cut, and then the message keeps
+        ``MESSAGE_MIN``."""
         table = self.query_one("#findings", DataTable)
         width = table.size.width or self.size.width
-        target, check = (12, 26) if width >= 100 else (10, 18) if width >= 70 else (8, 14)
+        pad = 2 * table.cell_padding
+        check = min(max(self._longest["check"], 8), ID_WIDTH_MAX)
+        target = min(max(self._longest["target"], 6), ID_WIDTH_MAX)
+        room = width - pad * 4 - 6 - 2  # sev, the scrollbar
+        if room - check - target < MESSAGE_MIN:  # too narrow for every id: ids still first
+            check = max(8, min(check, room - target - MESSAGE_MIN))
+        message = max(MESSAGE_MIN, room - check - target)
         columns = table.columns
-        for key, value in (("target", target), ("check", check)):
+        for key, value in (("target", target), ("check", check), ("message", message)):
             column = columns.get(ColumnKey(key))
-            if column is not None and column.width != value:
+            if column is not None and (column.width != value or column.auto_width):
                 column.width = value
+                column.auto_width = False  # the message too: it takes the rest, no more
                 table._require_update_dimensions = True
         table.refresh()
 
@@ -312,6 +338,7 @@ class MainScreen(Screen[None]):
                     self.notify(text, timeout=6)
 
     def _log(self, line: str) -> None:
+        line = f"{self.wall()} {line}"  # when it happened: a log read later needs it
         self.transcript.append(line)
         self._pending_lines.append(line)
 
@@ -396,6 +423,10 @@ class MainScreen(Screen[None]):
 
     def _add_row(self, index: int) -> None:
         _step, target, finding = self.findings[index]
+        if len(finding.check) > self._longest["check"] or len(target) > self._longest["target"]:
+            self._longest["check"] = max(self._longest["check"], len(finding.check))
+            self._longest["target"] = max(self._longest["target"], len(target))
+            self._fit_findings()
         severity = findings_view.shown_severity(finding)
         label = "waived" if finding.waived else severity.value
         self.query_one("#findings", DataTable).add_row(
@@ -491,6 +522,38 @@ class MainScreen(Screen[None]):
         from screens.fleet import FleetScreen
 
         self.app.push_screen(FleetScreen(self))
+
+    def show_cordons(self, cordons: list[Cordon]) -> None:
+        """Name every node left cordoned, why, and how to uncordon it (header and panel)."""
+        if cordons == self.cordons:
+            return
+        self.cordons = list(cordons)
+        nodes = ", ".join(c.node for c in cordons)
+        self.sub_title = f"site {self.site.name}" + (f" · CORDONED: {nodes}" if nodes else "")
+        panel = next(self.query("#cordon-panel").results(Static), None)
+        if panel is None:
+            return
+        panel.display = bool(cordons)
+        parts: list[Content | str] = []
+        for cordon in cordons:
+            if parts:
+                parts.append("\n")
+            parts += [("CORDONED ", "bold $text-error"), Content(cordon.text()), "\n",
+                      ("To uncordon: ", "bold"), Content(cordon.remedy)]  # fmt: skip
+        panel.update(Content.assemble(*parts))
+
+    def show_waiting(self, title: str | None) -> None:
+        """A question set aside with Esc waits: say which, and that ``d`` answers it."""
+        lines = self.query("#waiting").results(Static)
+        line = next(lines, None)
+        if line is None:  # the screen is being taken down (the app is quitting)
+            return
+        line.display = title is not None
+        if title is not None:
+            line.update(
+                Content.assemble(("Waiting for you: ", "bold $text-warning"), title,
+                                 ("  (d: answer it)", "bold"))
+            )  # fmt: skip
 
     def show_stopped(self, reason: str) -> None:
         """The run ended early: say why, and stay here so the operator can read the findings."""

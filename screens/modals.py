@@ -17,6 +17,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Input, Label, Static
 
 from screens import layout
+from screens.bridge import SET_ASIDE
 from wizard.events import Answer, Decision, Reply
 from wizard.model import Finding
 
@@ -29,6 +30,10 @@ DIALOG_BINDINGS = [
     Binding("pageup", "scroll_diffs('page_up')", "Scroll up", show=False),
     Binding("ctrl+c", "copy", "Copy", show=False),
 ]
+# Esc steps back from a question without answering it (as in k9s or lazygit, Esc is back,
+# never a decision): the run shows again and the question waits for `d`. Every answer,
+# skipping included, is a key or a button of its own.
+BACK = Binding("escape", "set_aside", "Back (it waits)")
 
 
 class Dialog(ModalScreen[Reply]):
@@ -37,6 +42,30 @@ class Dialog(ModalScreen[Reply]):
 
     HORIZONTAL_BREAKPOINTS = layout.HORIZONTAL
     VERTICAL_BREAKPOINTS = layout.VERTICAL
+    decision: Decision
+
+    @property
+    def waiting_title(self) -> str:
+        """How the main screen names this question while it waits (set aside with Esc)."""
+        d = self.decision
+        return f"{d.title} ({d.step} on {d.target})"
+
+    def action_set_aside(self) -> None:
+        """Esc: back to the run without an answer; the question waits (``d`` shows it)."""
+        self.dismiss(SET_ASIDE)  # type: ignore[arg-type]
+
+    def confirm_skip(self, answer: Answer = Answer.SKIP) -> None:
+        """Skip, but first say what it holds back when later steps build on this one."""
+        blocked = skip_blocks(self.app, self.decision)
+        if blocked is None:
+            self.dismiss(Reply(answer))
+            return
+
+        def confirmed(yes: bool | None) -> None:
+            if yes:
+                self.dismiss(Reply(answer))
+
+        self.app.push_screen(ConfirmSkipScreen(self.decision, blocked), callback=confirmed)
 
     def action_scroll_diffs(self, how: str) -> None:
         for scroll in self.query("#diffs").results(VerticalScroll):
@@ -117,10 +146,76 @@ class AnswerScreen(Dialog):
         self.action_answer((event.button.id or "skip").replace("_", "-"))
 
     def action_answer(self, answer: str) -> None:
+        if answer == Answer.SKIP:
+            self.confirm_skip()
+            return
         self.dismiss(Reply(Answer(answer)))
 
     def copy_text(self) -> str:
         return decision_text(self.decision)
+
+
+def skip_blocks(app: object, decision: Decision) -> str | None:
+    """What skipping ``decision``'s step holds back: the later steps that require it or
+    need its result (skipped or blocked in turn), and its gates, which cannot pass without
+    it. None when no later step builds on it (a plain skip needs no second question)."""
+    plan = getattr(app, "plan", None)
+    if plan is None:
+        return None
+    try:
+        step = plan.step(decision.step)
+    except KeyError:
+        return None
+    later = plan.dependents(step.id)
+    if not later:
+        return None
+    lines = [f"{s.id} ({s.title})" for s in later]
+    gates = ", ".join(step.gates)
+    said = [
+        f"Skipping {step.id} on {decision.target} holds back the later steps that build on it:",
+        *(f"  - {line}" for line in lines),
+    ]
+    if gates:
+        said.append(f"and its gates ({gates}) cannot pass without it.")
+    said.append("A resume keeps the skip (run SITE --redo STEP@NODE undoes it).")
+    return "\n".join(said)
+
+
+class ConfirmSkipScreen(ModalScreen[bool]):
+    """Skip a step that later steps build on? Names them; "Keep it" has the focus and Esc
+    goes back to the question (never a decision)."""
+
+    AUTO_FOCUS = "#keep"
+    HORIZONTAL_BREAKPOINTS = layout.HORIZONTAL
+    VERTICAL_BREAKPOINTS = layout.VERTICAL
+
+    BINDINGS = [
+        Binding("escape,n", "dismiss(False)", "Back"),
+        Binding("y", "dismiss(True)", "Skip anyway"),
+    ]
+
+    def __init__(self, decision: Decision, blocked: str) -> None:
+        super().__init__()
+        self.decision = decision
+        self.blocked = blocked
+
+    def compose(self) -> ComposeResult:
+        yield Footer(compact=True, show_command_palette=False)
+        with Vertical(id="dialog", classes="quit"):
+            yield Label(f"Skip {self.decision.title}?", classes="dialog-title danger")
+            with VerticalScroll(id="blocked-scroll"):
+                yield Static(self.blocked, id="blocked", markup=False)
+            with Horizontal(classes="buttons"):
+                yield Button("Keep it (back)", id="keep", variant="primary")
+                yield Button("Skip anyway", id="skip-anyway", variant="error")
+
+    @on(Button.Pressed, "#keep")
+    def keep(self) -> None:
+        self.dismiss(False)
+
+    @on(Button.Pressed, "#skip-anyway")
+    def skip_anyway(self) -> None:
+        self.dismiss(True)
 
 
 class ReviewScreen(AnswerScreen):
@@ -132,7 +227,7 @@ class ReviewScreen(AnswerScreen):
         Binding("a", "answer('proceed')", "Apply"),
         Binding("A", "answer('proceed-same')", "Apply + alike"),
         Binding("s", "answer('skip')", "Skip"),
-        Binding("escape", "answer('skip')", "Skip", show=False),
+        BACK,
         Binding("ctrl+x", "answer('abort')", "Abort run"),
         *DIALOG_BINDINGS,
     ]
@@ -193,7 +288,8 @@ class RollbackScreen(AnswerScreen):
 
     BINDINGS = [
         Binding("r", "answer('proceed')", "Roll back"),
-        Binding("escape", "answer('skip')", "Leave as is"),
+        Binding("l", "answer('skip')", "Leave as is"),
+        BACK,
         *DIALOG_BINDINGS,
     ]
 
@@ -212,6 +308,10 @@ class RollbackScreen(AnswerScreen):
                 yield Button("Roll back", id="proceed", variant="warning")
                 yield Button("Leave as is", id="skip")
 
+    def action_answer(self, answer: str) -> None:
+        # "Leave as is" is no skip of the step: it failed, and stays failed unrolled back.
+        self.dismiss(Reply(Answer(answer)))
+
     def copy_text(self) -> str:
         return "\n\n".join(p for p in (findings_text(self.decision.findings),
                                        self.decision.rollback or "") if p)  # fmt: skip
@@ -227,7 +327,7 @@ class MaintenanceScreen(Dialog):
     # confirms only the exact node name; anything else is refused where it was typed.
     AUTO_FOCUS = "#node-name"
 
-    BINDINGS = [Binding("escape", "cancel", "Cancel"), *DIALOG_BINDINGS]
+    BINDINGS = [BACK, *DIALOG_BINDINGS]
 
     def __init__(self, decision: Decision) -> None:
         super().__init__()
@@ -294,7 +394,9 @@ class MaintenanceScreen(Dialog):
 
     @on(Button.Pressed, "#cancel")
     def action_cancel(self) -> None:
-        self.dismiss(Reply(Answer.SKIP))
+        """Cancel: the window is not open, the change is skipped (asked first when later
+        steps build on it)."""
+        self.confirm_skip()
 
 
 class ManualScreen(AnswerScreen):
@@ -304,7 +406,8 @@ class ManualScreen(AnswerScreen):
 
     BINDINGS = [
         Binding("d", "answer('proceed')", "Done, verify it"),
-        Binding("s,escape", "answer('skip')", "Skip"),
+        Binding("s", "answer('skip')", "Skip"),
+        BACK,
         Binding("ctrl+x", "answer('abort')", "Abort run"),
         Binding("ctrl+c", "copy", "Copy instructions"),
         *DIALOG_BINDINGS,
@@ -359,14 +462,16 @@ class QuitScreen(ModalScreen[bool]):
         Binding("question_mark", "app.help", "Help"),
     ]
 
-    def __init__(self, in_flight: dict[str, str]) -> None:
+    def __init__(self, in_flight: dict[str, str], *, maintenance: bool = True) -> None:
         super().__init__()
         self.in_flight = in_flight
+        self.maintenance = maintenance  # False: a step runs (no change of a node in flight)
 
     def compose(self) -> ComposeResult:
         yield Footer(compact=True, show_command_palette=False)
         with Vertical(id="dialog", classes="quit"):
-            yield Label("A maintenance change is in flight", classes="dialog-title danger")
+            title = "A maintenance change is in flight" if self.maintenance else "A step is running"
+            yield Label(title, classes="dialog-title danger")
             with VerticalScroll(id="in-flight"):
                 yield Static(
                     "\n".join(f"{node}: {where}" for node, where in self.in_flight.items()),
@@ -376,7 +481,10 @@ class QuitScreen(ModalScreen[bool]):
             yield Static(
                 "Quitting now stops the change where it is. The checkpoint keeps it: the next "
                 "run starts with these nodes, verifies what is in place, then finishes the "
-                "change or rolls it back.",
+                "change or rolls it back."
+                if self.maintenance
+                else "Quitting now stops these steps where they are. The checkpoint keeps "
+                "every result so far: the next run verifies what was in progress first.",
                 classes="summary",
             )
             with Horizontal(classes="buttons"):
@@ -395,7 +503,8 @@ class QuitScreen(ModalScreen[bool]):
 HELP = """\
 Keys
   ?        this help
-  q        quit (the checkpoint keeps everything; run again to resume)
+  q        quit (the checkpoint keeps everything; run again to resume; asks while a step runs)
+  d        answer the question set aside with Esc
   r        the T00-T17 report so far     m   the measurements (charts, then every number)
   l        the log, full screen: / searches (only matching lines), end follows again
   f        focus the findings        F   problems only (failures first) / all
@@ -412,17 +521,24 @@ In a review:       a apply   s skip   ctrl+x abort the run
                    A apply, and on the step's other nodes whose change is the same
                      (any node whose diff differs is still shown; never for maintenance)
 In a maintenance:  the ordered actions, the diffs, the rollback; type the node name,
-                   and Enter (the name box has the focus; Esc cancels)
-In a rollback:     r roll back   escape leave as is
-A failed step:     ctrl+r retry (once the cause is fixed)   escape leave it failed
+                   and Enter (the name box has the focus); the Cancel button skips it
+In a rollback:     r roll back   l leave as is
+A failed step:     ctrl+r retry (once the cause is fixed)   ctrl+l leave it failed
                    to waive a failed check: type the reason, Enter (recorded with your name)
 Your turn:         d done, verify it   s skip   ctrl+x abort the run
+Skipping a step that later steps build on asks first and names them (y skip anyway).
+Esc in a question goes back to the run and never decides: the question waits
+                   ("Waiting for you" above the findings); d shows it again
 Every dialog:      pageup/pagedown scroll the diff   ctrl+c copy its commands and diffs
                    ? help   q quit
 """
 
 
 class HelpScreen(ModalScreen[None]):
+    """The keys, in a box of its own that scrolls (at 160x48 its first lines were above the
+    screen): the title and Close stay in view."""
+
+    AUTO_FOCUS = "#help-scroll"  # up/down, pageup/pagedown, home/end scroll it
     HORIZONTAL_BREAKPOINTS = layout.HORIZONTAL
     VERTICAL_BREAKPOINTS = layout.VERTICAL
     BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close")]
@@ -431,7 +547,8 @@ class HelpScreen(ModalScreen[None]):
         yield Footer(compact=True, show_command_palette=False)
         with Vertical(id="dialog"):
             yield Label("gpu-node-wizard help", classes="dialog-title")
-            yield Static(HELP)
+            with VerticalScroll(id="help-scroll"):
+                yield Static(HELP, markup=False)
             yield Button("Close", id="close")
 
     @on(Button.Pressed, "#close")

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -11,23 +15,68 @@ from textual.screen import Screen
 from textual.widgets import Button, DataTable, Footer, Header, Label, Static
 
 from screens import layout
-from wizard.model import GATES, Finding, Severity
-from wizard.verdict import gate_verdicts
+from wizard.model import Finding, Severity, StepState
+from wizard.plan import Plan
+from wizard.report import build_report, verdict_line
+from wizard.site import Site
 
 VERDICT_STYLE = {
     "pass": "$text-success",
     "warn": "$text-warning",
     "fail": "bold $text-error",
     "skip": "$text-muted",
-    "-": "$text-muted",
+    "partial": "$text-warning",
+    "not run": "$text-muted",
 }
 
 
 DETAIL_ROWS = 8  # a gate's findings listed in full up to this many
+REFRESH_S = 2.0  # how often an open report reads the checkpoint again while a run goes on
+
+
+@dataclass(frozen=True)
+class ReportData:
+    """What the report view shows: report.md's report (``wizard.report.build_report``) and
+    the findings behind each gate, both from one checkpoint state."""
+
+    report: dict[str, Any]
+    findings: list[tuple[str, str, Finding]]
+
+    @classmethod
+    def of_state(cls, state: dict[str, Any] | None, site: Site, plan: Plan) -> ReportData:
+        from wizard.verdict import checkpoint_findings
+
+        return cls(build_report(state, site, plan), checkpoint_findings(state, plan))
+
+    @classmethod
+    def of_run(
+        cls,
+        site: Site,
+        plan: Plan,
+        states: dict[tuple[str, str], StepState],
+        findings: list[tuple[str, str, Finding]],
+    ) -> ReportData:
+        """From what a main screen saw (no checkpoint to read: a test's, or no session)."""
+        steps: dict[str, dict[str, dict[str, Any]]] = {}
+        for (step, target), state in states.items():
+            steps.setdefault(step, {}).setdefault(target, {"findings": []})["state"] = state.value
+        for step, target, finding in findings:
+            record = steps.setdefault(step, {}).setdefault(
+                target, {"state": "done", "findings": []}
+            )
+            record["findings"].append(finding.to_json())
+        return cls(build_report({"steps": steps}, site, plan), list(findings))
+
+
+ReportLoader = Callable[[], Awaitable[ReportData | None]]
 
 
 class ReportScreen(Screen[None]):
-    """The gates table scrolls itself and the gate's detail in its own box, so that the
+    """report.md's report, the same one (``build_report`` over the checkpoint): its verdict
+    line first, then every gate's status, and the highlighted gate's evidence and findings.
+    While the run goes on it reads the checkpoint again every ``REFRESH_S`` seconds.
+
+    The gates table scrolls itself and the gate's detail in its own box, so that the
     buttons and footer stay in view at 100x30 and 80x24 (they were cut off)."""
 
     AUTO_FOCUS = "#gates"
@@ -40,19 +89,26 @@ class ReportScreen(Screen[None]):
         Binding("m", "app.measurements", "Measurements"),
     ]
 
-    def __init__(self, findings: list[tuple[str, str, Finding]], stopped: str | None) -> None:
+    def __init__(
+        self, data: ReportData, stopped: str | None, load: ReportLoader | None = None
+    ) -> None:
         super().__init__()
-        self.findings = findings
+        self.data = data
         self.stopped = stopped
+        self.load = load
+
+    @property
+    def findings(self) -> list[tuple[str, str, Finding]]:
+        return self.data.findings
 
     def verdicts(self) -> dict[str, str]:
-        verdicts = gate_verdicts(f for _, _, f in self.findings)
-        return {gate: (v.value if v else "-") for gate, v in verdicts.items()}
+        return {g["gate"]: g["status"] for g in self.data.report["gates"]}
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False)
         with Vertical(id="report"):
-            yield Label("T00-T17 verdicts", classes="dialog-title")
+            yield Label("T00-T17 report (report.md)", classes="dialog-title")
+            yield Static("", id="verdict-line")
             if self.stopped:
                 yield Static(f"The run stopped: {self.stopped}", classes="error-text")
             yield DataTable(id="gates", cursor_type="row")
@@ -65,20 +121,57 @@ class ReportScreen(Screen[None]):
 
     def on_mount(self) -> None:
         table = self.query_one("#gates", DataTable)
-        table.add_column("gate", key="gate")
-        table.add_column("verdict", key="verdict")
+        table.add_column("gate", key="gate", width=4)
+        table.add_column("verdict", key="verdict", width=7)
         table.add_column("what", key="what")
-        table.add_column("findings", key="count")
-        for gate, verdict in self.verdicts().items():
-            count = sum(1 for _, _, f in self.findings if f.gate == gate)
+        table.add_column("findings", key="count", width=8)
+        self.fill()
+        self.show_gate(next(iter(self.verdicts())))
+        if self.load is not None:
+            self.set_interval(REFRESH_S, self.refresh_report)
+
+    def fill(self) -> None:
+        """The verdict line and the table from ``self.data`` (the cursor stays where it is)."""
+        line = verdict_line(self.data.report).replace("**", "")
+        word, _, rest = line.partition(" — ")
+        cordons: list[Content | str] = []
+        for c in self.data.report.get("cordoned", []):
+            cordons += ["\n", ("CORDONED ", "bold $text-error"),
+                        Content(f"{c['node']} (by {c['step']}): to uncordon, {c['uncordon']}")]  # fmt: skip
+        self.query_one("#verdict-line", Static).update(
+            Content.assemble((word, "bold"), " — " if rest else "", rest, *cordons)
+        )
+        table = self.query_one("#gates", DataTable)
+        row = table.cursor_row
+        table.clear()
+        for gate in self.data.report["gates"]:
+            status = gate["status"]
+            count = sum(1 for _, _, f in self.findings if f.gate == gate["gate"])
             table.add_row(
-                gate,
-                Content.styled(verdict, VERDICT_STYLE[verdict]),
-                GATES[gate],
+                gate["gate"],
+                Content.styled(status, VERDICT_STYLE.get(status, "")),
+                gate["what"],
                 str(count),
-                key=gate,
+                key=gate["gate"],
             )
-        self.show_gate(next(iter(GATES)))
+        if row:
+            table.move_cursor(row=row)
+
+    async def refresh_report(self) -> None:
+        """Read the checkpoint again (off the UI loop) and show what changed."""
+        assert self.load is not None
+        data = await self.load()
+        if data is None or (
+            data.report["gates"] == self.data.report["gates"]
+            and (data.findings == self.data.findings)
+        ):
+            return
+        self.data = data
+        self.fill()
+        table = self.query_one("#gates", DataTable)
+        if table.row_count:
+            key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+            self.show_gate(str(key))
 
     @on(DataTable.RowHighlighted, "#gates")
     def detail(self, event: DataTable.RowHighlighted) -> None:
@@ -90,6 +183,7 @@ class ReportScreen(Screen[None]):
         """The highlighted gate's findings: all of a short list; of a long one, what needs
         attention and how many passed (a gate of only passes says so, never "none")."""
         mine = [(target, f) for _, target, f in self.findings if f.gate == gate]
+        entry = next((g for g in self.data.report["gates"] if g["gate"] == gate), None)
         shown, note = mine, ""
         if len(mine) > DETAIL_ROWS:
             problems = [(target, f) for target, f in mine if f.severity is not Severity.PASS]
@@ -107,8 +201,15 @@ class ReportScreen(Screen[None]):
         ]
         if note:
             lines.append(note)
+        head = []
+        if entry is not None:
+            head.append(f"{gate} {entry['status']}: {entry['what']}")
+            if entry["status"] == "partial" and entry.get("evidence"):
+                head.append(entry["evidence"])
+            if entry.get("key_numbers"):
+                head.append("key numbers: " + "; ".join(entry["key_numbers"]))
         self.query_one("#gate-detail", Static).update(
-            Content("\n".join(lines) or "no findings for this gate yet")
+            Content("\n".join([*head, *(lines or ["no findings for this gate yet"])]))
         )
 
     @on(Button.Pressed, "#back")

@@ -32,6 +32,8 @@ def site_summary(site: Site) -> str:
 
 
 def checkpoint_summary(status: Status) -> str:
+    if status.foreign is not None:
+        return f"Refused: {status.foreign}"
     if not status.exists:
         return "No checkpoint yet: the run starts at phase 1."
     done = sum(1 for s in status.steps if s.state is StepState.DONE)
@@ -42,6 +44,9 @@ def checkpoint_summary(status: Status) -> str:
         + (f", {len(skipped)} skipped (kept on resume; `run --redo STEP@NODE`)" if skipped else "")
         + "."
     ]
+    for cordon in status.cordoned:
+        lines.append(f"CORDONED: {cordon.text()}")
+        lines.append(f"  to uncordon: {cordon.remedy}")
     if status.interrupted:
         lines.append(
             "Interrupted (verified first on resume): "

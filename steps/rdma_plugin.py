@@ -168,7 +168,9 @@ class InstallRdmaPlugin(Step):
     kind = StepKind.APPLY
     gates = ("T03",)
     scope = Scope.CLUSTER
-    requires = ("gpu-operator.verify",)
+    # The DaemonSet's nodeSelector is the site's labels (daemonset() below): without
+    # join.labels no plugin pod lands on the node and it never advertises the resource.
+    requires = ("gpu-operator.verify", "join.labels")
     # node.name: the config lists every node's netdev and verify checks every node's
     # allocatable, so a node added to the site resets this step.
     reads = ("device_plugin", "registry", "labels", "nic", "node.name")

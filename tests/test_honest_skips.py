@@ -17,9 +17,10 @@ from tests.conftest import K8S_PHASES, run_in_lab
 from wizard.checkpoint import read_state, site_state_dir
 from wizard.events import Answer, Reply
 from wizard.headless import HeadlessFrontEnd
-from wizard.model import Severity, StepState
+from wizard.model import StepState
 from wizard.report import build_report
 from wizard.site import load_site
+from wizard.verdict import GateVerdict
 
 DEPENDENTS = ("qos.persist", "qos.measure", "ecn.enable")
 
@@ -46,7 +47,7 @@ async def test_a_skipped_qos_window_skips_what_builds_on_it_and_t08_is_not_passe
     # A skip is not a failure: the run goes on past phase 11.
     assert not outcome.summary.stopped
     verdicts = outcome.gate_verdicts()
-    assert verdicts["T08"] is Severity.SKIP  # qos.switch and qos.peers passed: still not a pass
+    assert verdicts["T08"] is GateVerdict.SKIP  # qos.switch and qos.peers passed: still not a pass
     # The report says skipped, who and why, for the gate.
     site = load_site(lab.site_path)
     state = read_state(site_state_dir(tmp_path / "state", site))
@@ -75,7 +76,8 @@ async def test_a_confirmed_window_records_what_it_verified_for_the_steps_after_i
     assert verified == {
         "ports": ["ens5f0np0", "ens5f1np1"], "dscp": 24, "priority": 3, "traffic_class": 3, "tos": 96,
     }  # fmt: skip
-    assert outcome.gate_verdicts()["T08"] is Severity.PASS
+    # Everything of phase 11 passed; ECN (phase 12, a step that proves T08 too) did not run.
+    assert outcome.gate_verdicts()["T08"] is GateVerdict.PARTIAL
 
 
 async def test_in_the_tui_esc_at_the_qos_gate_shows_skipped_and_the_report_says_skip(tmp_path):
@@ -104,7 +106,9 @@ async def test_in_the_tui_esc_at_the_qos_gate_shows_skipped_and_the_report_says_
         await pilot.press("d")
         await wait_for(pilot, lambda: screen_name(app) == "MaintenanceScreen", 30)
         assert app.screen.decision.step == "qos.apply"
-        await pilot.press("escape")  # Cancel: the window stays shut
+        await pilot.click("#cancel")  # Cancel: the window stays shut (Esc never decides)
+        await wait_for(pilot, lambda: screen_name(app) == "ConfirmSkipScreen", 10)
+        await pilot.press("y")  # later steps build on qos.apply: skip them too
         main = app.main_screen
         await wait_for(pilot, lambda: ("ecn.enable", node) in main.states, 30)
         # No review of the boot unit was offered: it was skipped with the gate.

@@ -216,8 +216,35 @@ async def test_a_skipped_window_and_a_waiver_are_named_with_who_and_why(tmp_path
 def test_every_gate_passing_is_ready():
     site = parse_site(MINIMAL_SITE)
     finding = {"severity": "pass", "message": "ok", "remediation": "", "evidence": []}
-    record = {"state": "done", "finished": "2026-12-01T14:00:00+00:00", "findings": [
-        {**finding, "check": f"{gate}.ok", "gate": gate} for gate in GATES]}  # fmt: skip
-    report = build_report({"updated": "x", "steps": {"preflight.host": {"gpu-1": record}}},
-                          site, build_plan())  # fmt: skip
+    plan = build_plan()
+
+    def record(step):
+        return {"state": "done", "finished": "2026-12-01T14:00:00+00:00", "findings": [
+            {**finding, "check": f"{gate}.ok", "gate": gate} for gate in step.gates]}  # fmt: skip
+
+    steps = {s.id: {t: record(s) for t in plan.targets(s, site)} for s in plan.steps()}
+    report = build_report({"updated": "x", "steps": steps}, site, plan)
     assert verdict_line(report) == "**Verdict: ready** — all 18 gates pass"
+    assert set(GATES) == {g for s in plan.steps() for g in s.gates}
+
+
+def test_a_gate_passes_only_when_every_step_that_proves_it_ran():
+    """A run stopped in phase 1 printed T11 pass, judged from the IOMMU/ACS preflight alone."""
+    site = parse_site(MINIMAL_SITE)
+    plan = build_plan()
+    acs = {"check": "T11.acs", "gate": "T11", "severity": "pass", "message": "ACS off",
+           "remediation": "", "evidence": []}  # fmt: skip
+    phase1 = {s.id: {t: {"state": "done", "findings": [acs] if "T11" in s.gates else []}
+                     for t in plan.targets(s, site)}
+              for s in plan.phase("preflight").steps}  # fmt: skip
+    report = build_report({"updated": "x", "steps": phase1}, site, plan)
+    t11 = next(g for g in report["gates"] if g["gate"] == "T11")
+    assert t11["status"] == "partial"
+    assert "nccl.all-reduce on gpu-1" in t11["evidence"] and t11["evidence"].startswith(
+        "not run yet"
+    )
+    t13 = next(g for g in report["gates"] if g["gate"] == "T13")
+    assert t13["status"] == "not run"
+    line = verdict_line(report)
+    assert line.startswith("**Verdict: not ready (incomplete)**") and "T11" in line
+    assert "partial (" in line and "pass" not in line.split("partial (")[0]

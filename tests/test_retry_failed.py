@@ -199,11 +199,13 @@ async def answer_of(decision, *keys: str):
     return app.return_value
 
 
-async def test_the_dialog_retries_on_ctrl_r_and_leaves_it_failed_on_escape():
+async def test_the_dialog_retries_on_ctrl_r_and_leaves_it_failed_on_ctrl_l():
+    from screens.bridge import SET_ASIDE
     from tests.test_tui_keys import failed_decision
 
     assert (await answer_of(failed_decision(), "ctrl+r")).answer is Answer.PROCEED
-    assert (await answer_of(failed_decision(), "escape")).answer is Answer.SKIP
+    assert (await answer_of(failed_decision(), "ctrl+l")).answer is Answer.SKIP
+    assert await answer_of(failed_decision(), "escape") is SET_ASIDE  # Esc never decides
     # Not waivable: Retry has the focus, and r answers too.
     assert (await answer_of(failed_decision(waivable=False), "enter")).answer is Answer.PROCEED
     assert (await answer_of(failed_decision(waivable=False), "r")).answer is Answer.PROCEED

@@ -69,6 +69,8 @@ async def test_session_checkpoint_and_kubernetes_client_stay_off_the_ui_thread(
         assert seen["kube"] == {engine}  # preflight.cluster built it
         assert app.main_screen.transcript  # the events arrived on the UI side
         await pilot.press("s")
+        await wait_for(pilot, lambda: screen_name(app) == "ConfirmSkipScreen")
+        await pilot.press("y")  # irdma.verify builds on irdma.enable: skip anyway
         await run_to_end(pilot, app)
     assert threading.get_ident() not in seen["save"] | seen["journal"]
 

@@ -28,7 +28,7 @@ from screens.modals import (
     ReviewScreen,
     RollbackScreen,
 )
-from screens.report import ReportScreen
+from screens.report import ReportData, ReportScreen
 from screens.start import StartScreen
 from steps import build_plan
 from tests.conftest import MINIMAL_SITE
@@ -143,7 +143,7 @@ SCREENS = {
     "maintenance": lambda app: MaintenanceScreen(maintenance_decision()),
     "rollback": lambda app: RollbackScreen(rollback_decision()),
     "failed": lambda app: FailedStepScreen(failed_decision()),
-    "report": lambda app: ReportScreen([], None),
+    "report": lambda app: ReportScreen(ReportData.of_run(SITE, PLAN, {}, []), None),
     "measurements": lambda app: MeasurementsScreen(MEASUREMENTS),
     "start": lambda app: StartScreen(SITE, Status(Path("/nonexistent"), exists=False)),
     "quit": lambda app: QuitScreen({"gpu-1": "cordoned, QoS half applied"}),
@@ -224,6 +224,7 @@ async def test_l_opens_the_full_log_with_a_search_and_f_focuses_the_findings():
     app = IdleApp()
     async with app.run_test(size=(120, 40)) as pilot:
         main = await show(app, pilot, "main")
+        main.wall = lambda: "12:00:00"
         for n in range(300):
             main.deliver(OutputLine("gpu-1", f"line {n} {'ice' if n % 100 == 7 else 'x'}"))
         await pilot.pause(0.2)
@@ -238,9 +239,9 @@ async def test_l_opens_the_full_log_with_a_search_and_f_focuses_the_findings():
         await pilot.press(*"ice")
         await pilot.pause(0.1)
         assert [line for line in log.lines] == [
-            "gpu-1| line 7 ice",
-            "gpu-1| line 107 ice",
-            "gpu-1| line 207 ice",
+            "12:00:00 gpu-1| line 7 ice",
+            "12:00:00 gpu-1| line 107 ice",
+            "12:00:00 gpu-1| line 207 ice",
         ]
         assert "3 of 300 lines contain 'ice'" in str(app.screen.query_one("#log-count").content)
         main.deliver(OutputLine("gpu-1", "modinfo ice: version 2.3.10"))  # still live
@@ -308,6 +309,7 @@ async def test_step_and_run_elapsed_times_are_shown():
         main = await show(app, pilot, "main")
         now = [1000.0]
         main.clock = lambda: now[0]
+        main.wall = lambda: "23:04:05"
         main._run_started = 900.0
         main.deliver(StepStarted("preflight.host", "gpu-1", "Host preflight"))
         await pilot.pause(0.1)
@@ -318,7 +320,8 @@ async def test_step_and_run_elapsed_times_are_shown():
         )
         main.deliver(StepFinished("preflight.host", "gpu-1", StepState.DONE))
         await pilot.pause(0.1)
-        assert main.transcript[-1] == "gpu-1: preflight.host: done (12.5s)"
+        # Every log line says when (a log read later, or copied into a ticket, needs it).
+        assert main.transcript[-1] == "23:04:05 gpu-1: preflight.host: done (12.5s)"
         # A reboot: a countdown from the step's own limit, gone when the step ends.
         main.deliver(StepStarted("operate.reboot", "gpu-1", "Reboot"))
         main.deliver(Waiting("operate.reboot", "gpu-1", "waiting for gpu-1 to come back", 900.0))
@@ -423,7 +426,7 @@ async def test_the_report_opens_with_the_first_gates_findings_shown():
     ]
     app = IdleApp()
     async with app.run_test(size=(120, 40)) as pilot:
-        screen = ReportScreen(findings, None)
+        screen = ReportScreen(ReportData.of_run(SITE, PLAN, {}, findings), None)
         await app.push_screen(screen)
         await wait_for(pilot, lambda: screen.is_mounted, 5)
         await pilot.pause(0.1)
@@ -440,7 +443,7 @@ async def test_a_gate_of_many_passes_says_they_pass_and_of_many_findings_shows_t
     tens = [("s", "gpu-1", Finding(f"T10.c{n}", "T10", Severity.PASS, "ok")) for n in range(9)]
     app = IdleApp()
     async with app.run_test(size=(120, 40)) as pilot:
-        screen = ReportScreen([*many, *tens, warn], None)
+        screen = ReportScreen(ReportData.of_run(SITE, PLAN, {}, [*many, *tens, warn]), None)
         await app.push_screen(screen)
         await wait_for(pilot, lambda: screen.is_mounted, 5)
         screen.show_gate("T02")

@@ -9,10 +9,11 @@ import pytest
 
 from screens.failed import FailedStepScreen
 from screens.fleet import FleetScreen
+from screens.main import MESSAGE_MIN
 from screens.modals import MaintenanceScreen, ReviewScreen
-from screens.report import ReportScreen
+from screens.report import ReportData, ReportScreen
 from tests.test_tui import maintenance_decision, wait_for
-from tests.test_tui_keys import IdleApp, failed_decision, show
+from tests.test_tui_keys import PLAN, SITE, IdleApp, failed_decision, show
 from wizard.events import (
     ArtifactDiff,
     Decision,
@@ -69,6 +70,7 @@ async def fill(app: IdleApp, pilot) -> None:
     """A main screen some way into a run, on a fixed clock."""
     main = app.main()
     main.clock = lambda: 100.0
+    main.wall = lambda: "12:00:00"
     main._run_started = 100.0
     main.deliver(StepStarted("preflight.host", "gpu-1", "Host preflight"))
     for n in range(30):
@@ -90,7 +92,9 @@ SCREENS = {
     "fleet": lambda app: FleetScreen(app.main()),
     "review": lambda app: ReviewScreen(review_decision()),
     "maintenance": lambda app: MaintenanceScreen(gate_decision()),
-    "report": lambda app: ReportScreen([("preflight.host", "gpu-1", f) for f in FINDINGS], None),
+    "report": lambda app: ReportScreen(
+        ReportData.of_run(SITE, PLAN, {}, [("preflight.host", "gpu-1", f) for f in FINDINGS]), None
+    ),
     "failed": lambda app: FailedStepScreen(failed_decision()),
 }
 
@@ -155,7 +159,7 @@ async def test_main_screen_footer_and_findings_fit(size):
         table = main.query_one("#findings")
         message = table.columns[next(k for k in table.columns if k.value == "message")]
         used = sum(c.get_render_width(table) for c in table.columns.values() if c is not message)
-        assert table.size.width - used >= table.size.width // 3  # the message keeps its room
+        assert table.size.width - used >= MESSAGE_MIN  # the message keeps some room
         sidebar = main.query_one("#sidebar")
         assert sidebar.display is (width >= 100)  # collapses below 100 columns
 
@@ -177,3 +181,88 @@ async def test_the_report_shows_every_gate_t00_to_t17_at_140x45():
         table = screen.query_one("#gates")
         assert table.row_count == 18
         assert table.region.height >= 19 and table.max_scroll_y == 0  # T17 in view, no scrolling
+
+
+# -- issue #28, point 7: what matters is never cut ------------------------------------------
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_check_names_and_node_names_are_never_cut_the_message_shrinks(size):
+    """At 100x30 check names were cut to 14 characters: the names `--waive` needs."""
+    app = IdleApp()
+    async with app.run_test(size=size) as pilot:
+        main = await shown(app, pilot, "main")
+        table = main.query_one("#findings")
+        widths = {c.key.value: c.get_render_width(table) - 2 * table.cell_padding
+                  for c in table.columns.values()}  # fmt: skip
+        longest_check = max(len(f.check) for f in FINDINGS[:3])
+        assert widths["check"] >= longest_check, widths
+        assert widths["target"] >= len("gpu-1"), widths
+        assert widths["message"] >= 10, widths  # the message shrinks, and stays readable
+        used = sum(c.get_render_width(table) for c in table.columns.values())
+        assert used <= table.size.width, (used, table.size.width)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_help_starts_in_view_and_scrolls_to_its_end(size):
+    """At 160x48 the help's first lines were above the screen and could not be reached."""
+    from screens.modals import HelpScreen
+
+    app = IdleApp()
+    async with app.run_test(size=size) as pilot:
+        await show(app, pilot, "main")
+        screen = HelpScreen()
+        await app.push_screen(screen)
+        await pilot.pause(0.3)
+        _, height = size
+        title = screen.query_one(".dialog-title")
+        assert title.region.y >= 0 and title.region.height == 1
+        scroll = screen.query_one("#help-scroll")
+        assert scroll.region.y >= 0 and scroll.region.bottom <= height
+        await pilot.press("end")
+        await pilot.wait_for_scheduled_animations()
+        await pilot.pause(0.3)
+        assert scroll.scroll_y == scroll.max_scroll_y
+        close = screen.query_one("#close")
+        assert close.region.height and close.region.bottom <= height
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_the_nodes_view_shows_node_rows(size):
+    """At 80x24 the nodes view showed no node row at all."""
+    app = IdleApp()
+    async with app.run_test(size=size) as pilot:
+        main = await show(app, pilot, "main")
+        await fill(app, pilot)
+        many = tuple(Finding(f"T02.check-{n}", "T02", Severity.FAIL, f"problem {n} " * 6)
+                     for n in range(12))  # fmt: skip
+        main.deliver(StepFinished("irdma.verify", "gpu-1", StepState.FAILED, "", many))
+        await pilot.pause(0.3)
+        screen = FleetScreen(main)
+        await app.push_screen(screen)
+        await pilot.pause(0.3)
+        table = screen.query_one("#fleet")
+        table.move_cursor(row=0)
+        await pilot.pause(0.2)
+        assert table.region.height >= 3, table.region  # the header and rows
+        assert table.row_count >= 1
+        footer = screen.query_one("Footer")
+        assert table.region.bottom <= footer.region.y
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("name", ["review", "maintenance", "failed"])
+async def test_toasts_never_cover_a_dialogs_buttons(name, size):
+    app = IdleApp()
+    async with app.run_test(size=size, notifications=True) as pilot:
+        screen = await shown(app, pilot, name)
+        app.notify("copied to the clipboard (OSC 52)", timeout=10)
+        app.notify("a second, longer notice about something that happened on gpu-1", timeout=10)
+        await pilot.pause(0.5)
+        toasts = [t.region for t in app.screen.query("Toast")]
+        assert toasts
+        for button in screen.query("Button"):
+            if not button.display or not button.region.height:
+                continue
+            for toast in toasts:
+                assert not toast.overlaps(button.region), (button.id, toast, button.region)

@@ -84,6 +84,27 @@ def site_state_dir(state_dir: Path, site: Site) -> Path:
     return state_dir / site.name
 
 
+def foreign_site_file(state: dict[str, Any] | None, site: Site) -> str | None:
+    """Why the checkpoint ``state`` is not this site file's, or None when it is.
+
+    A checkpoint belongs to one site file: the one it was made from (its resolved path).
+    Another file that is still there with the same ``name:`` (a copy with another host) is
+    a different site: sharing the checkpoint would let a ``check`` of the copy overwrite the
+    real site's results. A file that moved (the recorded one is gone) is the same site, and
+    the checkpoint follows it (``adopt_site``)."""
+    recorded = ((state or {}).get("site") or {}).get("path")
+    here = site.source
+    if not recorded or here is None or Path(recorded) == here:
+        return None
+    if not Path(recorded).exists():
+        return None  # moved or renamed: the same site file
+    return (
+        f"this checkpoint belongs to the site file {recorded}, not to {here} (both say "
+        f"name: {site.name}); nothing was read or changed. Give this file a name of its own "
+        f"(`name:` in {here.name}), or keep its checkpoints apart with --state-dir DIR"
+    )
+
+
 def now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
@@ -398,6 +419,9 @@ class Checkpoint:
                     raise
                 set_aside(directory)
                 state = None
+            foreign = foreign_site_file(state, site)
+            if foreign is not None:
+                raise CheckpointError(f"{directory}: {foreign}")
             if state is not None and start_over:
                 state["steps"] = {}
                 state["identity"] = {"nodes": {}, "cluster": None}

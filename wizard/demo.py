@@ -20,7 +20,7 @@ from wizard.site import load_site
 def gate_table(outcome: Outcome) -> str:
     lines = ["gate  verdict  what"]
     for gate, verdict in outcome.gate_verdicts().items():
-        lines.append(f"{gate:<5} {(verdict.value if verdict else '-'):<8} {GATES[gate]}")
+        lines.append(f"{gate:<5} {verdict.value:<8} {GATES[gate]}")
     return "\n".join(lines)
 
 
@@ -63,11 +63,11 @@ async def run_demo_headless(
     if outcome.summary.stopped:
         print(f"stopped: {outcome.summary.stopped}")
     verdicts = outcome.gate_verdicts()
-    waiting = [g for g, v in verdicts.items() if v is None or v.value == "skip"]
+    waiting = [g for g, v in verdicts.items() if not v.complete or v.value == "skip"]
     if outcome.exit_code == 0:
         print("demo passed: no gate failed")
         if waiting:
-            print(f"no verdict (not configured or not run): {', '.join(waiting)}")
+            print(f"no full verdict (skipped, partial or not run): {', '.join(waiting)}")
     else:
         print("demo found failures (see above)")
     return outcome.exit_code
@@ -81,8 +81,25 @@ def run_demo_tui(
     from wizard.session import open_lab
 
     # With --state-dir the lab is kept there: killed and started again, the demo resumes.
-    return run_tui(
-        lambda: open_lab(
-            faults, nodes, state_dir, keep=state_dir is not None, control_plane=control_plane
+    # Without, the state lives in a temporary folder as long as the TUI (its report and
+    # measurements read it after the run) and goes when the TUI exits.
+    opened: list = []
+
+    async def opener():
+        opened.append(
+            await open_lab(
+                faults, nodes, state_dir, keep=state_dir is not None, control_plane=control_plane
+            )
         )
-    )
+        return opened[-1]
+
+    try:
+        return run_tui(opener)
+    finally:
+        for session in opened:
+            kept = session.discard()
+            if kept is not None:
+                print(f"demo: the state stays in {kept} (the journal names the error)")
+            elif state_dir is None:
+                print("demo: its temporary state went with the TUI "
+                      "(`demo --state-dir DIR` keeps it, and resumes there)")  # fmt: skip

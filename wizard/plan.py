@@ -301,6 +301,35 @@ class Plan:
                 return phase
         raise KeyError(step_id)
 
+    def dependents(self, step_id: str) -> list[Step]:
+        """The steps that build on ``step_id``, directly or through one another: those that
+        require it or need a result it records (in plan order). What skipping it holds back."""
+        found: set[str] = set()
+        frontier = {step_id}
+        while frontier:
+            after = {
+                s.id
+                for s in self.steps()
+                if s.id not in found
+                and (frontier & set(s.requires) or frontier & {p for p, _ in s.needs})
+            }
+            found |= after
+            frontier = after
+        return [s for s in self.steps() if s.id in found]
+
+    def upstream(self, step_id: str) -> list[Step]:
+        """The steps ``step_id`` builds on, directly or through one another (what it
+        requires or needs a result of), nearest first: where a failure here may start."""
+        order: list[str] = []
+        frontier = [step_id]
+        while frontier:
+            step = self.step(frontier.pop(0))
+            for up in [*step.requires, *(p for p, _ in step.needs)]:
+                if up not in order and up != step_id:
+                    order.append(up)
+                    frontier.append(up)
+        return [self.step(s) for s in order]
+
     def targets(self, step: Step, site: Site) -> list[str]:
         return [CLUSTER] if step.scope == Scope.CLUSTER else [n.name for n in site.nodes]
 

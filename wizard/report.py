@@ -9,8 +9,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from wizard.checkpoint import read_state, site_state_dir
-from wizard.errors import UsageError
+from wizard.checkpoint import foreign_site_file, read_state, site_state_dir
+from wizard.errors import CheckpointError, UsageError
 from wizard.fleet import group_targets, targets_text
 from wizard.model import GATES, SKIPPED_CHECK, Finding, Severity, is_skipped_step, verdict
 from wizard.plan import Plan
@@ -18,10 +18,11 @@ from wizard.private import PrivatePathError, private_dir, write_private
 from wizard.redact import Redactor
 from wizard.report_xlsx import xlsx
 from wizard.site import Site
+from wizard.status import cordoned_nodes
 from wizard.support import release_notes
-from wizard.verdict import gate_verdicts
+from wizard.verdict import judge_gates, state_records
 
-STATUS_ORDER = {"fail": 0, "warn": 1, "pass": 2, "skip": 3, "not run": 4}
+STATUS_ORDER = {"fail": 0, "warn": 1, "pass": 2, "skip": 3, "partial": 4, "not run": 5}
 # Which measurements are the key numbers of a gate (by name).
 KEY_NUMBERS = {
     "T05": re.compile(r"^tcp\."),
@@ -41,13 +42,18 @@ KEY_NUMBERS = {
 
 def checkpoint_report(state_dir: Path, site: Site, plan: Plan) -> dict[str, Any] | None:
     """The report of the site's checkpoint in ``state_dir``; None when it has none yet."""
-    state = read_state(site_state_dir(state_dir, site))
+    directory = site_state_dir(state_dir, site)
+    state = read_state(directory)
+    foreign = foreign_site_file(state, site)
+    if foreign is not None:
+        raise CheckpointError(f"{directory}: {foreign}")
     return None if state is None else build_report(state, site, plan)
 
 
 def build_report(state: dict[str, Any] | None, site: Site, plan: Plan) -> dict[str, Any]:
     """One entry per gate (status, key numbers, evidence, time) and every measurement."""
     steps = (state or {}).get("steps", {})
+    verdicts = judge_gates(plan, site, state_records(state))
     gates = []
     measurements = []
     for step in plan.steps():
@@ -91,12 +97,14 @@ def build_report(state: dict[str, Any] | None, site: Site, plan: Plan) -> dict[s
         by_target: dict[str, list[Finding]] = {}
         for _, target, finding in findings:
             by_target.setdefault(target, []).append(finding)
+        status = verdicts[gate].value
+        evidence = ""
         if findings:
-            status = gate_verdicts(f for _, _, f in findings)[gate].value
             headline = sorted(findings, key=lambda x: _headline_rank(x[2]))[0]
             evidence = f"{headline[1]}: {headline[2].check}: {headline[2].message}"
-        else:
-            status, evidence = "not run", ""
+        if status == "partial":
+            missing = _not_run_provers(plan, site, steps, gate)
+            evidence = f"not run yet: {missing}" + (f"; so far {evidence}" if evidence else "")
         gates.append(
             {
                 "gate": gate,
@@ -130,6 +138,10 @@ def build_report(state: dict[str, Any] | None, site: Site, plan: Plan) -> dict[s
         "updated": (state or {}).get("updated"),
         "gates": gates,
         "skipped_steps": _skipped_steps(steps, plan),
+        "cordoned": [
+            {"node": c.node, "step": c.step, "why": c.why, "since": c.since, "uncordon": c.remedy}
+            for c in cordoned_nodes(state)
+        ],
         "waivers": list((state or {}).get("waivers", [])),
         "measurements": measurements,
         "notes": [
@@ -137,6 +149,22 @@ def build_report(state: dict[str, Any] | None, site: Site, plan: Plan) -> dict[s
             for n in release_notes(site.versions.gpu_operator)
         ],
     }
+
+
+def _not_run_provers(plan: Plan, site: Site, steps: dict[str, Any], gate: str) -> str:
+    """The steps that prove ``gate`` and have not run everywhere yet (a partial gate)."""
+    missing = []
+    for step in plan.steps():
+        if gate not in step.gates:
+            continue
+        targets = [
+            t
+            for t in plan.targets(step, site)
+            if steps.get(step.id, {}).get(t, {}).get("state") not in ("done", "failed", "skipped")
+        ]
+        if targets:
+            missing.append(f"{step.id} on {targets_text(targets)}")
+    return ", ".join(missing)
 
 
 def _skipped_steps(steps: dict[str, Any], plan: Plan) -> list[dict[str, Any]]:
@@ -160,6 +188,11 @@ def _skipped_steps(steps: dict[str, Any], plan: Plan) -> list[dict[str, Any]]:
                     "by": by,
                     "why": why,
                     "time": record.get("finished"),
+                    # A failed change (and its rollback) this skip took the place of.
+                    "earlier": [
+                        f"{e.get('state')}: {e.get('message', '')} ({e.get('finished', '?')})"
+                        for e in (record.get("extra") or {}).get("earlier") or []
+                    ],
                 }
             )
     return skipped
@@ -177,10 +210,14 @@ def verdict_line(report: dict[str, Any]) -> str:
         return [g["gate"] for g in gates if g["status"] == status]
 
     failed, skipped, not_run = named("fail"), named("skip"), named("not run")
+    partial = named("partial")
+    cordoned = [c["node"] for c in report.get("cordoned", [])]
     waived = [g["gate"] for g in gates if g.get("waived") and g["status"] != "fail"]
     warned = [g for g in named("warn") if g not in waived]
     passed = named("pass")
     parts = []
+    if cordoned:
+        parts.append(f"{targets_text(cordoned)} left cordoned (see Cordoned nodes)")
     if failed:
         on = sorted({t for g in gates if g["status"] == "fail" for t in g.get("fail_targets", [])})
         where = f" on {targets_text(on)}" if on else ""
@@ -188,15 +225,17 @@ def verdict_line(report: dict[str, Any]) -> str:
         parts.append(f"{_count(failed, 'gate')} {fail} ({', '.join(failed)}){where}")
     if skipped:
         parts.append(f"{len(skipped)} skipped ({', '.join(skipped)})")
+    if partial:
+        parts.append(f"{len(partial)} partial ({', '.join(partial)})")
     if not_run:
         parts.append(f"{len(not_run)} not run ({', '.join(not_run)})")
     if waived:
         parts.append(f"{len(waived)} waived ({', '.join(waived)})")
     if warned:
         parts.append(f"{len(warned)} warn ({', '.join(warned)})")
-    if failed:
+    if failed or cordoned:
         word = "not ready"
-    elif skipped or not_run:
+    elif skipped or not_run or partial:
         word = "not ready (incomplete)"
     elif waived or warned:
         word = "ready with warnings"
@@ -250,7 +289,8 @@ def skipped_and_waived(report: dict[str, Any]) -> list[str]:
         ]
         lines += [
             f"| {s['step']} | {s['target']} | {', '.join(s['gates'])} | {_cell(s['by'])} | "
-            f"{_cell(s['why'])} | {s['time'] or ''} |"
+            f"{_cell(s['why'] + ''.join(f'; before that {e}' for e in s.get('earlier', [])))} "
+            f"| {s['time'] or ''} |"
             for s in steps
         ]
         lines.append("")
@@ -324,6 +364,14 @@ def markdown(report: dict[str, Any], other: dict[str, Any] | None = None) -> str
         f"{', '.join(report['nodes'])}; checkpoint updated {report['updated']}.",
         "",
     ]
+    if report.get("cordoned"):
+        lines += ["## Cordoned nodes", ""]
+        lines += [
+            f"- **{c['node']} is cordoned** (by {c['step']}, since {c['since']}): "
+            f"{_cell(c['why'])}. To uncordon: {c['uncordon']}."
+            for c in report["cordoned"]
+        ]
+        lines.append("")
     if other:
         lines += [f"Compared with {other['site']} (NIC profile {other['nic_profile']}).", ""]
         lines += [

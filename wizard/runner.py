@@ -6,7 +6,7 @@ The TUI uses the same engine through its own front end; nothing here is Textual.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from wizard.model import Finding, Severity, StepKind, StepState
 from wizard.plan import CLUSTER, Plan
 from wizard.services import build_services
 from wizard.site import Site
-from wizard.verdict import gate_verdicts
+from wizard.verdict import GateVerdict, Records, judge_gates, state_records
 
 READ_ONLY_PHASES = ("preflight", "e810", "bond", "irdma")
 _CONNECTION_CHECKS = (".reachable",)
@@ -40,6 +40,11 @@ def read_only_steps(plan: Plan) -> list[str]:
 class Outcome:
     site: Site
     summary: RunSummary
+    # The plan and what the checkpoint held at the end: a gate's verdict needs to know
+    # which of the steps that prove it ran (``judge_gates``). Without a plan (an engine
+    # world's test), the gates are judged from the run's findings alone.
+    plan: Plan | None = None
+    records: Records | None = field(default=None, repr=False)
 
     @property
     def findings(self) -> list[tuple[str, str, Finding]]:
@@ -71,8 +76,14 @@ class Outcome:
             return EXIT_CHECK_FAILED
         return EXIT_OK
 
-    def gate_verdicts(self) -> dict[str, Severity | None]:
-        return gate_verdicts(f for _, _, f in self.findings)
+    def gate_verdicts(self) -> dict[str, GateVerdict]:
+        records = self.records
+        if records is None:
+            records = {
+                key: (state, self.summary.findings.get(key, []))
+                for key, state in self.summary.results.items()
+            }
+        return judge_gates(self.plan or Plan(()), self.site, records)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -81,7 +92,7 @@ class Outcome:
             "ok": self.exit_code == EXIT_OK,
             "stopped": self.summary.stopped,
             "in_flight": self.summary.in_flight,
-            "gates": {g: (v.value if v else None) for g, v in self.gate_verdicts().items()},
+            "gates": {g: v.value for g, v in self.gate_verdicts().items()},
             "results": [
                 {
                     "step": step,
@@ -154,9 +165,10 @@ async def run_engine(
             summary = await engine.run(
                 only=only, ignore_requires=ignore_requires, phase=phase, step=step
             )
+            records = state_records(checkpoint.state)
     finally:
         await services.close()
-    return Outcome(site, summary)
+    return Outcome(site, summary, plan, records)
 
 
 async def run_checks(site: Site, plan: Plan, state_dir: Path, frontend: FrontEnd) -> Outcome:

@@ -45,16 +45,31 @@ class LabSession(Session):
         self._keep_state = True
 
     async def close(self) -> None:
+        """Stop the lab. A temporary demo's state folder stays until ``discard``: the run
+        is over, but the TUI that shows its report and measurements is still open."""
         await super().close()
         if self.lab is not None:
             await self.lab.stop()
+        if self._tmp is not None:
+            inside = self.temporary_state is not None
+            shutil.rmtree(self._tmp / "lab" if inside else self._tmp, ignore_errors=True)
+
+    @property
+    def temporary_state(self) -> Path | None:
+        """The temporary folder this demo's state lives in (None with ``--state-dir``)."""
+        if self._tmp is None or not self.state_dir.is_relative_to(self._tmp):
+            return None
+        return self._tmp
+
+    def discard(self) -> Path | None:
+        """Remove the temporary folder once nothing reads it (the TUI has exited); after an
+        internal error it stays for the journal. Returns the folder that stays, if any."""
         if self._tmp is None:
-            return
+            return None
         if self._keep_state and self.state_dir.is_relative_to(self._tmp):
-            # Only the lab goes: the state folder (checkpoint, journal) stays for a reader.
-            shutil.rmtree(self._tmp / "lab", ignore_errors=True)
-            return
+            return self._tmp
         shutil.rmtree(self._tmp, ignore_errors=True)
+        return None
 
 
 async def open_lab(
@@ -65,8 +80,8 @@ async def open_lab(
     keep: bool = False,
     control_plane: str = "embedded",
 ) -> LabSession:
-    """Start the embedded lab in a temporary folder (removed on close; after an internal
-    error its state folder stays, see Session.keep_state).
+    """Start the embedded lab in a temporary folder (the lab goes on close, the state folder
+    with ``LabSession.discard``; after an internal error it stays, see Session.keep_state).
 
     ``keep`` (the demo with a state directory): the lab lives in ``state_dir/demo-lab``
     and comes back there with the same ports, keys, hosts and cluster when started again

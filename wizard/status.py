@@ -9,6 +9,7 @@ from typing import Any
 from wizard.checkpoint import (
     changed_sections,
     finish_command,
+    foreign_site_file,
     in_flight_changes,
     read_state,
     site_state_dir,
@@ -17,6 +18,43 @@ from wizard.fleet import group_targets, targets_text
 from wizard.model import Finding, StepState, worst
 from wizard.plan import Plan
 from wizard.site import Site
+from wizard.verdict import GateVerdict, judge_gates, state_records
+
+
+@dataclass(frozen=True)
+class Cordon:
+    """A node a maintenance change left cordoned (its change failed to verify): nothing
+    new is scheduled there until it is uncordoned. Recorded by the engine in the step's
+    ``extra.cordoned`` and cleared when it uncordons the node."""
+
+    node: str
+    step: str
+    why: str
+    since: str
+
+    @property
+    def remedy(self) -> str:
+        return (
+            f"`run SITE --redo {self.step}@{self.node}` finishes the change and uncordons the "
+            f"node once it verifies; or fix it by hand, then `kubectl uncordon {self.node}`"
+        )
+
+    def text(self) -> str:
+        return f"{self.node} is cordoned (by {self.step}, since {self.since}): {self.why}"
+
+
+def cordoned_nodes(state: dict[str, Any] | None) -> list[Cordon]:
+    """Every node the checkpoint says a maintenance change left cordoned."""
+    found = []
+    for step, targets in ((state or {}).get("steps") or {}).items():
+        for target, record in targets.items():
+            mark = (record.get("extra") or {}).get("cordoned")
+            if isinstance(mark, dict):
+                found.append(
+                    Cordon(target, str(mark.get("by", step)), str(mark.get("why", "")),
+                           str(mark.get("since", "?")))
+                )  # fmt: skip
+    return sorted(found, key=lambda c: c.node)
 
 
 @dataclass
@@ -30,6 +68,7 @@ class StepStatus:
     severity: str = ""
     finished: str | None = None
     findings: list[Finding] = field(default_factory=list)
+    earlier: list[dict[str, Any]] = field(default_factory=list)  # failures a skip replaced
 
 
 @dataclass
@@ -44,6 +83,10 @@ class Status:
     waivers: list[dict[str, Any]] = field(default_factory=list)
     # Maintenance changes begun and neither finished nor rolled back, with what finishes them.
     in_flight: list[str] = field(default_factory=list)
+    gates: dict[str, GateVerdict] = field(default_factory=dict)
+    cordoned: list[Cordon] = field(default_factory=list)
+    # Another site file's checkpoint (the same name:): why it is not this one's.
+    foreign: str | None = None
 
     @property
     def interrupted(self) -> list[StepStatus]:
@@ -53,12 +96,24 @@ class Status:
         return {
             "checkpoint": str(self.directory),
             "exists": self.exists,
+            "belongs_to_another_site_file": self.foreign,
             "created": self.created,
             "updated": self.updated,
             "site_changed": self.changed_sections,
             "would_reset": [{"step": s, "target": t} for s, t in self.would_reset],
             "waivers": self.waivers,
             "in_flight": self.in_flight,
+            "gates": {gate: v.value for gate, v in self.gates.items()},
+            "cordoned": [
+                {
+                    "node": c.node,
+                    "step": c.step,
+                    "why": c.why,
+                    "since": c.since,
+                    "uncordon": c.remedy,
+                }
+                for c in self.cordoned
+            ],
             "steps": [
                 {
                     "step": s.step,
@@ -80,6 +135,9 @@ def load_status(state_dir: Path, site: Site, plan: Plan) -> Status:
     state = read_state(directory)
     if state is None:
         return Status(directory, exists=False)
+    foreign = foreign_site_file(state, site)
+    if foreign is not None:  # never shown as this site's: its steps are another file's
+        return Status(directory, exists=False, foreign=foreign)
     changed = changed_sections(state, site)
     recorded = state.get("steps", {})
     status = Status(
@@ -92,6 +150,8 @@ def load_status(state_dir: Path, site: Site, plan: Plan) -> Status:
             (s, t) for s, t in plan.invalidated(changed, site) if t in recorded.get(s, {})
         ],
         waivers=state.get("waivers", []),
+        gates=judge_gates(plan, site, state_records(state)),
+        cordoned=cordoned_nodes(state),
     )
     command = finish_command(site, state_dir)
     for step, target, inflight in in_flight_changes(state):
@@ -117,12 +177,15 @@ def load_status(state_dir: Path, site: Site, plan: Plan) -> Status:
                         severity=worst(findings).value if findings else "",
                         finished=record.get("finished"),
                         findings=findings,
+                        earlier=list((record.get("extra") or {}).get("earlier") or []),
                     )
                 )
     return status
 
 
 def format_status(status: Status) -> str:
+    if status.foreign is not None:
+        return f"{status.directory}: {status.foreign}"
     if not status.exists:
         return f"no checkpoint yet for this site (would be {status.directory})"
     lines = [
@@ -139,6 +202,9 @@ def format_status(status: Status) -> str:
             )
     for line in status.in_flight:
         lines.append(f"IN FLIGHT: {line}")
+    for cordon in status.cordoned:
+        lines.append(f"CORDONED: {cordon.text()}")
+        lines.append(f"  to uncordon: {cordon.remedy}")
     if status.interrupted:
         lines.append(
             "interrupted (re-verified first on resume): "
@@ -146,6 +212,8 @@ def format_status(status: Status) -> str:
         )
     for waiver in status.waivers:
         lines.append(f"waived: {waiver['check']} ({waiver['reason']}; {waiver.get('by', '?')})")
+    if status.gates:
+        lines.append("gates: " + gates_text(status.gates))
     phase = None
     steps: dict[str, list[StepStatus]] = {}
     for s in status.steps:
@@ -162,4 +230,20 @@ def format_status(status: Status) -> str:
             detail = f" [{severity}]" if severity else ""
             said = f" - {message}" if message else ""
             lines.append(f"  {state:<8} {records[0].step} on {targets_text(targets)}{detail}{said}")
+        for r in records:
+            for before in r.earlier:
+                lines.append(
+                    f"           before that on {r.target}: {before.get('state')} - "
+                    f"{before.get('message', '')} ({before.get('finished', '?')})"
+                )
     return "\n".join(lines)
+
+
+def gates_text(gates: dict[str, GateVerdict]) -> str:
+    """``fail T03; pass T00 T01; partial T11; not run T12 T13``: worst first, one verdict
+    a group (a gate is "pass" only when every step that proves it ran)."""
+    order = ["fail", "warn", "skip", "partial", "not run", "pass"]
+    groups: dict[str, list[str]] = {}
+    for gate, v in gates.items():
+        groups.setdefault(v.value, []).append(gate)
+    return "; ".join(f"{v} {' '.join(groups[v])}" for v in order if v in groups)

@@ -8,6 +8,7 @@ import asyncio
 import time
 import traceback
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 from wizard import journal
@@ -59,6 +60,9 @@ from wizard.transports.base import TransportError
 
 # How long a resume waits for a process a stopped run started (wizard/transports/children.py).
 CHILD_WAIT_S = 120.0
+
+# What a failed result keeps of itself when a later skip takes its place (``extra.earlier``).
+EARLIER_KEYS = ("state", "message", "findings", "finished", "attempts")
 
 
 class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin):
@@ -657,6 +661,23 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
 
     # -- helpers -----------------------------------------------------------------------------
 
+    def _name_the_cause(
+        self, ctx: StepContext, findings: list[Finding], message: str
+    ) -> tuple[list[Finding], str]:
+        """A failure downstream of a skipped or failed step names that step first, in the
+        result's message and in each failing check (message and fix)."""
+        cause = self._upstream_cause(ctx.step, ctx.target)
+        if cause is None:
+            return findings, message
+        said, todo = cause
+        named = [
+            replace(f, message=f"{said}: {f.message}", remediation=f"{todo}; then: {f.remediation}")
+            if f.severity is Severity.FAIL and not f.waived and not f.message.startswith(said)
+            else f
+            for f in findings
+        ]
+        return named, (f"{said}; {message}" if message else said)
+
     def _finish(
         self, ctx: StepContext, state: StepState, findings: list[Finding], message: str = ""
     ) -> tuple[StepState, list[Finding]]:
@@ -673,7 +694,14 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
             for key in ctx.step.provides:
                 ctx.data.pop(key, None)
                 recorded.pop(key, None)
+        if state is StepState.FAILED:
+            findings, message = self._name_the_cause(ctx, findings, message)
         extra = dict(ctx.data)
+        before = self.checkpoint.record(ctx.step.id, ctx.target)
+        if state is StepState.SKIPPED and before.get("state") == StepState.FAILED.value:
+            # A failed change (and its rollback) stays in the record under a later skip.
+            earlier = before.get("extra", {}).get("earlier", [])
+            extra["earlier"] = [*earlier, {key: before.get(key) for key in EARLIER_KEYS}]
         if ctx.target in self._boots and state is StepState.DONE:
             extra["verified_boot"] = self._boots[ctx.target]
         self.checkpoint.set_step(

@@ -143,6 +143,7 @@ class MaintenanceMixin:
                 finding = transport_finding(step, exc)
                 with contextlib.suppress(TransportError), effects(ctx):
                     await kube.cordon(node, False)
+                ctx.data["cordoned"] = None
                 self._end_maintenance(step, ctx)
                 return self._finish(
                     ctx, StepState.FAILED, [finding],
@@ -172,6 +173,7 @@ class MaintenanceMixin:
             self._stage(step, ctx, "uncordoning")
             with effects(ctx):
                 await kube.cordon(node, False)
+            ctx.data["cordoned"] = None  # schedulable again
         self._end_maintenance(step, ctx)
         return self._finish(ctx, StepState.DONE, findings)
 
@@ -228,6 +230,8 @@ class MaintenanceMixin:
                     message = f"{why}; the rollback failed too: use the rollback script by hand"
         if step.drains:
             message += f"; {node} stays cordoned until the change verifies"
+            # Kept in the record until an uncordon: status, the report and the TUI name it.
+            ctx.data["cordoned"] = {"by": step.id, "why": message, "since": now()}
         self._end_maintenance(step, ctx)
         return self._finish(ctx, StepState.FAILED, findings, message)
 

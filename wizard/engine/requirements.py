@@ -58,6 +58,32 @@ class RequirementsMixin:
                 )
         return None
 
+    def _upstream_cause(self, step: Step, target: str) -> tuple[str, str] | None:
+        """A step this one builds on that was skipped or failed, as (what to say first,
+        what to do first): a failure here is most likely its consequence (skipped labels
+        -> the RDMA plugin's DaemonSet selects no node -> no rdma/e810 advertised)."""
+        for up in self.plan.upstream(step.id):
+            if up.scope == Scope.CLUSTER:
+                targets = [CLUSTER]
+            elif target != CLUSTER:
+                targets = [target]
+            else:
+                targets = self.plan.targets(up, self.site)
+            for where in targets:
+                record = self.checkpoint.record(up.id, where)
+                state = record.get("state")
+                if state not in (StepState.SKIPPED.value, StepState.FAILED.value):
+                    continue
+                why = record.get("message") or state
+                on = "" if where == CLUSTER else f" on {where}"
+                said = f"{up.id} ({up.title}){on} was {state}, and {step.id} builds on it ({why})"
+                if state == StepState.SKIPPED.value:
+                    todo = f"let {up.id} run first: `run SITE --redo {up.id}@{where}`"
+                else:
+                    todo = f"fix {up.id}{on} first (it failed), then retry this step"
+                return said, todo
+        return None
+
     def _skipped(
         self, step: Step, ctx: StepContext, why: str, *, by: str | None = None
     ) -> tuple[StepState, list[Finding]]:
