@@ -306,6 +306,12 @@ class Measurements(Strict):
     nccl_tests_image: str = (
         "ghcr.io/coreweave/nccl-tests:12.9.1-devel-ubuntu22.04-nccl2.27.5-1-0120901"
     )
+    nccl_tests_dir: str = Field(
+        "/opt/nccl-tests/build",
+        pattern=r"^/[A-Za-z0-9._/-]{0,200}$",
+        description="where nccl_tests_image keeps all_reduce_perf (not on the image's PATH: "
+        "coreweave/nccl-tests builds it under its WORKDIR /opt/nccl-tests)",
+    )
     rdma_test_image: str = Field(
         "docker.io/mellanox/rping-test:latest",
         description="the image of the pod that lists the RDMA device through the plugin "

@@ -25,7 +25,21 @@ MPIJOB_CRD = "mpijobs.kubeflow.org"
 # kubeflow/mpi-operator (pkg/apis/kubeflow/v2beta1, common labels): the launcher's pod.
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 JOB_ROLE_LABEL = "training.kubeflow.org/job-role"
-ALL_REDUCE = ["all_reduce_perf", "-b", "8", "-e", "16G", "-f", "2"]
+ALL_REDUCE_ARGS = ["-b", "8", "-e", "16G", "-f", "2"]
+# mpirun refuses to start as root unless told it may (Open MPI 4.1 orte/tools/orterun and
+# 5.x prte: geteuid() == 0 without --allow-run-as-root, or without both
+# OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1, exits 1 with "mpirun has
+# detected an attempt to run as root"). The MPI Operator (v0.8) sets neither; its README, its
+# v2beta1 examples and its e2e test (test/e2e/mpi_job_test.go) add the flag, and the
+# nccl-tests image has no USER, so its launcher runs as root.
+MPIRUN_AS_ROOT = "--allow-run-as-root"
+
+
+def all_reduce(site: Site) -> list[str]:
+    """all_reduce_perf by the path the nccl-tests image has: the image builds the tests in
+    its WORKDIR (coreweave/nccl-tests Dockerfile: ``WORKDIR /opt/nccl-tests``, ``make MPI=1``
+    writes ``build/``), which is not on its PATH; ``measurements.nccl_tests_dir`` names it."""
+    return [f"{site.measurements.nccl_tests_dir.rstrip('/')}/all_reduce_perf", *ALL_REDUCE_ARGS]
 
 
 def image(site: Site, reference: str) -> str:
@@ -63,7 +77,7 @@ def nvlink_job(site: Site, node: Node) -> dict[str, Any]:
     container = {
         "name": "nccl-tests",
         "image": image(site, site.measurements.nccl_tests_image),
-        "command": [*ALL_REDUCE, "-g", str(node.gpu_count)],
+        "command": [*all_reduce(site), "-g", str(node.gpu_count)],
         "env": nccl_env(site, None, False, subsys="INIT,P2P"),
         "resources": {"limits": {"nvidia.com/gpu": node.gpu_count}},
         "volumeMounts": [SHM_MOUNT],
@@ -88,7 +102,7 @@ def diagnostic_job(site: Site, node: Node) -> dict[str, Any]:
     container = {
         "name": "nccl-tests",
         "image": image(site, site.measurements.nccl_tests_image),
-        "command": ["sh", "-c", FIND_HCA, "sh", *ALL_REDUCE, "-g", str(node.gpu_count)],
+        "command": ["sh", "-c", FIND_HCA, "sh", *all_reduce(site), "-g", str(node.gpu_count)],
         "env": [
             *nccl_env(site, None, True),
             {"name": "NCCL_P2P_DISABLE", "value": "1"},
@@ -130,8 +144,8 @@ def mpijob(
         env.append({"name": "NCCL_NET_GDR_LEVEL", "value": gdr_level})
     exported = [f"-x {e['name']}" for e in env]
     mpirun = [
-        "mpirun", "-np", str(ranks), "--bind-to", "none", *" ".join(exported).split(),
-        *ALL_REDUCE, "-g", "1",
+        "mpirun", MPIRUN_AS_ROOT, "-np", str(ranks), "--bind-to", "none",
+        *" ".join(exported).split(), *all_reduce(site), "-g", "1",
     ]  # fmt: skip
     placement = pod_placement(site)
     worker_affinity = {

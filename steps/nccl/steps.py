@@ -295,6 +295,27 @@ async def _run_job(ctx: StepContext, job: dict[str, Any]) -> tuple[str | None, s
     return log, problem
 
 
+def launcher_problem(log_text: str) -> tuple[str, str] | None:
+    """(message, remediation) when mpirun itself refused to start, in Open MPI's words
+    (orterun's root check; help-orterun.txt's executable-not-found), else None."""
+    if "mpirun has detected an attempt to run as root" in log_text:
+        return (
+            "mpirun refused to run as root in the launcher (no --allow-run-as-root, no "
+            "OMPI_ALLOW_RUN_AS_ROOT=1 + OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)",
+            "add --allow-run-as-root to the launcher's mpirun, or run it as a non-root user",
+        )
+    if "unable to find the specified executable file" in log_text:
+        program = next(
+            (ln.split(":", 1)[1].strip() for ln in log_text.splitlines()
+             if ln.startswith("Executable:")), "?"
+        )  # fmt: skip
+        return (
+            f"mpirun found no program {program} in the nccl-tests image",
+            "set measurements.nccl_tests_dir to where the image keeps all_reduce_perf",
+        )
+    return None
+
+
 def _busbw(log_text: str) -> float | None:
     try:
         return parse("nccl-tests", log_text).avg_busbw
@@ -370,7 +391,10 @@ class NvlinkBaseline(Step):
         try:
             log = parse("nccl-log", logs)
         except ParseError as exc:
-            report.warn("nvlink-baseline", f"no NCCL INFO lines ({exc.reason})", "read the log")
+            first = next((ln for ln in logs.splitlines() if ln.strip()), "")[:200]
+            report.warn("nvlink-baseline", f"no NCCL INFO lines ({exc.reason}): {first}",
+                        "read the log; measurements.nccl_tests_dir names where the image "
+                        "keeps all_reduce_perf")  # fmt: skip
             return report.findings
         scratch = Report("T11")
         if explain_warnings(log, scratch):
@@ -485,6 +509,13 @@ class InterNodeNccl(Step):
         logs, problem = await self._run(ctx, job)
         if logs is None:
             report.fail("nccl-path", problem, f"kubectl describe mpijob {job['metadata']['name']}")
+            return report.findings
+        launch = launcher_problem(logs)
+        if launch is not None:
+            report.fail("nccl-path", launch[0], launch[1])
+            report.fail(
+                "gdr", "not run: the MPIJob's launcher did not start", launch[1], gate="T12"
+            )
             return report.findings
         try:
             log = parse("nccl-log", logs)

@@ -11,7 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 from wizard.lab.host import LabHost
 from wizard.lab.kubeapi import owner_reference
-from wizard.lab.nccl import inter_node_log, single_node_log
+from wizard.lab.nccl import (
+    exec_failure,
+    inter_node_log,
+    is_nccl_tests_image,
+    launcher_failure,
+    single_node_log,
+)
 from wizard.lab.perf import PERFTEST, PerftestArgs, PerftestUsageError, client_output
 
 if TYPE_CHECKING:
@@ -66,9 +72,13 @@ class WorkloadsMixin:
             return True
         container = containers[0]
         argv = list(container.get("command") or []) + list(container.get("args") or [])
+        key = (pod["metadata"].get("namespace", "default"), pod["metadata"]["name"])
+        failure = exec_failure(argv) if is_nccl_tests_image(container.get("image", "")) else None
+        if failure is not None:
+            self.pod_outputs[key] = failure
+            return False
         if not argv or argv[0] not in PERFTEST:
             return True
-        key = (pod["metadata"].get("namespace", "default"), pod["metadata"]["name"])
         output, ok = self._perftest_in_pod(host, container, argv)
         self.pod_outputs[key] = output
         return ok
@@ -116,8 +126,7 @@ class WorkloadsMixin:
         """What the MPI Operator does with an MPIJob: a launcher pod (labelled with the job
         name and role, kubeflow/mpi-operator v2beta1) that runs mpirun across the workers;
         here the launcher's log is computed from where the workers would land."""
-        meta = job["metadata"]
-        name, namespace = meta["name"], meta.get("namespace", "default")
+        name = job["metadata"]["name"]
         labels = {
             "training.kubeflow.org/job-name": name,
             "training.kubeflow.org/job-role": "launcher",
@@ -136,6 +145,11 @@ class WorkloadsMixin:
             e["name"]: e.get("value")
             for e in (launcher.get("containers") or [{}])[0].get("env", [])
         }
+        pod_name = f"{name}-launcher-x7k2p"
+        refusal = _launcher_refusal(launcher)
+        if refusal is not None:
+            self._launcher_pod(job, pod_name, launcher, labels, refusal, failed=True)
+            return
         hosts = [self.hosts.get(n) for n in nodes]
         rdma_everywhere = all(h is not None and h.rdma_devices for h in hosts) and _asks_for_rdma(
             limits
@@ -146,7 +160,20 @@ class WorkloadsMixin:
             socket="nccl-socket" in self.faults or not rdma_everywhere,
             no_transport="nccl-no-transport" in self.faults,
         )  # fmt: skip
-        pod_name = f"{name}-launcher-x7k2p"
+        self._launcher_pod(job, pod_name, launcher, labels, log,
+                           failed="No transport found" in log)  # fmt: skip
+
+    def _launcher_pod(
+        self: Lab,
+        job: dict[str, Any],
+        pod_name: str,
+        launcher: dict[str, Any],
+        labels: dict[str, str],
+        log: str,
+        *,
+        failed: bool,
+    ) -> None:
+        namespace = job["metadata"].get("namespace", "default")
         self.pod_outputs[(namespace, pod_name)] = log
         pod = {
             # The MPI Operator owns what it creates: deleting the MPIJob removes it.
@@ -157,7 +184,7 @@ class WorkloadsMixin:
                 "ownerReferences": [owner_reference(job)],
             },
             "spec": {**launcher, "restartPolicy": "Never", "nodeName": "cpu-worker-1"},
-            "status": {"phase": "Failed" if "No transport found" in log else "Succeeded"},
+            "status": {"phase": "Failed" if failed else "Succeeded"},
         }
         self.cluster.put("v1", "pods", pod)
 
@@ -239,6 +266,21 @@ class WorkloadsMixin:
                     result = host.execute(part.strip())
                 output.append(result.stdout + result.stderr)
         return "".join(output)
+
+
+def _launcher_refusal(launcher: dict[str, Any]) -> str | None:
+    """What the launcher container's mpirun prints when it does not start (wizard.lab.nccl
+    launcher_failure: Open MPI's root check, the image's layout). It runs as the pod's or
+    container's runAsUser, else as the image's user: root (the nccl-tests image has no USER)."""
+    container = (launcher.get("containers") or [{}])[0]
+    if not is_nccl_tests_image(container.get("image", "")):
+        return None
+    argv = list(container.get("command") or []) + list(container.get("args") or [])
+    env = {e["name"]: e.get("value") for e in container.get("env", [])}
+    uid = container.get("securityContext", {}).get(
+        "runAsUser", launcher.get("securityContext", {}).get("runAsUser", 0)
+    )
+    return launcher_failure(argv, env, int(uid))
 
 
 def _asks_for_rdma(limits: dict[str, Any]) -> bool:
