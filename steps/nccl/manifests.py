@@ -230,23 +230,37 @@ def mpijob(
     }
 
 
-def cuda_perftest_pod(
-    site: Site, node: Node, name: str, client_argv: list[str], gpu: int = 0
-) -> dict[str, Any]:
+# CUDA numbers the GPUs it sees in PCI bus order only when told to (CUDA C Programming Guide,
+# "CUDA Environment Variables": CUDA_DEVICE_ORDER defaults to FASTEST_FIRST, which leaves
+# the order of equal GPUs unspecified; PCI_BUS_ID orders them as nvidia-smi does).
+CUDA_PCI_ORDER = {"name": "CUDA_DEVICE_ORDER", "value": "PCI_BUS_ID"}
+
+
+def cuda_perftest_pod(site: Site, node: Node, name: str, client_argv: list[str]) -> dict[str, Any]:
     """The perftest client with its buffers in GPU memory, in a pod on the GPU node.
 
     On the host the GPU Operator's driver gives no CUDA and no nvidia-smi on the PATH; in a
     pod that asks for a GPU the container toolkit injects them. The RDMA resource gives the
     pod the /dev/infiniband devices, IPC_LOCK lets perftest pin (register) its buffers, and
     /dev/shm is memory-backed.
+
+    The pod asks for every GPU of the node: NVIDIA's device plugin cannot be asked for one
+    particular GPU. With ``nvidia.com/gpu: 1`` the kubelet's device manager takes whichever
+    free GPU the plugin's preferred allocation names (k8s-device-plugin
+    internal/rm/allocate.go: NVLink-aligned, blind to NICs) and the plugin exposes only that
+    one (NVIDIA_VISIBLE_DEVICES=<its UUID>), as CUDA device 0, possibly a GPU that is SYS
+    from the NIC. Given all of them, in PCI order (``CUDA_PCI_ORDER``), ``--use_cuda=N`` in
+    ``client_argv`` is nvidia-smi's GPU N: the one nearest the NIC.
     """
-    del gpu  # the pod is given one GPU; CUDA numbers it 0 inside the container
     container = {
         "name": "perftest",
         "image": image(site, site.measurements.cuda_perftest_image),
         "command": client_argv,
+        "env": [CUDA_PCI_ORDER],
         "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}},
-        "resources": {"limits": {"nvidia.com/gpu": 1, site.device_plugin.resource_name: 1}},
+        "resources": {
+            "limits": {"nvidia.com/gpu": node.gpu_count, site.device_plugin.resource_name: 1}
+        },
         "volumeMounts": [SHM_MOUNT],
     }
     return node_pod(site, node, name, NAMESPACE, container, [SHM_VOLUME])

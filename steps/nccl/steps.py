@@ -33,6 +33,7 @@ from steps.perf import (
 from steps.perf import _stop_server as stop_server
 from wizard.artifacts import Artifact, k8s_object
 from wizard.facts import ParseError, parse
+from wizard.facts.gpu import link_rank
 from wizard.model import Finding, StepKind
 from wizard.plan import Phase, Step, StepContext, measurement_far_end
 from wizard.probe import Report
@@ -55,7 +56,29 @@ DMABUF_FIX = (
     "DMA-BUF needs the open kernel module and kernel >= 5.12 (see GPUDirect readiness); read "
     "the pod's log"
 )
-GPU_MEMORY = ["--use_cuda=0"]  # the pod's one GPU: CUDA device 0 inside the container
+# GPUDirect within PXB only (NCCL's default limit, steps.gpudirect): a GPU behind the CPU
+# interconnect (SYS, NODE) from the NIC would measure the SMP link, not the path T12 proves.
+NEAREST_LIMIT = "PXB"
+
+
+def nearest_gpu(distances: dict[str, str]) -> tuple[int, str] | None:
+    """The GPU nearest the RDMA NIC in ``nvidia-smi topo -m`` (gpudirect.readiness's
+    distances, ``{"GPU0": "PXB", ...}``): (its index, its link), the lowest index among the
+    closest, or None when none is within PXB."""
+    ranked = sorted(
+        (link_rank(link), int(gpu[3:]), link)
+        for gpu, link in distances.items()
+        if gpu.startswith("GPU") and gpu[3:].isdigit()
+    )
+    if not ranked or ranked[0][0] > link_rank(NEAREST_LIMIT):
+        return None
+    return ranked[0][1], ranked[0][2]
+
+
+def gpu_memory(index: int | str) -> list[str]:
+    """perftest's buffers on nvidia-smi's GPU ``index`` (the pod sees every GPU in PCI
+    order: steps.nccl.manifests.cuda_perftest_pod)."""
+    return [f"--use_cuda={index}"]
 
 
 async def _wait_for_pod(ctx: StepContext, label_selector: str, timeout: float) -> dict | None:
@@ -107,7 +130,11 @@ class CudaPerftest(Step):
     title = "perftest from GPU memory, in a pod (--use_cuda, DMA-BUF)"
     kind = StepKind.MEASURE
     one_node_at_a_time = True  # against the shared AIStor peer
-    needs = (("irdma.verify", "rdma_device"), ("irdma.verify", "gid_index"))
+    needs = (
+        ("irdma.verify", "rdma_device"),
+        ("irdma.verify", "gid_index"),
+        ("gpudirect.readiness", "distances"),
+    )
     gates = ("T11", "T12")
     reads = ("aistor", "device_plugin", "measurements", "registry", "taint")
     explain = (
@@ -115,7 +142,9 @@ class CudaPerftest(Step):
         "GPU node (one GPU and the RDMA resource, IPC_LOCK, memory-backed /dev/shm, the taint "
         "tolerated): the GPU Operator's driver gives the host no CUDA. Its buffers are in GPU "
         "memory, first through CUDA peer memory (--use_cuda, T11), then through DMA-BUF "
-        "(--use_cuda_dmabuf, T12), against a perftest server on the AIStor peer's host."
+        "(--use_cuda_dmabuf, T12), against a perftest server on the AIStor peer's host. The "
+        "GPU is the one nearest the NIC in nvidia-smi topo -m (PIX, else PXB; never SYS): the "
+        "pod is given every GPU in PCI order, since the device plugin cannot be asked for one."
     )
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
@@ -128,7 +157,7 @@ class CudaPerftest(Step):
             pod = _pod_name(check, node.name)
             run = perftest_run(
                 site, node.name, "ib_write_bw", client, server,
-                qps=BW_QPS, client_extra=[*GPU_MEMORY, *extra],
+                qps=BW_QPS, client_extra=[*gpu_memory("<nearest-gpu>"), *extra],
             )  # fmt: skip
             lines += [
                 shown(run.server, on_host(server.host, "first")),
@@ -146,12 +175,16 @@ class CudaPerftest(Step):
         peer = measurement_far_end(site, node.name) if node else None
         if node is None or peer is None:
             return []
+        client, server = planned_endpoints(site, node)
+        assert server is not None
         out = []
         for check, extra, path in GPU_RUNS:
-            argv = [
-                "sh", "-c", FIND_DEVICE_AND_GID, "sh", "ib_write_bw", "-q", str(BW_QPS),
-                "--report_gbits", *GPU_MEMORY, *extra, peer.rdma_ip,
-            ]  # fmt: skip
+            # The client of the very run the runbook starts the server of (same port); the
+            # pod finds its device, GID index and nearest GPU itself.
+            run = perftest_run(
+                site, node.name, "ib_write_bw", client, server, qps=BW_QPS, client_extra=extra
+            )
+            argv = ["sh", "-c", FIND_DEVICE_AND_GID, "sh", *_without_device(run.client)]
             pod = cuda_perftest_pod(site, node, _pod_name(check, node.name), argv)
             out.append(
                 k8s_object(
@@ -172,12 +205,25 @@ class CudaPerftest(Step):
             report.fail("dmabuf-perftest", "no RDMA endpoint pair", "run the RDMA phases first",
                         gate="T12")  # fmt: skip
             return report.findings
+        distances = dict(ctx.need("distances"))
+        nearest = nearest_gpu(distances)
+        if nearest is None:
+            detail = ", ".join(f"{g}: {d}" for g, d in distances.items()) or "none listed"
+            why = (f"no GPU within {NEAREST_LIMIT} of {client.device} in nvidia-smi topo -m "
+                   f"({detail}): GPU memory over SYS measures the CPU interconnect, not the path")  # fmt: skip
+            fix = "put the NIC under the PCIe switch of the GPUs that use it"
+            report.fail("gpu-memory-rdma", why, fix)
+            report.fail("dmabuf-perftest", why, fix, gate="T12")
+            return report.findings
+        gpu, link = nearest
+        ctx.data["gpu"] = gpu
+        where = f"GPU{gpu}, {link} from {client.device}"
         rate, _ = await line_rate_gbps(ctx)  # RDMA over a LAG runs on one port
         results: dict[str, tuple[float | None, str]] = {}
         for check, extra, _ in GPU_RUNS:
             run = perftest_run(
                 ctx.site, ctx.target, "ib_write_bw", client, server,
-                qps=BW_QPS, client_extra=[*GPU_MEMORY, *extra],
+                qps=BW_QPS, client_extra=[*gpu_memory(gpu), *extra],
             )  # fmt: skip
             results[check] = await self._measure_one(ctx, check, run, server.host)
         dmabuf, dmabuf_problem = results["dmabuf-perftest"]
@@ -185,7 +231,7 @@ class CudaPerftest(Step):
 
         def rate_text(gbps: float) -> str:
             share = f", {gbps / rate:.0%} of the {rate:.0f} Gb/s line" if rate else ""
-            return f"{gbps:.1f} Gb/s{share}"
+            return f"{gbps:.1f} Gb/s{share} ({where})"
 
         if dmabuf is not None and ctx.site.nic.profile in VENDOR_SUPPORTED:
             report.ok("dmabuf-perftest", f"ib_write_bw from GPU memory in a pod through DMA-BUF: "
@@ -264,6 +310,37 @@ class CudaPerftest(Step):
         return log, ""
 
 
+def _without_device(client: list[str]) -> list[str]:
+    """A perftest client command line without ``-d DEV -x GID`` (found in the pod)."""
+    out, skip = [], False
+    for word in client:
+        if skip:
+            skip = False
+        elif word in ("-d", "-x"):
+            skip = True
+        else:
+            out.append(word)
+    return out
+
+
+# Inside the exported pod, from nvidia-smi topo -m (the toolkit injects nvidia-smi into a pod
+# given GPUs): the index of the first GPU at PIX from the RDMA device "$dev", else at PXB
+# (the header names the columns; the "NIC Legend" maps NICn to the device); none beyond.
+NEAREST_GPU_AWK = (
+    "NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i + 1; next } "
+    "$1 ~ /^GPU[0-9]+$/ { n++; name[n] = $1; row[n] = $0 } "
+    "$1 ~ /^NIC[0-9]+:$/ && $2 == dev { nic = substr($1, 1, length($1) - 1) } "
+    'END { if (nic == "") exit; for (w = 1; w <= 2; w++) for (i = 1; i <= n; i++) { '
+    "split(row[i], f); d = f[col[nic]]; "
+    'if ((w == 1 && d == "PIX") || (w == 2 && d == "PXB")) { '
+    'sub(/^GPU/, "", name[i]); print name[i]; exit } } }'
+)
+FIND_NEAREST_GPU = (
+    'gpu="$(nvidia-smi topo -m | awk -v dev="$dev" \'' + NEAREST_GPU_AWK + "')\"; "
+    '[ -n "$gpu" ] || { echo "no GPU within PXB of $dev in nvidia-smi topo -m" >&2; exit 1; }; '
+    'echo "GPU $gpu is the nearest to $dev"; '
+)
+
 # Inside the exported pod: the first RDMA device and its RoCEv2 IPv4 GID index, from sysfs
 # (ib_core's gid_attrs/types: "RoCE v2"; an IPv4-mapped GID starts 0000:...:ffff).
 FIND_DEVICE_AND_GID = (
@@ -274,7 +351,8 @@ FIND_DEVICE_AND_GID = (
     'case "$(cat /sys/class/infiniband/"$dev"/ports/1/gids/"$i")" in '
     '0000:0000:0000:0000:0000:ffff:*) gid="$i"; break;; esac; done; '
     '[ -n "$gid" ] || { echo "no RoCEv2 IPv4 GID on $dev" >&2; exit 1; }; '
-    'exec "$tool" -d "$dev" -x "$gid" "$@"'
+    + FIND_NEAREST_GPU
+    + 'exec "$tool" -d "$dev" -x "$gid" --use_cuda="$gpu" "$@"'
 )
 
 

@@ -218,13 +218,35 @@ def _header(args: PerftestArgs, host: LabHost) -> list[str]:
     return lines
 
 
-def client_output(args: PerftestArgs, host: LabHost) -> str:
+def gpu_bus(gpu: int) -> str:
+    """The lab's GPU PCIe bus numbers (the nvidia-smi and NCCL outputs use the same)."""
+    return f"{0x18 + 0x10 * gpu:02x}"
+
+
+def gpu_nic_link(gpu: int, gpus: int) -> str:
+    """The lab's topology: the E810 sits under GPU0-3's PCIe switch (PXB), GPU4-7 are on
+    the other socket (SYS), as ``topo_output`` prints it."""
+    return "PXB" if gpu < gpus // 2 else "SYS"
+
+
+# GPUDirect RDMA across the CPU root complex and the SMP interconnect works but is slow
+# (NVIDIA's GPUDirect RDMA guide, "Supported Systems": peer-to-peer traffic through the
+# root complex performs poorly, and across CPU sockets worse): a GPU SYS from the NIC
+# gives the fraction below of a PXB one.
+SYS_GPU_SHARE = 0.41
+
+
+def client_output(args: PerftestArgs, host: LabHost, *, visible: list[int] | None = None) -> str:
+    """The client's output; ``visible``: the host GPUs the container sees, in CUDA's order
+    (``--use_cuda=N`` takes the N-th), all of them in PCI order when None."""
     lines = []
+    order = list(range(host.gpus_present)) if visible is None else visible
+    gpu = order[args.cuda] if args.cuda is not None and args.cuda < len(order) else None
     if args.cuda is not None:
         lines += [
             "initializing CUDA",
             "Listing all CUDA devices in system:",
-            "CUDA device 0: PCIe address is 18:00",
+            *(f"CUDA device {i}: PCIe address is {gpu_bus(g)}:00" for i, g in enumerate(order)),
             f"Picking device No. {args.cuda}",
             f"[pid = 4242, dev = {args.cuda}] device name = [NVIDIA B300 SXM6 AC]",
             "creating CUDA Ctx",
@@ -258,6 +280,8 @@ def client_output(args: PerftestArgs, host: LabHost) -> str:
             bw *= 0.97
         if args.cuda is not None:
             bw *= 0.92 if args.dmabuf else 0.88
+            if gpu is not None and gpu_nic_link(gpu, host.gpus_present) == "SYS":
+                bw *= SYS_GPU_SHARE
         units = "Gb/sec" if args.gbits else "MB/sec"
         value = bw if args.gbits else bw * 1000 / 8
         # Duration mode (-D) reports no peak (0.00) and many iterations; --cpu_util adds a
@@ -382,8 +406,7 @@ def topo_output(gpus: int) -> str:
             elif row.startswith("NIC") and col.startswith("NIC"):
                 cells.append("PIX")
             else:
-                gpu = i if row.startswith("GPU") else j
-                cells.append("PXB" if gpu < gpus // 2 else "SYS")
+                cells.append(gpu_nic_link(i if row.startswith("GPU") else j, gpus))
         tail = ""
         if row.startswith("GPU"):
             tail = "\t0-63,128-191\t0\t\tN/A" if i < gpus // 2 else "\t64-127,192-255\t1\t\tN/A"

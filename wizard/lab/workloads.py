@@ -115,12 +115,21 @@ class WorkloadsMixin:
         if "IPC_LOCK" not in capabilities:
             # perftest_resources.c create_mr(): ibv_reg_mr fails without locked memory.
             return " Couldn't allocate MR\n Failed to create MR\n", False
+        visible = None
+        if args.cuda is not None:
+            env = {e["name"]: e.get("value") for e in container.get("env", [])}
+            visible = visible_gpus(host.gpus_present, int(limits["nvidia.com/gpu"]), env)
+            if args.cuda >= len(visible):
+                # perftest src/cuda_memory.c init_gpu(): the id is checked against
+                # cuDeviceGetCount (wording as perftest prints it, approximately).
+                return (f"initializing CUDA\nThere are {len(visible)} devices supporting CUDA, "
+                        f"but device {args.cuda} was requested\n Couldn't init GPU context\n"), False  # fmt: skip
         if args.server is None or not self.broker.connect_threadsafe(
             args.server, args.port, host.name
         ):
             return (f"Couldn't connect to {args.server}:{args.port}\n"
                     "Unable to open file descriptor for socket connection Unable to init the socket connection\n"), False  # fmt: skip
-        return client_output(args, host), True
+        return client_output(args, host, visible=visible), True
 
     def _mpijob_launcher(self: Lab, job: dict[str, Any]) -> None:
         """What the MPI Operator does with an MPIJob: a launcher pod (labelled with the job
@@ -266,6 +275,22 @@ class WorkloadsMixin:
                     result = host.execute(part.strip())
                 output.append(result.stdout + result.stderr)
         return "".join(output)
+
+
+def visible_gpus(present: int, asked: int, env: dict[str, str | None]) -> list[int]:
+    """The host GPUs a container given ``asked`` GPUs sees, in CUDA's device order.
+
+    NVIDIA's device plugin (k8s-device-plugin, envvar strategy) exposes only the GPUs the
+    kubelet allocated (NVIDIA_VISIBLE_DEVICES=<their UUIDs>); which ones is the plugin's
+    preferred allocation (internal/rm/allocate.go: NVLink-aligned, blind to NICs), so the
+    lab hands out the highest-numbered free GPUs, a choice the pod cannot rule out. CUDA
+    numbers them in PCI bus order with CUDA_DEVICE_ORDER=PCI_BUS_ID; its default,
+    FASTEST_FIRST, leaves equal GPUs in an unspecified order (the lab: reversed).
+    """
+    allocated = list(range(present))[-asked:] if 0 < asked < present else list(range(present))
+    if env.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID":
+        return allocated
+    return allocated[::-1]
 
 
 def _launcher_refusal(launcher: dict[str, Any]) -> str | None:
