@@ -13,9 +13,10 @@ from steps.perf.counters import (
     line_rate_gbps,
     loss_counters,
     pause_counter_lines,
+    pause_counters,
 )
 from steps.perf.endpoints import endpoint_lines, endpoints
-from steps.perf.model import BW_QPS, BW_TESTS, LAT_QPS, LAT_TEST, QP_SWEEP
+from steps.perf.model import BW_QPS, BW_TESTS, LAT_QPS, LAT_TEST, QP_SWEEP, Endpoint
 from steps.perf.runs import perftest_pair
 from steps.perf.verdict import judge_bandwidth, report_congestion
 from wizard.plan import StepContext, measurement_far_end
@@ -26,6 +27,22 @@ from wizard.site import Node, Site
 def suite_extra(site: Site, qos: bool) -> list[str]:
     """With QoS: through the connection manager (-R) with the RoCE ToS (-T)."""
     return ["-R", "-T", str(site.qos.roce_tos)] if qos else []
+
+
+# rdma_cm without -T: the connection takes the RDMA device's default_roce_tos (configfs
+# /sys/kernel/config/rdma_cm/<dev>/ports/1/default_roce_tos; drivers/infiniband/core/cma.c),
+# as AIStor's clients connect. The -T runs set the ToS themselves and prove nothing about it.
+DEFAULT_TOS_EXTRA = ["-R"]
+
+
+def default_tos_lines(site: Site, node: Node) -> list[str]:
+    """The runbook lines of ``default_tos_run``."""
+    return [
+        *pause_counter_lines(node, "pause counters before the default-ToS run"),
+        *perftest_lines(site, node, "ib_write_bw", qps=BW_QPS, extra=DEFAULT_TOS_EXTRA),
+        *pause_counter_lines(node, "and after it: priority "
+                             f"{site.qos.priority} must have paused, as with -T {site.qos.roce_tos}"),
+    ]  # fmt: skip
 
 
 def suite_lines(site: Site, node: Node, *, qos: bool) -> list[str]:
@@ -44,7 +61,63 @@ def suite_lines(site: Site, node: Node, *, qos: bool) -> list[str]:
         lines += pause_counter_lines(node, "drop and error counters, before and after")
         lines += perftest_lines(site, node, "ib_write_bw", qps=qps, extra=[*extra, *sweep_extra(site)],
                                 client_extra=SWEEP_CLIENT_EXTRA)  # fmt: skip
+    if qos:
+        lines += default_tos_lines(site, node)
     return lines
+
+
+def _prio_pauses(before: dict, after: dict, prio: str) -> int:
+    """Pause frames (rx + tx) on ``prio`` over the node's ports between two readings."""
+    zero = {"rx": 0, "tx": 0}
+    return sum(
+        sum(after[port].get(prio, zero).values())
+        - sum(before.get(port, {}).get(prio, zero).values())
+        for port in after
+    )
+
+
+async def default_tos_run(
+    ctx: StepContext, report: Report, client: Endpoint, server: Endpoint, explicit: int
+) -> None:
+    """T08: RoCE that takes the default ToS reaches the lossless priority.
+
+    One ib_write_bw through rdma_cm without -T, its priority's pause frames counted and
+    compared with the -T runs before it (``explicit`` frames): the same load that paused the
+    priority with -T and does not without it means the default ToS is wrong on the node.
+    """
+    qos = ctx.site.qos
+    prio = str(qos.priority)
+    before = await pause_counters(ctx)
+    fact, problem = await perftest_pair(
+        ctx, "ib_write_bw", client, server, qps=BW_QPS, extra=DEFAULT_TOS_EXTRA
+    )
+    paused = _prio_pauses(before, await pause_counters(ctx), prio)
+    ctx.record("qos.default_tos.pause", float(paused), "frames", priority=prio)
+    path = f"/sys/kernel/config/rdma_cm/{client.device}/ports/1/default_roce_tos"
+    if fact is None or problem:
+        report.fail("default-tos", f"ib_write_bw -R with the default ToS failed: {problem}",
+                    "see the perftest output", gate="T08")  # fmt: skip
+    elif paused > 0:
+        report.ok("default-tos", f"RoCE through rdma_cm without -T (the default ToS, as AIStor's "
+                  f"clients connect) reached priority {prio}: {paused} pause frames", gate="T08")  # fmt: skip
+    elif explicit > 0:
+        report.fail(
+            "default-tos",
+            f"with -T {qos.roce_tos} the load paused priority {prio} ({explicit} frames), with "
+            f"the default ToS it did not: {path} does not put rdma_cm traffic (AIStor's) on "
+            f"priority {prio}",
+            f"write {qos.roce_tos} to {path} (qos.apply) and check the device was not "
+            "re-registered since (a bond re-form zeroes it; the boot unit writes it again)",
+            gate="T08",
+        )
+    else:
+        report.warn(
+            "default-tos",
+            f"no pause frames on priority {prio} with -T {qos.roce_tos} nor with the default "
+            "ToS: the load did not congest the path, so the default ToS is not proven end to end",
+            f"read the switch's per-priority counters for DSCP {qos.dscp} during an AIStor load",
+            gate="T08",
+        )
 
 
 async def rdma_suite(ctx: StepContext, report: Report, *, series: str, qos: bool) -> None:
@@ -59,6 +132,7 @@ async def rdma_suite(ctx: StepContext, report: Report, *, series: str, qos: bool
         )
         return
     extra = suite_extra(ctx.site, qos)
+    explicit_before = await pause_counters(ctx) if qos else {}
     port_rate, bond_rate = await line_rate_gbps(ctx)
     if port_rate:
         ctx.record(f"{series}.line_rate_port", port_rate, "Gb/s")
@@ -148,6 +222,11 @@ async def rdma_suite(ctx: StepContext, report: Report, *, series: str, qos: bool
             "see the perftest output",
             gate="T07",
         )
+    if qos:
+        explicit = _prio_pauses(
+            explicit_before, await pause_counters(ctx), str(ctx.site.qos.priority)
+        )
+        await default_tos_run(ctx, report, client, server, explicit)
     congestion_after = {
         "node": await congestion_counters(ctx, client),
         "far end": await congestion_counters(ctx, server),

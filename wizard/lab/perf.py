@@ -460,16 +460,57 @@ async def run_perftest(argv: list[str], host: LabHost, broker: Broker) -> tuple[
         return "", (f"Couldn't connect to {args.server}:{args.port}\n"
                     "Unable to open file descriptor for socket connection Unable to init the socket connection\n"), 1  # fmt: skip
     listener.set_result(host.name)
+    tos_reset = "roce-tos-reset" in host.faults and not host.flags.get("roce-tos-reset")
+    if args.rdma_cm and args.tos is not None and tos_reset:
+        # The fault: LACP renegotiates under the load, bond1 re-forms, Intel's LAG
+        # re-registers the RDMA device (wizard/lab/network.py): default_roce_tos is 0.
+        host.flags["roce-tos-reset"] = True
+        host.reregister_rdma()
     congestion(host, args, receiver=False)
     if "port-drops" in host.faults:
         for port in host.ports:
             port.drops["rx_dropped.nic"] = port.drops.get("rx_dropped.nic", 0) + 37
-    if args.tos is not None:
-        for port in host.ports:  # with PFC on, a congested switch sends pause frames for prio 3
-            if 3 in port.pfc:
-                port.pause_rx[3] += 1187
-                port.pause_tx[3] += 12
+    tos = effective_tos(host, args)
+    for port in host.ports:
+        # With PFC on the packets' priority, a congested switch sends pause frames for it.
+        prio = traffic_priority(port, tos)
+        if prio in port.pfc:
+            port.pause_rx[prio] += 1187
+            port.pause_tx[prio] += 12
     return client_output(args, host), "", 0
+
+
+def effective_tos(host: LabHost, args: PerftestArgs) -> int:
+    """The ToS a perftest QP's packets carry.
+
+    ``-T`` sets it (perftest: rdma_set_option(RDMA_OPTION_ID_TOS) with ``-R``, the GRH
+    traffic class otherwise). Without ``-T`` an rdma_cm connection takes the device's
+    ``default_roce_tos`` (drivers/infiniband/core/cma.c: ``tos_set`` false ->
+    ``cma_dev->default_roce_tos[port]``, written through configfs
+    /sys/kernel/config/rdma_cm/<dev>/ports/1/default_roce_tos): what AIStor's clients get.
+    Without either, perftest's default traffic class: 0.
+    """
+    if args.tos is not None:
+        return args.tos
+    if args.rdma_cm:
+        value = host.configfs.get(
+            f"/sys/kernel/config/rdma_cm/{args.device}/ports/1/default_roce_tos", "0"
+        )
+        try:
+            return int(value.strip() or "0")
+        except ValueError:
+            return 0
+    return 0
+
+
+def traffic_priority(port, tos: int) -> int:
+    """The priority ice gives a RoCEv2 packet: in DSCP mode (after the first ``dcb app
+    dscp-prio`` entry, ice_dcb_nl.c) DSCP = ToS >> 2 looked up in the dscp-prio map,
+    unmapped DSCPs on priority 0; otherwise the VLAN PCP, 0 for untagged bond1 traffic."""
+    if not port.dcb.dscp_mode:
+        return 0
+    dscp = tos >> 2
+    return next((prio for code, prio in port.dcb.app if code == dscp), 0)
 
 
 CONGESTED_PACKETS = 2113  # ECN-marked packets per QoS run through the lab's switch

@@ -58,6 +58,8 @@ class LabHost(
     boot_log: list[dict[str, Any]] = field(default_factory=list)
     # Kernel messages since boot beyond the fixed boot lines (dmesg shows both).
     kernel_log: list[str] = field(default_factory=list)
+    # One-shot events a fault has already played (e.g. "roce-tos-reset").
+    flags: dict[str, bool] = field(default_factory=dict)
     # irdma's mode as loaded (module options are read when it loads), the options the
     # initramfs was built with (it loads irdma at boot), and whether Intel's LAG kept RDMA.
     irdma_roce: bool = False
