@@ -26,6 +26,8 @@ DDP_LOADED = re.compile(
     r"The DDP package was successfully loaded: (?P<name>.+?) version (?P<version>[\d.]+)"
 )
 SAFE_MODE = "Entering Safe Mode"
+# The package the driver ships (lib/firmware/intel/ice/ddp/ice.pkg); it has no LAG.
+DEFAULT_DDP = "ICE OS Default Package"
 LAG_REFUSALS = (
     re.compile(r"Found non-ice netdev \S+"),
     re.compile(r"Found netdev \S+ on different device"),
@@ -44,7 +46,25 @@ def evaluate_lag_log(node: Node, dmesg: str, report: Report) -> None:
             "install the ice DDP package (lib/firmware/intel/ice/ddp/ice.pkg) and reload ice",
         )
     elif match := DDP_LOADED.search(dmesg):
-        report.ok("ddp", f"ice loaded the DDP package {match['name']} {match['version']}")
+        name, version = match["name"], match["version"]
+        if name.strip() == DEFAULT_DDP:
+            report.fail(
+                "ddp",
+                f"ice loaded the {name} {version}, which does not support LAG (Intel's ice "
+                "README, 'Link Aggregation': the default DDP package installed by the driver "
+                f"does not support LAG): without lport extraction ice sets no RoCE LAG, both "
+                f"PFs of {node.bond.name} keep their own RDMA device and RoCE flows the switch "
+                "hashes onto the second port are lost",
+                "install Intel's comms DDP package (ice_comms-*.pkg) as "
+                "/lib/firmware/updates/intel/ice/ddp/ice.pkg, rebuild the initramfs, reboot; "
+                "then irdma.verify proves RoCE LAG (one RDMA device for both ports)",
+            )
+        else:
+            report.ok(
+                "ddp",
+                f"ice loaded the DDP package {name} {version} (not the default package, which "
+                "has no LAG); RoCE LAG itself is proven by irdma.verify's roce-lag",
+            )
     refusals = sorted({m.group(0) for pattern in LAG_REFUSALS for m in pattern.finditer(dmesg)})
     if refusals:
         report.fail(
@@ -158,7 +178,8 @@ class IceDriver(Step):
         "An Intel E810 is present (PCI 8086:1591/1592/1593/159b...), both bond ports are "
         "driven by ice, and the driver is Intel's out-of-tree build: the in-tree ice removes "
         "RDMA from a port that joins a bond, so RoCE over the bond needs Intel's ice + irdma. "
-        "Firmware (NVM) is recorded; below the site's minimum it warns."
+        "Firmware (NVM) is recorded; below the site's minimum it warns. The DDP package must "
+        "not be the driver's default one, which has no LAG (ice README, 'Link Aggregation')."
     )
 
     def commands(self, site: Site, node: Node | None) -> list[str]:

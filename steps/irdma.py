@@ -241,6 +241,8 @@ def evaluate_rdma(
             "Intel's ice + irdma; otherwise check `modprobe irdma` and dmesg",
         )
         return discovered
+    if not roce_lag_active(node, on_bond, report):
+        return discovered
     link = on_bond[0]
     discovered["rdma_device"] = link.device
     discovered["rdma_netdev"] = link.netdev
@@ -307,6 +309,37 @@ def evaluate_rdma(
     return discovered
 
 
+def roce_lag_active(node: Node, on_bond: list, report: Report) -> bool:
+    """RoCE over the bond needs one RDMA device for both of its ports.
+
+    Intel's ice with RoCE LAG (ICE_F_ROCE_LAG: the NVM's roce_lag capability and a DDP
+    package with lport extraction, src/ice_lag.c ``ice_lag_init_feature_support_flag``)
+    keeps the RDMA device on the bond's primary port and forwards the secondary's RoCEv2
+    traffic to it. Without the feature ``ice_init_lag`` sets up nothing: each PF keeps its
+    own device, and whichever one a client picks, the flows the switch hashes onto the other
+    port reach a device that has no such QP. Taking the first device would hide that.
+    """
+    devices = sorted({link.device for link in on_bond})
+    if len(devices) > 1:
+        where = ", ".join(f"{link.device} on {link.netdev}" for link in on_bond)
+        report.fail(
+            "roce-lag",
+            f"RoCE LAG is not active on {node.bond.name}: both bonded ports still have their "
+            f"own RDMA device ({where}), so ice did not take the bond for RDMA (no roce_lag "
+            "capability in the E810 NVM or no lport extraction in the DDP package) and RoCE "
+            "flows hashed onto the other port are lost",
+            "update the E810 NVM to Intel's latest (nvmupdate64e) and load the comms DDP "
+            "package (see e810.ice's ddp), reboot, and verify `rdma link` shows one device",
+        )
+        return False
+    report.ok(
+        "roce-lag",
+        f"one RDMA device ({devices[0]} on {on_bond[0].netdev}) for both ports of "
+        f"{node.bond.name}: the NIC's LAG carries RDMA on the bond",
+    )
+    return True
+
+
 def rdma_reads(node: Node) -> list[Read]:
     """The host RDMA stack in one batch: modules, devices, GIDs, packages, LLDP flags."""
     return [
@@ -330,9 +363,10 @@ class VerifyRdma(Step):
     explain = (
         "Modules ice, irdma, ib_core, ib_uverbs and rdma_cm are loaded; `rdma link` shows "
         "the E810 ports ACTIVE; ibv_devinfo shows link_layer Ethernet and PORT_ACTIVE; RoCE "
-        "v2 GIDs exist (not iWARP). The firmware LLDP agent flag is recorded for the QoS "
-        "phase; rdma-core and perftest are installed. If this fails, stop: nothing in "
-        "Kubernetes is touched until host RDMA works."
+        "v2 GIDs exist (not iWARP); one RDMA device for both bond ports (RoCE LAG active: "
+        "two mean ice did not take the bond for RDMA, and none is picked). The firmware LLDP "
+        "agent flag is recorded for the QoS phase; rdma-core and perftest are installed. If "
+        "this fails, stop: nothing in Kubernetes is touched until host RDMA works."
     )
 
     def commands(self, site: Site, node: Node | None) -> list[str]:

@@ -32,6 +32,10 @@ FAULTS: dict[str, str] = {
     "perftest-no-cuda": "the CUDA perftest image's perftest was built without CUDA",
     "port-drops": "the GPU node's E810 ports drop packets under RDMA load (rx_dropped.nic rises)",
     "lag-dcb-mismatch": "bond1 formed while its two ports had different DCB: Intel's LAG turned RDMA off",
+    "ddp-default": "ice loaded the ICE OS Default DDP package, which does not support LAG: both "
+    "bonded PFs keep their own RDMA device (no RoCE LAG)",
+    "nvm-no-roce-lag": "the E810 NVM lacks the roce_lag capability: with the comms DDP package "
+    "too, both bonded PFs keep their own RDMA device (no RoCE LAG)",
     "roce-tos-reset": "bond1 re-forms under the QoS load (LACP renegotiates): the re-registered "
     "RDMA device's default_roce_tos is 0 again, so rdma_cm connections without -T leave priority 3",
 }

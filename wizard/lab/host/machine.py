@@ -119,10 +119,32 @@ class LabHost(
         return not self.in_tree and self.irdma_roce
 
     @property
+    def ddp_package(self) -> tuple[str, str]:
+        """(name, version) of the DDP package ice loaded (its dmesg line, ice_main.c). Intel's
+        ice README, "Link Aggregation": "The default DDP package installed by the driver does
+        not support LAG"; the comms package extracts the lport LAG needs."""
+        if "ddp-default" in self.faults:
+            return "ICE OS Default Package", "1.3.36.0"
+        return "ICE COMMS Package", "1.3.46.0"
+
+    @property
+    def roce_lag(self) -> bool:
+        """ice's ICE_F_ROCE_LAG (src/ice_lag.c ``ice_lag_init_feature_support_flag``): the
+        NVM's roce_lag capability and a DDP package with lport extraction, both."""
+        lport_extract = self.ddp_package[0] != "ICE OS Default Package"
+        return lport_extract and "nvm-no-roce-lag" not in self.faults
+
+    @property
     def rdma_devices(self) -> list[tuple[str, Port]]:
-        """(ibdev, port) pairs that exist: Intel's LAG registers one device on the primary."""
+        """(ibdev, port) pairs that exist. With RoCE LAG, Intel's ice registers one device on
+        the primary port of the bond and forwards the secondary's RoCEv2 traffic to it.
+        Without ICE_F_ROCE_LAG (and SR-IOV LAG), ``ice_init_lag`` returns before setting up
+        any LAG handling: each PF keeps its own RDMA device, bonded or not, and RoCE the
+        switch hashes onto the second port reaches a device with no such QP."""
         if "irdma" not in self.modules or self.in_tree or not self.lag_rdma_ok:
             return []  # the in-tree ice drops RDMA from bonded ports
+        if not self.roce_lag:
+            return [(f"irdma{i}", port) for i, port in enumerate(self.ports)]
         return [("irdma0", self.ports[0])]
 
     @property

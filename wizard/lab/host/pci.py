@@ -91,8 +91,8 @@ class PciMixin:
             + (
                 "[    4.551230] ice 0000:3b:00.0: The DDP package could not be loaded. Entering Safe Mode\n"
                 if "ddp-safe-mode" in self.faults
-                else "[    4.551230] ice 0000:3b:00.0: The DDP package was successfully loaded: ICE OS "
-                "Default Package version 1.3.36.0\n"
+                else "[    4.551230] ice 0000:3b:00.0: The DDP package was successfully loaded: "
+                f"{self.ddp_package[0]} version {self.ddp_package[1]}\n"
             )
             + "[    9.118804] bond1: (slave ens5f0np0): Enslaving as a backup interface with an up link\n"
             + "".join(f"[{30.0 + i:12.6f}] {line}\n" for i, line in enumerate(self.kernel_log))

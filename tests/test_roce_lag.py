@@ -1,0 +1,58 @@
+"""RoCE over the bond is proven active, never assumed: the E810 phase refuses the default DDP
+package (no LAG), and the RDMA verification refuses a bond whose two PFs still have their own
+RDMA device (no RoCE LAG: the NVM's roce_lag capability or the package's lport extraction
+is missing, src/ice_lag.c ice_lag_init_feature_support_flag) instead of taking the first."""
+
+from __future__ import annotations
+
+from tests.test_lab_checks import by_check, check_lab
+from wizard.lab.host import LabHost
+from wizard.model import Severity
+
+
+def _one(outcome, check):
+    found = by_check(outcome).get(check)
+    assert found, f"no {check} finding"
+    return found[0][1]
+
+
+def test_the_lab_models_ice_lag_feature_support():
+    healthy = LabHost(name="g", role="gpu", mgmt_ip="10.0.0.1", rdma_ip="192.168.50.1")
+    assert healthy.roce_lag and [d for d, _ in healthy.rdma_devices] == ["irdma0"]
+    for fault in ("ddp-default", "nvm-no-roce-lag"):
+        host = LabHost(name="g", role="gpu", mgmt_ip="10.0.0.1", rdma_ip="192.168.50.1",
+                       faults={fault})  # fmt: skip
+        assert not host.roce_lag
+        assert [(d, p.name) for d, p in host.rdma_devices] == [
+            ("irdma0", "ens5f0np0"), ("irdma1", "ens5f1np1")
+        ]  # fmt: skip
+
+
+async def test_a_healthy_bond_proves_roce_lag(tmp_path):
+    outcome = await check_lab(tmp_path)
+    assert _one(outcome, "T02.roce-lag").severity is Severity.PASS
+    ddp = _one(outcome, "T02.ddp")
+    assert ddp.severity is Severity.PASS and "ICE COMMS Package" in ddp.message
+
+
+async def test_the_default_ddp_package_fails_and_no_device_is_picked(tmp_path):
+    outcome = await check_lab(tmp_path, "ddp-default")
+    ddp = _one(outcome, "T02.ddp")
+    assert ddp.severity is Severity.FAIL and "does not support LAG" in ddp.message
+    assert "comms DDP package" in ddp.remediation
+    lag = _one(outcome, "T02.roce-lag")
+    assert lag.severity is Severity.FAIL
+    assert "irdma0 on ens5f0np0, irdma1 on ens5f1np1" in lag.message
+    assert outcome.exit_code == 1
+
+
+async def test_an_nvm_without_roce_lag_is_caught_by_the_two_devices(tmp_path):
+    """The package is right, the NVM lacks the capability: nothing in the log says so, the
+    second RDMA device does."""
+    outcome = await check_lab(tmp_path, "nvm-no-roce-lag")
+    assert _one(outcome, "T02.ddp").severity is Severity.PASS
+    lag = _one(outcome, "T02.roce-lag")
+    assert lag.severity is Severity.FAIL and "RoCE LAG is not active" in lag.message
+    assert "NVM" in lag.remediation
+    # No device was taken: nothing later measures on one PF of a half-working LAG.
+    assert "T02.rdma-device" not in by_check(outcome)
