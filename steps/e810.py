@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from steps.common import read_lines
+from steps.kernel_modules import KernelUpdates
 from wizard.facts.nic import EthtoolInfo
 from wizard.facts.pci import Lspci
 from wizard.facts.system import ModInfo
@@ -211,5 +212,5 @@ PHASE = Phase(
     number=3,
     title="E810 and ice",
     summary="Identify the E810, its driver (in-tree or Intel's) and firmware on both ports.",
-    steps=(IceDriver(),),
+    steps=(IceDriver(), KernelUpdates()),
 )

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from steps.common import bonding_command, q, read_lines, shown, stats_command
+from steps.kernel_modules import KernelUpdatesBeforeReboot
 from wizard.artifacts import Artifact, Target
 from wizard.model import Finding, StepKind
 from wizard.plan import Change, Phase, Step, StepContext
@@ -136,6 +137,8 @@ class Reboot(Step):
     title = "Reboot and re-verify everything"
     kind = StepKind.MAINTENANCE
     gates = ("T17",)
+    # The kernel the reboot starts has Intel's ice/irdma (a kernel update since phase 3).
+    requires = (KernelUpdatesBeforeReboot.id,)
     reads = ("qos", "node.bond", "node.gpu_count")
     explain = (
         "The node is drained and rebooted; the wizard records 'waiting for reboot' (it may be "
@@ -276,5 +279,5 @@ PHASE = Phase(
     number=16,
     title="Workload, soak and reboot",
     summary="A real workload, a soak under load, and proof that everything survives a reboot.",
-    steps=(Vllm(), Soak(), Reboot()),
+    steps=(Vllm(), Soak(), KernelUpdatesBeforeReboot(), Reboot()),
 )

@@ -36,6 +36,12 @@ FAULTS: dict[str, str] = {
     "bonded PFs keep their own RDMA device (no RoCE LAG)",
     "nvm-no-roce-lag": "the E810 NVM lacks the roce_lag capability: with the comms DDP package "
     "too, both bonded PFs keep their own RDMA device (no RoCE LAG)",
+    "kernel-update": "dnf update installed a newer kernel, now the default boot entry, whose "
+    "module tree has only the in-tree ice/irdma (no DKMS rebuild, no weak-modules link)",
+    "kernel-update-weak-modules": "dnf update installed a newer kernel; Intel's kmod package's "
+    "weak-modules linked its ice/irdma into the new kernel's weak-updates/",
+    "headers-other-kernel": "the node has kernel-devel for a newer kernel, not the running one "
+    "(an unversioned `dnf install kernel-devel` took the newest)",
     "roce-tos-reset": "bond1 re-forms under the QoS load (LACP renegotiates): the re-registered "
     "RDMA device's default_roce_tos is 0 again, so rdma_cm connections without -T leave priority 3",
 }

@@ -122,10 +122,22 @@ class KernelModulesMixin:
                 names += [f"umad{index}", f"issm{index}"]
         return sorted(names)
 
+    def cmd_grubby(self: LabHost, args: list[str]) -> Result:
+        """grubby(8) on RHEL: ``--default-kernel`` prints the default entry's kernel image."""
+        from wizard.lab.host import Result
+
+        if self.os.startswith("ubuntu"):
+            return Result(stderr="bash: line 1: grubby: command not found\n", exit_status=127)
+        if args == ["--default-kernel"]:
+            return Result(f"/boot/vmlinuz-{self.default_kernel}\n")
+        return Result(stderr="grubby: unsupported option in the lab\n", exit_status=1)
+
     def cmd_ls(self: LabHost, args: list[str]) -> Result:
         from wizard.lab.host import Result
 
         paths = [a for a in args if not a.startswith("-")]
+        if paths == ["/lib/modules"]:
+            return Result("".join(f"{k}\n" for k in sorted(self.kernels)))
         if paths == ["/dev/infiniband"]:
             devices = self.infiniband_devices()
             if not devices:

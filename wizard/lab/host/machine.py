@@ -11,7 +11,14 @@ from typing import Any
 from wizard.artifacts import render
 from wizard.lab.host.dispatch import CommandDispatchMixin
 from wizard.lab.host.files import FilesMixin
-from wizard.lab.host.model import RHEL_KERNEL, RHEL_PACKAGES, UBUNTU_KERNEL, Port
+from wizard.lab.host.model import (
+    RHEL_KERNEL,
+    RHEL_NEXT_KERNEL,
+    RHEL_PACKAGES,
+    UBUNTU_KERNEL,
+    UBUNTU_NEXT_KERNEL,
+    Port,
+)
 from wizard.lab.host.nic import NicMixin
 from wizard.lab.host.pci import PciMixin
 from wizard.lab.host.rdma import RdmaMixin
@@ -100,6 +107,11 @@ class LabHost(
                 f"ice {self.ports[0].slot}: Found netdev {self.ports[1].name} with different DCB config"
             )
             self.lag_rdma_ok = False
+        if "headers-other-kernel" in self.faults:
+            # A repository's newest kernel-devel, not the running kernel's (dnf install
+            # kernel-devel takes the newest): the unversioned name is satisfied, the build not.
+            self.packages.discard(f"kernel-devel-{RHEL_KERNEL}")
+            self.packages.add(f"kernel-devel-{RHEL_NEXT_KERNEL}")
         if self.os.startswith("ubuntu"):
             self.packages = set()
 
@@ -108,6 +120,40 @@ class LabHost(
     @property
     def kernel(self) -> str:
         return UBUNTU_KERNEL if self.os.startswith("ubuntu") else RHEL_KERNEL
+
+    @property
+    def kernels(self) -> dict[str, str]:
+        """Each installed kernel and where its ice/irdma come from: ``updates`` (Intel's,
+        built for it), ``weak-updates`` (Intel's kmod package linked by weak-modules for a
+        newer kernel of the same kABI) or ``kernel`` (the in-tree drivers only).
+
+        A kernel update (``dnf update``) installs a newer kernel with its own module tree,
+        which holds the in-tree ice only unless DKMS rebuilds Intel's or weak-modules links
+        it, and makes it the default boot entry (RHEL /etc/sysconfig/kernel UPDATEDEFAULT)."""
+        own = "kernel" if self.in_tree else "updates"
+        kernels = {self.kernel: own}
+        nxt = UBUNTU_NEXT_KERNEL if self.os.startswith("ubuntu") else RHEL_NEXT_KERNEL
+        if "kernel-update" in self.faults:
+            kernels[nxt] = "kernel"
+        elif "kernel-update-weak-modules" in self.faults:
+            kernels[nxt] = "weak-updates" if own == "updates" else "kernel"
+        return kernels
+
+    @property
+    def default_kernel(self) -> str:
+        """The default boot entry: the newest installed kernel (a kernel update makes it so)."""
+        return list(self.kernels)[-1]
+
+    def module_path(self, kernel: str, module: str) -> str:
+        """Where ``modinfo -k KERNEL MODULE`` finds the module (kmod's search order: updates/
+        and weak-updates/ before the kernel's own tree, depmod.d/dist.conf)."""
+        tree = self.kernels[kernel]
+        if tree == "kernel":
+            sub = "infiniband/hw/irdma" if module == "irdma" else "net/ethernet/intel/ice"
+            return f"/lib/modules/{kernel}/kernel/drivers/{sub}/{module}.ko.xz"
+        if tree == "weak-updates":
+            return f"/lib/modules/{kernel}/weak-updates/{module}/{module}.ko"
+        return f"/lib/modules/{kernel}/updates/drivers/net/ethernet/intel/{module}/{module}.ko"
 
     @property
     def in_tree(self) -> bool:

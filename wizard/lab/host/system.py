@@ -51,7 +51,11 @@ class SystemMixin:
         names = [a for a in args if not a.startswith("-")]
         out, status = [], 0
         for name in names:
-            if name in self.packages:
+            headers = sorted(p for p in self.packages if p.startswith("kernel-devel-"))
+            if name == "kernel-devel" and headers:
+                # rpm -q NAME: any installed version, the newest kernel's headers too.
+                out.append(headers[-1])
+            elif name in self.packages:
                 out.append(RHEL_PACKAGES.get(name, f"{name}-1.0-1.el10.x86_64"))
             else:
                 out.append(f"package {name} is not installed")
