@@ -4,6 +4,7 @@ from __future__ import annotations
 
 FAULTS: dict[str, str] = {
     "containerd-1.7": "the GPU node runs containerd 1.7.27 (GPU Operator 26.7 needs >= 2.0)",
+    "containerd-2.0.0": "the GPU node runs containerd 2.0.0, exactly the GPU Operator's minimum",
     "in-tree-ice": "the kernel's own ice/irdma: RDMA is dropped when the ports join bond1",
     "irdma-not-loaded": "the irdma module is not loaded (and not persisted)",
     "iwarp": "irdma runs in iWARP mode instead of RoCEv2 (no roce_ena=1)",
