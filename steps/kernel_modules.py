@@ -59,9 +59,6 @@ class KernelUpdates(Step):
     id = "e810.kernel-updates"
     title = "Intel's ice and irdma for every installed kernel (kernel updates)"
     kind = StepKind.CHECK
-    # Early (phase 3) a next-boot kernel without them warns: the reboot is far off and the
-    # run goes on; right before the reboot it fails, and the reboot requires it.
-    before_reboot = False
     gates = ("T02", "T17")
     reads = ("node.os",)
     explain = (
@@ -70,8 +67,8 @@ class KernelUpdates(Step):
         "package's weak-modules links), not the kernel's own driver: a `dnf update` installs "
         "a newer kernel and makes it the default, and booting it with the in-tree ice drops "
         "RDMA from the bonded ports. The kernel the next boot starts must have them (T17: a "
-        "warning in phase 3, a failure right before the reboot, which requires it); another "
-        "installed kernel without them warns."
+        "warning here, and the reboot of phase 16 checks again first and is refused without "
+        "them); another installed kernel without them warns."
     )
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
@@ -83,69 +80,65 @@ class KernelUpdates(Step):
         ]
 
     async def verify(self, ctx: StepContext) -> list[Finding]:
-        assert ctx.node is not None
-        report = Report("T02")
-        running_read, trees_read, *default_read = await read_all(ctx, *kernel_reads(ctx.node))
-        running = running_read.result.stdout.strip()
-        kernels = sorted(
-            (k for k in trees_read.result.stdout.split() if _KERNEL.match(k)), key=_version_key
-        )
-        if not trees_read.result.ok or not kernels:
-            report.unreadable("kernel-modules", trees_read, "the installed kernels")
-            return report.findings
-        default = default_read[0].result.stdout if default_read and default_read[0].ok else None
-        boot = next_boot(kernels, default)
-        probes = await read_all(ctx, *module_reads(kernels))
-        missing: dict[str, list[str]] = {}
-        for i, kernel in enumerate(kernels):
-            for j, module in enumerate(MODULES):
-                p = probes[i * len(MODULES) + j]
-                if not p.ok:
-                    missing.setdefault(kernel, []).append(f"{module}: not found")
-                elif p.fact.in_tree is not False:
-                    missing.setdefault(kernel, []).append(f"{module}: {p.fact.filename} (in-tree)")
-        ctx.data["kernels"], ctx.data["next_boot"] = kernels, boot
-        listed = ", ".join(f"{k}{' (running)' if k == running else ''}" for k in kernels)
-        remedy = (
-            "install Intel's ice and irdma for that kernel (the kmod packages built for it, or "
-            "`dkms autoinstall -k KERNEL` with its headers), or make the running kernel the "
-            "default boot entry again (`grubby --set-default`), then re-run this check"
-        )
-        if boot in missing:
-            judge = report.fail if self.before_reboot else report.warn
-            judge(
-                "kernel-update",
-                f"the next boot starts {boot}, which has no Intel ice/irdma "
-                f"({'; '.join(missing[boot])}): its in-tree ice drops RDMA from "
-                f"{ctx.node.bond.name}'s ports",
-                remedy.replace("KERNEL", boot)
-                + ("" if self.before_reboot else "; the reboot of phase 16 is refused until then"),
-                *(p.evidence() for p in probes),
-                gate="T17",
-            )
-        else:
-            report.ok(
-                "kernel-update",
-                f"the next boot ({boot}) has Intel's ice and irdma; installed kernels: {listed}",
-                gate="T17",
-            )
-        others = {k: v for k, v in missing.items() if k != boot}
-        if others:
-            report.warn(
-                "kernel-modules",
-                "installed kernels without Intel's ice/irdma: "
-                + "; ".join(f"{k} ({', '.join(v)})" for k, v in others.items()),
-                "booting one of them (a manual choice in the boot menu) loses RDMA on the bond; "
-                + remedy,
-            )
+        return await kernel_findings(ctx, before_reboot=False)
+
+
+async def kernel_findings(ctx: StepContext, *, before_reboot: bool) -> list[Finding]:
+    """Intel's ice/irdma for every installed kernel; the next boot's without them warns
+    (``before_reboot`` False, phase 3) or fails (the reboot's precondition)."""
+    assert ctx.node is not None
+    report = Report("T02")
+    running_read, trees_read, *default_read = await read_all(ctx, *kernel_reads(ctx.node))
+    running = running_read.result.stdout.strip()
+    kernels = sorted(
+        (k for k in trees_read.result.stdout.split() if _KERNEL.match(k)), key=_version_key
+    )
+    if not trees_read.result.ok or not kernels:
+        report.unreadable("kernel-modules", trees_read, "the installed kernels")
         return report.findings
-
-
-class KernelUpdatesBeforeReboot(KernelUpdates):
-    """The same check right before the reboot of phase 16: a kernel update since phase 3 is
-    caught before the node boots it."""
-
-    id = "operate.kernel-updates"
-    title = "Intel's ice and irdma for the kernel the reboot will start"
-    gates = ("T17",)
-    before_reboot = True
+    default = default_read[0].result.stdout if default_read and default_read[0].ok else None
+    boot = next_boot(kernels, default)
+    probes = await read_all(ctx, *module_reads(kernels))
+    missing: dict[str, list[str]] = {}
+    for i, kernel in enumerate(kernels):
+        for j, module in enumerate(MODULES):
+            p = probes[i * len(MODULES) + j]
+            if not p.ok:
+                missing.setdefault(kernel, []).append(f"{module}: not found")
+            elif p.fact.in_tree is not False:
+                missing.setdefault(kernel, []).append(f"{module}: {p.fact.filename} (in-tree)")
+    ctx.data["kernels"], ctx.data["next_boot"] = kernels, boot
+    listed = ", ".join(f"{k}{' (running)' if k == running else ''}" for k in kernels)
+    remedy = (
+        "install Intel's ice and irdma for that kernel (the kmod packages built for it, or "
+        "`dkms autoinstall -k KERNEL` with its headers), or make the running kernel the "
+        "default boot entry again (`grubby --set-default`), then re-run this check"
+    )
+    if boot in missing:
+        judge = report.fail if before_reboot else report.warn
+        judge(
+            "kernel-update",
+            f"the next boot starts {boot}, which has no Intel ice/irdma "
+            f"({'; '.join(missing[boot])}): its in-tree ice drops RDMA from "
+            f"{ctx.node.bond.name}'s ports",
+            remedy.replace("KERNEL", boot)
+            + ("" if before_reboot else "; the reboot of phase 16 is refused until then"),
+            *(p.evidence() for p in probes),
+            gate="T17",
+        )
+    else:
+        report.ok(
+            "kernel-update",
+            f"the next boot ({boot}) has Intel's ice and irdma; installed kernels: {listed}",
+            gate="T17",
+        )
+    others = {k: v for k, v in missing.items() if k != boot}
+    if others:
+        report.warn(
+            "kernel-modules",
+            "installed kernels without Intel's ice/irdma: "
+            + "; ".join(f"{k} ({', '.join(v)})" for k, v in others.items()),
+            "booting one of them (a manual choice in the boot menu) loses RDMA on the bond; "
+            + remedy,
+        )
+    return report.findings

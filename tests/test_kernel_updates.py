@@ -88,14 +88,31 @@ async def test_weak_modules_links_carry_the_drivers_into_the_new_kernel(tmp_path
     }
 
 
-async def test_the_reboot_is_refused_while_the_next_kernel_lacks_the_drivers(tmp_path):
-    """T17's kernel-update scenario: right before the reboot the check fails and the reboot,
-    which requires it, does not run (the node would come back without RDMA on bond1)."""
+async def _operate(tmp_path, fault):
+    booted: dict[str, str] = {}
+
+    def remember(lab):
+        booted["before"] = lab.hosts["gpu-b300-01"].boot_id
+
     outcome, lab = await run_in_lab(
         tmp_path, HeadlessFrontEnd(yes=True, window_open=True, out=io.StringIO()),
-        "kernel-update", phases=("operate",),
+        fault, phases=("operate",), prepare=remember,
     )  # fmt: skip
-    before = findings_of(outcome, "operate.kernel-updates")["T17.kernel-update"]
-    assert before.severity is Severity.FAIL
-    assert outcome.summary.results[("operate.reboot", "gpu-b300-01")] is StepState.BLOCKED
-    assert "systemctl reboot" not in lab.hosts["gpu-b300-01"].commands
+    return outcome, lab.hosts["gpu-b300-01"].boot_id != booted["before"]
+
+
+async def test_the_reboot_is_refused_while_the_next_kernel_lacks_the_drivers(tmp_path):
+    """T17's kernel-update scenario: right before the reboot the check runs again (the
+    reboot's precondition), fails, and the node is not rebooted into a kernel whose in-tree
+    ice would drop RDMA from bond1."""
+    outcome, rebooted = await _operate(tmp_path, "kernel-update")
+    before = findings_of(outcome, "operate.reboot")["T17.kernel-update"]
+    assert before.severity is Severity.FAIL and RHEL_NEXT_KERNEL in before.message
+    assert outcome.summary.results[("operate.reboot", "gpu-b300-01")] is StepState.FAILED
+    assert not rebooted
+
+
+async def test_with_the_drivers_in_place_the_reboot_goes_ahead(tmp_path):
+    outcome, rebooted = await _operate(tmp_path, "kernel-update-weak-modules")
+    assert outcome.summary.results[("operate.reboot", "gpu-b300-01")] is StepState.DONE
+    assert rebooted
