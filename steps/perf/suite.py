@@ -19,9 +19,11 @@ from steps.perf.endpoints import endpoint_lines, endpoints
 from steps.perf.model import BW_QPS, BW_TESTS, LAT_QPS, LAT_TEST, QP_SWEEP, Endpoint
 from steps.perf.runs import perftest_pair
 from steps.perf.verdict import judge_bandwidth, report_congestion
+from wizard.facts import ParseError, parse
 from wizard.plan import StepContext, measurement_far_end
 from wizard.probe import Report
 from wizard.site import Node, Site
+from wizard.transports.base import read_file_command
 
 
 def suite_extra(site: Site, qos: bool) -> list[str]:
@@ -45,6 +47,71 @@ def default_tos_lines(site: Site, node: Node) -> list[str]:
     ]  # fmt: skip
 
 
+def iboe_mtu(netdev_mtu: int) -> int:
+    """The RoCE MTU a netdev MTU allows (include/rdma/ib_addr.h ``iboe_get_mtu``: the
+    largest IB MTU within the netdev MTU less 100 bytes of RoCEv2 headers)."""
+    payload = netdev_mtu - 100
+    return next((m for m in (4096, 2048, 1024, 512) if payload >= m), 256)
+
+
+def bond_mtu_path(node: Node) -> str:
+    return f"/sys/class/net/{node.bond.name}/mtu"
+
+
+def mtu_lines(site: Site, node: Node) -> list[str]:
+    """The runbook lines of ``check_mtu`` (ibv_devinfo -v of both ends is in endpoint_lines)."""
+    return [
+        shown(read_file_command(bond_mtu_path(node)), "the bond's MTU: the RoCE MTU follows it")
+    ]
+
+
+async def _active_mtu(ctx: StepContext, endpoint: Endpoint) -> int | None:
+    result = await ctx.run(["ibv_devinfo", "-v", "-d", endpoint.device], on=endpoint.host)
+    try:
+        info = parse("ibv-devinfo", result.stdout)
+    except ParseError:
+        return None
+    ports = [p for d in info.devices if d.hca_id == endpoint.device for p in d.ports]
+    return ports[0].active_mtu if ports else None
+
+
+async def check_mtu(ctx: StepContext, report: Report, client: Endpoint, server: Endpoint) -> None:
+    """MTU end to end (T04): the RoCE active_mtu of both ends equal, and what the node's bond
+    MTU allows. A far end at a smaller MTU makes every QP settle on the smaller one (the
+    connection takes the minimum of both ports), so jumbo frames are not end to end."""
+    assert ctx.node is not None
+    mine, theirs = await _active_mtu(ctx, client), await _active_mtu(ctx, server)
+    text = await ctx.read_file(bond_mtu_path(ctx.node))
+    bond = int(text.strip()) if text and text.strip().isdigit() else None
+    expected = iboe_mtu(bond) if bond else None
+    if mine is None or theirs is None:
+        report.warn("rdma-mtu", f"active_mtu not readable (node {mine}, far end {theirs})",
+                    "read `ibv_devinfo -v` on both ends", gate="T04")  # fmt: skip
+        return
+    ctx.record("rdma.active_mtu.node", float(mine), "bytes")
+    ctx.record("rdma.active_mtu.far_end", float(theirs), "bytes")
+    where = f"{client.host} {client.device}: {mine}, {server.host} {server.device}: {theirs}"
+    if mine != theirs:
+        report.fail(
+            "rdma-mtu",
+            f"RoCE active_mtu differs between the ends ({where}): the path is not at one MTU",
+            "set the same MTU (9000 for 4096-byte RoCE frames) on both bonds and every switch "
+            "port and ISL between them (cluster/switch/intent.md)",
+            gate="T04",
+        )
+    elif expected is not None and mine != expected:
+        report.warn(
+            "rdma-mtu",
+            f"RoCE active_mtu {mine} on both ends, but {ctx.node.bond.name} MTU {bond} allows "
+            f"{expected} ({where})",
+            "check the RDMA device follows the bond's MTU (ip link set dev bond1 mtu ...)",
+            gate="T04",
+        )
+    else:
+        report.ok("rdma-mtu", f"RoCE active_mtu {mine} on both ends, as {ctx.node.bond.name} MTU "
+                  f"{bond} allows ({where})", gate="T04")  # fmt: skip
+
+
 def suite_lines(site: Site, node: Node, *, qos: bool) -> list[str]:
     """The runbook lines of ``rdma_suite``, in the order it runs them."""
     extra = suite_extra(site, qos)
@@ -53,7 +120,9 @@ def suite_lines(site: Site, node: Node, *, qos: bool) -> list[str]:
     if far is not None:
         counters.append(shown(hw_counter_command(far.rdma_device or "<rdma-dev>"),
                               on_host(far.name, "CNP / ECN counters, before and after")))  # fmt: skip
-    lines = [*endpoint_lines(site, node), shown(bonding_command(node), "line rate"), *counters]
+    mtu = [] if qos else mtu_lines(site, node)  # once, in the baseline
+    lines = [*endpoint_lines(site, node), *mtu, shown(bonding_command(node), "line rate"),
+             *counters]  # fmt: skip
     for test in BW_TESTS:
         lines += perftest_lines(site, node, test, qps=BW_QPS, extra=extra)
     lines += perftest_lines(site, node, LAT_TEST, qps=LAT_QPS, extra=extra)
@@ -131,6 +200,8 @@ async def rdma_suite(ctx: StepContext, report: Report, *, series: str, qos: bool
             gate="T04",
         )
         return
+    if not qos:
+        await check_mtu(ctx, report, client, server)
     extra = suite_extra(ctx.site, qos)
     explicit_before = await pause_counters(ctx) if qos else {}
     port_rate, bond_rate = await line_rate_gbps(ctx)

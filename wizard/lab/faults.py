@@ -43,6 +43,8 @@ FAULTS: dict[str, str] = {
     "weak-modules linked its ice/irdma into the new kernel's weak-updates/",
     "headers-other-kernel": "the node has kernel-devel for a newer kernel, not the running one "
     "(an unversioned `dnf install kernel-devel` took the newest)",
+    "peer-mtu-1500": "the AIStor peer's bond is at MTU 1500 (jumbo frames not end to end): its "
+    "RoCE active_mtu is 1024 against the node's 4096",
     "roce-tos-reset": "bond1 re-forms under the QoS load (LACP renegotiates): the re-registered "
     "RDMA device's default_roce_tos is 0 again, so rdma_cm connections without -T leave priority 3",
 }

@@ -122,6 +122,19 @@ class LabHost(
         return UBUNTU_KERNEL if self.os.startswith("ubuntu") else RHEL_KERNEL
 
     @property
+    def mtu(self) -> int:
+        """The bond's MTU: jumbo frames end to end, or 1500 on a peer left at the default."""
+        return 1500 if "peer-mtu-1500" in self.faults and self.role == "peer" else 9000
+
+    @property
+    def active_mtu(self) -> int:
+        """The RoCE port's active_mtu, as ib_core derives it from the netdev's MTU
+        (include/rdma/ib_addr.h ``iboe_get_mtu``: the largest IB MTU that fits the netdev MTU
+        less the RoCEv2 headers, GRH + UDP + BTH + DETH + ATOMICETH + ICRC = 100 bytes)."""
+        payload = self.mtu - 100
+        return next((m for m in (4096, 2048, 1024, 512) if payload >= m), 256)
+
+    @property
     def kernels(self) -> dict[str, str]:
         """Each installed kernel and where its ice/irdma come from: ``updates`` (Intel's,
         built for it), ``weak-updates`` (Intel's kmod package linked by weak-modules for a

@@ -9,6 +9,9 @@ from typing import TYPE_CHECKING
 
 from wizard.lab.host.model import OOT_ICE_VERSION, OOT_IRDMA_VERSION, Result
 
+# libibverbs' enum ibv_mtu (verbs.h), which ibv_devinfo prints after the size.
+IB_MTU_ENUM = {256: 1, 512: 2, 1024: 3, 2048: 4, 4096: 5}
+
 if TYPE_CHECKING:
     from wizard.lab.host.machine import LabHost
 
@@ -151,7 +154,7 @@ class RdmaMixin:
                 "\t\tport:\t1",
                 f"\t\t\tstate:\t\t\t{'PORT_ACTIVE (4)' if port.active else 'PORT_DOWN (1)'}",
                 "\t\t\tmax_mtu:\t\t4096 (5)",
-                "\t\t\tactive_mtu:\t\t4096 (5)",
+                f"\t\t\tactive_mtu:\t\t{self.active_mtu} ({IB_MTU_ENUM[self.active_mtu]})",
                 "\t\t\tsm_lid:\t\t\t0",
                 "\t\t\tport_lid:\t\t1",
                 "\t\t\tport_lmc:\t\t0x00",
