@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from steps.common import bonding_command, on_host, q, shown
+from steps.gpudirect import NCCL_DEFAULT_GDR_LEVEL
 from steps.nccl.manifests import (
     JOB_NAME_LABEL,
     JOB_ROLE_LABEL,
@@ -33,7 +34,7 @@ from steps.perf import (
 from steps.perf import _stop_server as stop_server
 from wizard.artifacts import Artifact, k8s_object
 from wizard.facts import ParseError, parse
-from wizard.facts.gpu import link_rank
+from wizard.facts.gpu import LINK_ORDER, link_rank
 from wizard.model import Finding, StepKind
 from wizard.plan import Phase, Step, StepContext, measurement_far_end
 from wizard.probe import Report
@@ -56,23 +57,51 @@ DMABUF_FIX = (
     "DMA-BUF needs the open kernel module and kernel >= 5.12 (see GPUDirect readiness); read "
     "the pod's log"
 )
-# GPUDirect within PXB only (NCCL's default limit, steps.gpudirect): a GPU behind the CPU
-# interconnect (SYS, NODE) from the NIC would measure the SMP link, not the path T12 proves.
-NEAREST_LIMIT = "PXB"
+# NCCL's default NCCL_NET_GDR_LEVEL (steps.gpudirect): a GPU within PXB of the NIC gets
+# GPUDirect RDMA from NCCL as it is configured. Farther (PHB, NODE: through the CPU's root
+# complex; SYS: across the sockets) GPUDirect still works, NCCL just will not use it by
+# default, and that is the usual HGX B300 case with an add-in NIC on a CPU root port. So the
+# proof measures the nearest GPU there is and names the distance; it never refuses it.
+NEAREST_LIMIT = NCCL_DEFAULT_GDR_LEVEL
 
 
 def nearest_gpu(distances: dict[str, str]) -> tuple[int, str] | None:
     """The GPU nearest the RDMA NIC in ``nvidia-smi topo -m`` (gpudirect.readiness's
-    distances, ``{"GPU0": "PXB", ...}``): (its index, its link), the lowest index among the
-    closest, or None when none is within PXB."""
+    distances, ``{"GPU0": "PXB", ...}``): (its index, its link), the lowest-ranked link
+    (PIX < PXB < PHB < NODE < SYS), the lowest index among equals; None only when no GPU
+    has a known link to the NIC."""
     ranked = sorted(
         (link_rank(link), int(gpu[3:]), link)
         for gpu, link in distances.items()
-        if gpu.startswith("GPU") and gpu[3:].isdigit()
+        if gpu.startswith("GPU") and gpu[3:].isdigit() and link_rank(link) < len(LINK_ORDER)
     )
-    if not ranked or ranked[0][0] > link_rank(NEAREST_LIMIT):
+    if not ranked:
         return None
     return ranked[0][1], ranked[0][2]
+
+
+def distance_warning(gpu: int, link: str, device: str) -> tuple[str, str] | None:
+    """(message, remediation) when even the nearest GPU is beyond NCCL's default GDR level:
+    the measurement is valid for GPUDirect, not for what NCCL will do unconfigured."""
+    if link_rank(link) <= link_rank(NEAREST_LIMIT):
+        return None
+    if link == "SYS":
+        return (
+            f"the nearest GPU to {device} is GPU{gpu} at SYS (across the CPU sockets): GPUDirect "
+            "RDMA between them crosses the SMP interconnect, which NVIDIA's GPUDirect RDMA guide "
+            "warns performs poorly or not at all on some platforms, and NCCL will not use it "
+            f"by default (NCCL_NET_GDR_LEVEL={NEAREST_LIMIT})",
+            "put the NIC on the socket of the GPUs that use it (or a NIC per socket); "
+            "NCCL_NET_GDR_LEVEL=SYS only lifts NCCL's limit, not the path",
+        )
+    return (
+        f"the nearest GPU to {device} is GPU{gpu} at {link} (through the CPU's PCIe root "
+        "complex, the usual place of an add-in NIC on HGX): GPUDirect RDMA works, but NCCL's "
+        f"default NCCL_NET_GDR_LEVEL ({NEAREST_LIMIT}) will not use it; NCCL stages through "
+        "host memory unless told otherwise",
+        f"accept it, or set NCCL_NET_GDR_LEVEL={link} for NCCL jobs on this node after the "
+        "T12 numbers below are good enough",
+    )
 
 
 def gpu_memory(index: int | str) -> list[str]:
@@ -143,7 +172,8 @@ class CudaPerftest(Step):
         "tolerated): the GPU Operator's driver gives the host no CUDA. Its buffers are in GPU "
         "memory, first through CUDA peer memory (--use_cuda, T11), then through DMA-BUF "
         "(--use_cuda_dmabuf, T12), against a perftest server on the AIStor peer's host. The "
-        "GPU is the one nearest the NIC in nvidia-smi topo -m (PIX, else PXB; never SYS): the "
+        "GPU is the one nearest the NIC in nvidia-smi topo -m (PIX < PXB < PHB < NODE < SYS; "
+        "beyond PXB a warning: GPUDirect works, NCCL's default GDR level will not use it): the "
         "pod is given every GPU in PCI order, since the device plugin cannot be asked for one."
     )
 
@@ -209,13 +239,16 @@ class CudaPerftest(Step):
         nearest = nearest_gpu(distances)
         if nearest is None:
             detail = ", ".join(f"{g}: {d}" for g, d in distances.items()) or "none listed"
-            why = (f"no GPU within {NEAREST_LIMIT} of {client.device} in nvidia-smi topo -m "
-                   f"({detail}): GPU memory over SYS measures the CPU interconnect, not the path")  # fmt: skip
-            fix = "put the NIC under the PCIe switch of the GPUs that use it"
+            why = (f"no GPU has a known link to {client.device} in nvidia-smi topo -m "
+                   f"({detail}): there is no GPU to measure from")  # fmt: skip
+            fix = "check that nvidia-smi topo -m lists the GPUs and the RDMA NIC"
             report.fail("gpu-memory-rdma", why, fix)
             report.fail("dmabuf-perftest", why, fix, gate="T12")
             return report.findings
         gpu, link = nearest
+        far = distance_warning(gpu, link, client.device)
+        if far is not None:
+            report.warn("nearest-gpu-distance", *far, gate="T12")
         ctx.data["gpu"] = gpu
         where = f"GPU{gpu}, {link} from {client.device}"
         rate, _ = await line_rate_gbps(ctx)  # RDMA over a LAG runs on one port
@@ -324,21 +357,27 @@ def _without_device(client: list[str]) -> list[str]:
 
 
 # Inside the exported pod, from nvidia-smi topo -m (the toolkit injects nvidia-smi into a pod
-# given GPUs): the index of the first GPU at PIX from the RDMA device "$dev", else at PXB
-# (the header names the columns; the "NIC Legend" maps NICn to the device); none beyond.
+# given GPUs): the index of the GPU with the lowest-ranked link (PIX < PXB < PHB < NODE <
+# SYS, the first among equals) to the RDMA device "$dev", as nearest_gpu picks it. The
+# header (the first line naming GPU0 whose next word is not "X") names the columns; the "NIC
+# Legend" maps NICn to the device. Nothing is printed when $dev is not in the legend.
 NEAREST_GPU_AWK = (
-    "NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i + 1; next } "
+    'BEGIN { r["PIX"] = 1; r["PXB"] = 2; r["PHB"] = 3; r["NODE"] = 4; r["SYS"] = 5 } '
+    '!h { if ($1 ~ /^GPU[0-9]+$/ && $2 != "X") { h = 1; for (i = 1; i <= NF; i++) col[$i] = i + 1 } next } '
     "$1 ~ /^GPU[0-9]+$/ { n++; name[n] = $1; row[n] = $0 } "
     "$1 ~ /^NIC[0-9]+:$/ && $2 == dev { nic = substr($1, 1, length($1) - 1) } "
-    'END { if (nic == "") exit; for (w = 1; w <= 2; w++) for (i = 1; i <= n; i++) { '
-    "split(row[i], f); d = f[col[nic]]; "
-    'if ((w == 1 && d == "PIX") || (w == 2 && d == "PXB")) { '
-    'sub(/^GPU/, "", name[i]); print name[i]; exit } } }'
+    'END { if (nic == "" || !(nic in col)) exit; best = 0; '
+    "for (i = 1; i <= n; i++) { split(row[i], f); d = f[col[nic]]; "
+    "if ((d in r) && (best == 0 || r[d] < best)) { best = r[d]; link = d; pick = name[i] } } "
+    'if (best) { sub(/^GPU/, "", pick); print pick, link } }'
 )
 FIND_NEAREST_GPU = (
-    'gpu="$(nvidia-smi topo -m | awk -v dev="$dev" \'' + NEAREST_GPU_AWK + "')\"; "
-    '[ -n "$gpu" ] || { echo "no GPU within PXB of $dev in nvidia-smi topo -m" >&2; exit 1; }; '
-    'echo "GPU $gpu is the nearest to $dev"; '
+    'nearest="$(nvidia-smi topo -m | awk -v dev="$dev" \'' + NEAREST_GPU_AWK + "')\"; "
+    'gpu="${nearest%% *}"; '
+    '[ -n "$gpu" ] || { echo "$dev is not in nvidia-smi topo -m (or no GPU has a link to it)" >&2; exit 1; }; '
+    'echo "GPU $gpu is the nearest to $dev (${nearest#* })"; '
+    'case "${nearest#* }" in PIX|PXB) ;; *) echo "WARNING: ${nearest#* } from $dev: GPUDirect '
+    "RDMA works there, NCCL's default NCCL_NET_GDR_LEVEL (PXB) will not use it\" >&2;; esac; "
 )
 
 # Inside the exported pod: the first RDMA device and its RoCEv2 IPv4 GID index, from sysfs

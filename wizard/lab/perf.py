@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from wizard.lab.host import LabHost
@@ -223,9 +224,19 @@ def gpu_bus(gpu: int) -> str:
     return f"{0x18 + 0x10 * gpu:02x}"
 
 
-def gpu_nic_link(gpu: int, gpus: int) -> str:
-    """The lab's topology: the E810 sits under GPU0-3's PCIe switch (PXB), GPU4-7 are on
-    the other socket (SYS), as ``topo_output`` prints it."""
+# The lab's adversarial variant of the topology (the "nic-on-cpu-root-port" fault): the E810
+# is an add-in card on a CPU root port, NODE from every GPU. That is the normal HGX B300 case
+# (the baseboard's PCIe switches carry the GPUs and the ConnectX NICs; an add-in NIC hangs
+# off the CPU), as in the real boards of ../shared/fixtures/nvidia-smi-topo (NICs NODE/SYS
+# from every GPU).
+NIC_ON_ROOT_PORT = "nic-on-cpu-root-port"
+
+
+def gpu_nic_link(gpu: int, gpus: int, faults: Collection[str] = ()) -> str:
+    """The lab's topology, as ``topo_output`` prints it: the E810 under GPU0-3's PCIe switch
+    (PXB), GPU4-7 on the other socket (SYS); NODE from every GPU under NIC_ON_ROOT_PORT."""
+    if NIC_ON_ROOT_PORT in faults:
+        return "NODE"
     return "PXB" if gpu < gpus // 2 else "SYS"
 
 
@@ -280,7 +291,7 @@ def client_output(args: PerftestArgs, host: LabHost, *, visible: list[int] | Non
             bw *= 0.97
         if args.cuda is not None:
             bw *= 0.92 if args.dmabuf else 0.88
-            if gpu is not None and gpu_nic_link(gpu, host.gpus_present) == "SYS":
+            if gpu is not None and gpu_nic_link(gpu, host.gpus_present, host.faults) == "SYS":
                 bw *= SYS_GPU_SHARE
         units = "Gb/sec" if args.gbits else "MB/sec"
         value = bw if args.gbits else bw * 1000 / 8
@@ -391,8 +402,10 @@ def iperf3_json(streams: int, reverse: bool) -> str:
     )
 
 
-def topo_output(gpus: int) -> str:
-    """nvidia-smi topo -m for a B300x8 node: the E810 (NIC0/NIC1) under GPU0-3's PCIe switch."""
+def topo_output(gpus: int, faults: Collection[str] = (), *,
+                nic_link: str | None = None) -> str:  # fmt: skip
+    """nvidia-smi topo -m for a B300x8 node: the E810 (NIC0/NIC1) where ``gpu_nic_link``
+    puts it (``nic_link``: every GPU at that link instead, for tests)."""
     labels = [f"GPU{i}" for i in range(gpus)] + ["NIC0", "NIC1"]
     header = "\t" + "\t".join(labels) + "\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID"
     rows = []
@@ -406,12 +419,13 @@ def topo_output(gpus: int) -> str:
             elif row.startswith("NIC") and col.startswith("NIC"):
                 cells.append("PIX")
             else:
-                cells.append(gpu_nic_link(i if row.startswith("GPU") else j, gpus))
+                gpu = i if row.startswith("GPU") else j
+                cells.append(nic_link or gpu_nic_link(gpu, gpus, faults))
         tail = ""
         if row.startswith("GPU"):
             tail = "\t0-63,128-191\t0\t\tN/A" if i < gpus // 2 else "\t64-127,192-255\t1\t\tN/A"
         rows.append(f"{row}\t" + "\t".join(cells) + tail)
-    legend = "\n\nLegend:\n\n  X    = Self\n  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)\n  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)\n  PIX  = Connection traversing at most a single PCIe bridge\n  NV#  = Connection traversing a bonded set of # NVLinks\n\nNIC Legend:\n\n  NIC0: irdma0\n  NIC1: irdma1\n"
+    legend = "\n\nLegend:\n\n  X    = Self\n  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)\n  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a NUMA node\n  PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)\n  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)\n  PIX  = Connection traversing at most a single PCIe bridge\n  NV#  = Connection traversing a bonded set of # NVLinks\n\nNIC Legend:\n\n  NIC0: irdma0\n  NIC1: irdma1\n"
     return header + "\n" + "\n".join(rows) + legend
 
 

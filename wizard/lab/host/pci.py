@@ -112,7 +112,7 @@ class PciMixin:
         if args == ["topo", "-m"]:
             from wizard.lab.perf import topo_output
 
-            return Result(topo_output(self.gpus_present))
+            return Result(topo_output(self.gpus_present, self.faults))
         if args == ["-L"]:
             return Result(
                 "".join(
