@@ -13,7 +13,7 @@ from __future__ import annotations
 import yaml
 
 from steps.irdma import REBUILD_INITRAMFS, irdma_artifacts
-from steps.packages import node_packages
+from steps.packages import ANSIBLE_KERNEL, node_packages
 from steps.qos import DCB_UNIT, TOS_UNIT, BootPersistence, procedure
 from wizard.artifacts import Artifact, Target, render
 from wizard.site import Node, Site
@@ -26,7 +26,7 @@ def host_vars(site: Site, node: Node) -> dict:
         "ansible_port": node.ssh.port,
         "ansible_user": node.ssh.user,
         # The running kernel's headers by Ansible's own uname -r (the ansible_kernel fact).
-        "gnw_packages": node_packages(node.os, "{{ ansible_kernel }}"),
+        "gnw_packages": node_packages(node.os, ANSIBLE_KERNEL),
         "gnw_bond": node.bond.name,
         "gnw_bond_ports": list(node.bond.ports),
         "gnw_files": [

@@ -63,12 +63,60 @@ def headers_package(os_profile: str, kernel: str) -> str:
     return f"{HEADERS[os_profile]}-{kernel}"
 
 
-def node_packages(os_profile: str, kernel: str = RUNNING_KERNEL) -> list[str]:
-    return [*PACKAGES[os_profile], headers_package(os_profile, kernel)]
+# Ubuntu's headers are per kernel version: linux-headers-$(uname -r) alone leaves the next
+# kernel `apt upgrade` brings (through the linux-image-* metapackage: linux-image-generic,
+# linux-image-generic-hwe-24.04, ...) without headers, and DKMS builds nothing for it. The
+# headers metapackage of the same name keeps them coming. (RHEL needs nothing more:
+# kernel-devel is installonly, dnf installs it beside each new kernel.) An image
+# metapackage is a linux-image-* whose name does not start with a version.
+_VERSIONED_IMAGE = re.compile(r"^linux-image-(unsigned-)?[0-9]")
+_ABI = re.compile(r"^[0-9.]+-[0-9]+-")
+ANSIBLE_KERNEL = "{{ ansible_kernel }}"  # the playbook's uname -r (Ansible's fact)
+# The same choice in the runbook's shell, word-split on purpose (one word per metapackage):
+# the installed ("ii") image metapackages as headers, else the running kernel's flavour.
+HEADERS_META_WORDS = (
+    "$( { dpkg-query -W -f='${db:Status-Abbrev} ${Package}\\n' 'linux-image-*' 2>/dev/null; "
+    "echo \"fallback linux-image-$(uname -r | sed 's/^[0-9.]*-[0-9]*-//')\"; } | "
+    'awk \'$1 == "ii" && $2 !~ /^linux-image-(unsigned-)?[0-9]/ '
+    '{ sub(/^linux-image-/, "linux-headers-", $2); print $2; n++ } '
+    '$1 == "fallback" && !n { sub(/^linux-image-/, "linux-headers-", $2); print $2 }\')'
+)
+
+
+def headers_metapackages(images: list[str], kernel: str) -> list[str]:
+    """Ubuntu's headers metapackages for the installed ``images`` (linux-image-* package
+    names): one per image metapackage, else the running ``kernel``'s flavour (6.8.0-86-generic:
+    linux-headers-generic)."""
+    metas = [
+        "linux-headers-" + name.removeprefix("linux-image-")
+        for name in images
+        if name.startswith("linux-image-") and not _VERSIONED_IMAGE.match(name)
+    ]
+    if metas:
+        return sorted(set(metas))
+    if kernel == ANSIBLE_KERNEL:
+        return ["linux-headers-{{ ansible_kernel | regex_replace('^[0-9.]+-[0-9]+-', '') }}"]
+    return [f"linux-headers-{_ABI.sub('', kernel)}"]
+
+
+def node_packages(
+    os_profile: str, kernel: str = RUNNING_KERNEL, images: list[str] | None = None
+) -> list[str]:
+    """Every package the node needs; on Ubuntu with the headers metapackage of ``images``
+    (the installed linux-image-* packages; unknown: the runbook's shell decides)."""
+    names = [*PACKAGES[os_profile], headers_package(os_profile, kernel)]
+    if os_profile.startswith("ubuntu"):
+        if images is None and kernel == RUNNING_KERNEL:
+            names.append(HEADERS_META_WORDS)
+        else:
+            names += headers_metapackages(images or [], kernel)
+    return names
 
 
 def _word(name: str) -> str:
     """A package name as a shell word: quoted, but ``$(uname -r)`` left to the shell."""
+    if name == HEADERS_META_WORDS:
+        return name
     if name.endswith(f"-{RUNNING_KERNEL}"):
         return f'"{name}"'
     return shlex.quote(name)
@@ -91,8 +139,11 @@ def query_argv(os_profile: str, names: list[str] | None = None) -> list[str]:
 
 def query_line(os_profile: str) -> str:
     """The runbook's query, the running kernel's headers named by the shell."""
-    *fixed, headers = node_packages(os_profile)
-    return shlex.join(query_argv(os_profile, fixed)) + " " + _word(headers)
+    fixed, kernel_bound = (
+        list(PACKAGES[os_profile]),
+        node_packages(os_profile)[len(PACKAGES[os_profile]) :],
+    )
+    return shlex.join(query_argv(os_profile, fixed)) + "".join(" " + _word(n) for n in kernel_bound)
 
 
 def packages_read(node: Node) -> Read:
@@ -112,9 +163,21 @@ async def missing_packages(ctx: StepContext) -> tuple[list[str], Report]:
         report.fail("packages", f"cannot read the running kernel (uname -r: {kernel[:80]!r})",
                     "run `uname -r` on the node by hand")  # fmt: skip
         return [], report
-    names = node_packages(ctx.node.os, kernel)
+    images = await _installed_images(ctx) if ctx.node.os.startswith("ubuntu") else None
+    names = node_packages(ctx.node.os, kernel, images)
     p = await probe(ctx, query_argv(ctx.node.os, names), "packages")
     return evaluate_packages(ctx.node, p, names)
+
+
+async def _installed_images(ctx: StepContext) -> list[str]:
+    """The installed linux-image-* packages (dpkg's "ii"), for the headers metapackage."""
+    listed = await ctx.run(
+        ["dpkg-query", "-W", "-f=${db:Status-Abbrev} ${Package}\\n", "linux-image-*"]
+    )
+    return [
+        words[1] for words in (ln.split() for ln in listed.stdout.splitlines()[:2000])
+        if len(words) == 2 and words[0] == "ii"
+    ]  # fmt: skip
 
 
 def evaluate_packages(
@@ -139,6 +202,13 @@ def evaluate_packages(
     return missing, report
 
 
+def _listed(names: list[str]) -> list[str]:
+    """Package names as the packages.txt artifact lists them (the runbook's shell choice of
+    Ubuntu's headers metapackage by what it is)."""
+    meta = "linux-headers-<flavour of the installed linux-image-* metapackage>"
+    return [meta if n == HEADERS_META_WORDS else n for n in names]
+
+
 class HostPackages(Step):
     id = "packages.install"
     title = "RDMA user space and tools"
@@ -148,7 +218,9 @@ class HostPackages(Step):
     explain = (
         "rdma-core, the verbs utilities, infiniband-diags, perftest, pciutils, ethtool and "
         "iproute are installed (dnf on RHEL, apt on Ubuntu), and the running kernel's own "
-        "headers (kernel-devel-$(uname -r) / linux-headers-$(uname -r)) with a compiler, for "
+        "headers (kernel-devel-$(uname -r) / linux-headers-$(uname -r), on Ubuntu also the "
+        "headers metapackage of the installed linux-image-* one, so the next kernel gets "
+        "headers too) with a compiler, for "
         "Intel's out-of-tree ice/irdma. Only missing packages are installed; the operator's "
         "repositories provide them."
     )
@@ -167,7 +239,7 @@ class HostPackages(Step):
     def _artifact(self, node: Node) -> Artifact:
         return Artifact(
             f"nodes/{node.name}/host/packages.txt",
-            "".join(f"{name}\n" for name in sorted(node_packages(node.os))),
+            "".join(f"{name}\n" for name in sorted(_listed(node_packages(node.os)))),
             Target.SCRIPT,
             f"installed packages on {node.name}",
             "the packages the RDMA phases need",
@@ -179,7 +251,9 @@ class HostPackages(Step):
         ctx.data["missing"] = missing  # what apply() installs: no second query
         # The artifact names the headers by $(uname -r), the live list by the kernel itself.
         wanted = node_packages(ctx.node.os)
-        installed = sorted(n for n in wanted if n not in missing and not n.endswith(RUNNING_KERNEL))
+        installed = sorted(
+            n for n in _listed(wanted) if n not in missing and not n.endswith(RUNNING_KERNEL)
+        )
         if not any(m.startswith(HEADERS[ctx.node.os]) for m in missing):
             installed = sorted([*installed, headers_package(ctx.node.os, RUNNING_KERNEL)])
         return [Change(self._artifact(ctx.node), "".join(f"{n}\n" for n in installed))]

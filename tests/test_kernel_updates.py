@@ -8,7 +8,13 @@ import io
 import subprocess
 
 from steps.kernel_modules import next_boot
-from steps.packages import HostPackages, install_command, node_packages, query_line
+from steps.packages import (
+    HostPackages,
+    headers_metapackages,
+    install_command,
+    node_packages,
+    query_line,
+)
 from tests.conftest import MINIMAL_SITE, findings_of, run_in_lab
 from tests.test_lab_checks import by_check, check_lab
 from wizard.headless import HeadlessFrontEnd
@@ -116,3 +122,37 @@ async def test_with_the_drivers_in_place_the_reboot_goes_ahead(tmp_path):
     outcome, rebooted = await _operate(tmp_path, "kernel-update-weak-modules")
     assert outcome.summary.results[("operate.reboot", "gpu-b300-01")] is StepState.DONE
     assert rebooted
+
+
+def test_ubuntu_keeps_the_headers_metapackage_of_its_kernel_track():
+    """linux-headers-$(uname -r) is one kernel's; without the flavour metapackage matching
+    the installed linux-image-* metapackage, `apt upgrade` brings a kernel with no headers
+    and DKMS builds nothing for it."""
+    kernel = "6.11.0-19-generic"
+    hwe = ["linux-image-6.11.0-19-generic", "linux-image-generic-hwe-24.04",
+           "linux-image-unsigned-6.11.0-19-generic"]  # fmt: skip
+    assert headers_metapackages(hwe, kernel) == ["linux-headers-generic-hwe-24.04"]
+    assert headers_metapackages(["linux-image-generic"], kernel) == ["linux-headers-generic"]
+    # No image metapackage at all: the running kernel's flavour.
+    assert headers_metapackages([], "6.8.0-86-lowlatency") == ["linux-headers-lowlatency"]
+    names = node_packages("ubuntu-24.04", kernel, images=hwe)
+    assert {"linux-headers-6.11.0-19-generic", "linux-headers-generic-hwe-24.04"} <= set(names)
+    assert not any(n.startswith("kernel-devel") for n in names)
+    assert "linux-headers-generic-hwe-24.04" not in node_packages("rhel-10.2", kernel, images=hwe)
+
+
+def test_the_ubuntu_runbook_line_installs_the_metapackage_under_a_real_shell(tmp_path):
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    listing = ("ii  linux-image-6.11.0-19-generic\\nii  linux-image-generic-hwe-24.04\\n"
+               "rc  linux-image-6.8.0-40-generic\\nii  linux-image-unsigned-6.11.0-19-generic\\n")  # fmt: skip
+    for tool, body in (("uname", 'echo "6.11.0-19-generic"'), ("apt-get", 'echo "apt-get $*"'),
+                       ("dpkg-query", f'printf "{listing}"')):  # fmt: skip
+        (stubs / tool).write_text(f"#!/bin/sh\n{body}\n")
+        (stubs / tool).chmod(0o755)
+    ran = subprocess.run(["sh", "-c", install_command("ubuntu-24.04")], capture_output=True,
+                         text=True, env={"PATH": f"{stubs}:/usr/bin:/bin"})  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    words = ran.stdout.split()
+    assert "linux-headers-6.11.0-19-generic" in words and "linux-headers-generic-hwe-24.04" in words
+    assert not any(w.startswith("linux-headers-6.8") or "unsigned" in w for w in words), words
