@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import io
 
-from steps.perf.suite import DEFAULT_TOS_EXTRA, suite_lines
+from steps.perf.suite import DEFAULT_TOS_EXTRA, judge_default_tos, suite_lines
 from tests.conftest import MINIMAL_SITE, findings_of, run_in_lab
 from tests.test_qos import UP_TO_QOS
 from wizard.headless import HeadlessFrontEnd
@@ -70,3 +70,32 @@ async def test_a_wrong_default_tos_fails_t08(tmp_path):
     assert default.severity is Severity.FAIL, default.message
     assert TOS_PATH in default.message
     assert "with -T 96 the load paused priority 3" in default.message
+
+
+def test_the_configfs_value_decides_and_pause_counters_are_evidence():
+    """FAIL only when default_roce_tos read back after the run is wrong; pause frames that
+    disagree with a right value are a WARN (they count a whole priority, not the run)."""
+    site = parse_site(MINIMAL_SITE)
+    qos = site.qos
+    sev = lambda *a: judge_default_tos(qos, TOS_PATH, *a)[0]  # noqa: E731
+    right = f"{qos.roce_tos}\n"
+    assert sev("0\n", 0, 1187) is Severity.FAIL
+    assert sev("0\n", 500, 1187) is Severity.FAIL  # pauses from other traffic do not save it
+    assert sev(right, 900, 1187) is Severity.PASS
+    assert sev(right, 0, 1187) is Severity.WARN  # right value, counters disagree
+    assert sev(right, 0, 0) is Severity.WARN  # nothing congested
+    assert sev(None, 900, 1187) is Severity.WARN  # unreadable: evidence only
+    message = judge_default_tos(qos, TOS_PATH, "0\n", 0, 1187)[1]
+    assert TOS_PATH in message and "reads 0" in message
+
+
+def test_the_labs_pause_frames_follow_the_load_and_its_direction():
+    """Writes pause the sender (XOFF received), reads the receiver's far end; more QPs and
+    longer runs congest more. Not one constant for every run."""
+    from wizard.lab.perf import pause_frames
+
+    write4 = PerftestArgs.parse(["ib_write_bw", "-q", "4", "-R", "192.168.50.200"])
+    write8 = PerftestArgs.parse(["ib_write_bw", "-q", "8", "-R", "192.168.50.200"])
+    read4 = PerftestArgs.parse(["ib_read_bw", "-q", "4", "-R", "192.168.50.200"])
+    assert pause_frames(write8)[0] > pause_frames(write4)[0] > 0
+    assert pause_frames(read4)[0] == 0 and pause_frames(read4)[1] > 0

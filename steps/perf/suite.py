@@ -20,6 +20,7 @@ from steps.perf.model import BW_QPS, BW_TESTS, LAT_QPS, LAT_TEST, QP_SWEEP, Endp
 from steps.perf.runs import perftest_pair
 from steps.perf.verdict import judge_bandwidth, report_congestion
 from wizard.facts import ParseError, parse
+from wizard.model import Severity
 from wizard.plan import StepContext, measurement_far_end
 from wizard.probe import Report
 from wizard.site import Node, Site
@@ -136,13 +137,56 @@ def suite_lines(site: Site, node: Node, *, qos: bool) -> list[str]:
 
 
 def _prio_pauses(before: dict, after: dict, prio: str) -> int:
-    """Pause frames (rx + tx) on ``prio`` over the node's ports between two readings."""
+    """XOFF frames received (pause_rx) on ``prio`` over the node's ports between two
+    readings: the switch pausing the node's sending, which is what a congested lossless
+    class does to a writer. Sent pauses (tx) are the node's own receive side; not counted."""
     zero = {"rx": 0, "tx": 0}
     return sum(
-        sum(after[port].get(prio, zero).values())
-        - sum(before.get(port, {}).get(prio, zero).values())
+        after[port].get(prio, zero)["rx"] - before.get(port, {}).get(prio, zero)["rx"]
         for port in after
     )
+
+
+def judge_default_tos(
+    qos, path: str, read_back: str | None, paused: int, explicit: int
+) -> tuple[Severity, str, str]:
+    """T08's verdict: (severity, message, remediation).
+
+    The configfs value read back right after the run decides: wrong is a FAIL (rdma_cm
+    traffic without -T, AIStor's, leaves the lossless priority). Pause frames are evidence,
+    not proof (they count a whole priority on the port, any traffic's, and need congestion):
+    with a right value they give a PASS when the default-ToS run paused the priority, else a
+    WARN; an unreadable value is a WARN whatever the counters say. ``explicit``: the pauses
+    of the same-shaped ib_write_bw run with -T."""
+    prio = qos.priority
+    value = None if read_back is None else read_back.strip()
+    if value is not None and value != str(qos.roce_tos):
+        return (
+            Severity.FAIL,
+            f"{path} reads {value or '(empty)'} right after the run, not {qos.roce_tos}: rdma_cm "
+            f"connections without -T (AIStor's) leave priority {prio}"
+            + (f" (with -T {qos.roce_tos} the load paused priority {prio} ({explicit} frames), "
+               f"with the default ToS {paused})" if explicit else ""),
+            f"write {qos.roce_tos} to {path} (qos.apply) and find what re-registered the device "
+            "since (a bond re-form or PF reset zeroes it; the boot unit only runs at boot)",
+        )  # fmt: skip
+    proof = f" ({path} reads {value})" if value is not None else ""
+    if value is not None and paused > 0:
+        return (Severity.PASS, f"RoCE through rdma_cm without -T (the default ToS, as AIStor's "
+                f"clients connect) reached priority {prio}: {paused} pause frames{proof}", "")  # fmt: skip
+    switch = f"read the switch's per-DSCP / per-priority counters for DSCP {qos.dscp} during an AIStor load"
+    if value is None:
+        return (Severity.WARN, f"{path} could not be read back after the run; the pause "
+                f"counters ({paused} frames on priority {prio} without -T, {explicit} with) are "
+                "evidence, not proof", f"read {path} on the node by hand; {switch}")  # fmt: skip
+    if explicit > 0:
+        return (Severity.WARN, f"the default ToS is right{proof}, but the same ib_write_bw "
+                f"paused priority {prio} {explicit} times with -T {qos.roce_tos} and not without "
+                "it: congestion differed between the runs, or the switch classifies differently",
+                switch)  # fmt: skip
+    return (Severity.WARN, f"the default ToS is right{proof}, but neither the -T run nor the "
+            f"default-ToS run paused priority {prio}: the load did not congest the path, so the "
+            "default ToS is not proven end to end", switch)  # fmt: skip
 
 
 async def default_tos_run(
@@ -150,10 +194,9 @@ async def default_tos_run(
 ) -> None:
     """T08: RoCE that takes the default ToS reaches the lossless priority.
 
-    One ib_write_bw through rdma_cm without -T, its priority's pause frames counted and
-    compared with the -T runs before it (``explicit`` frames): the same load that paused the
-    priority with -T and does not without it means the default ToS is wrong on the node.
-    """
+    One ib_write_bw through rdma_cm without -T, shaped like the -T ib_write_bw before it
+    (``explicit``: that run's XOFF frames received), then the device's default_roce_tos read
+    back from configfs (judge_default_tos weighs them)."""
     qos = ctx.site.qos
     prio = str(qos.priority)
     before = await pause_counters(ctx)
@@ -163,30 +206,14 @@ async def default_tos_run(
     paused = _prio_pauses(before, await pause_counters(ctx), prio)
     ctx.record("qos.default_tos.pause", float(paused), "frames", priority=prio)
     path = f"/sys/kernel/config/rdma_cm/{client.device}/ports/1/default_roce_tos"
+    read = await ctx.run(read_file_command(path))
+    read_back = read.stdout if read.exit_status == 0 else None
     if fact is None or problem:
         report.fail("default-tos", f"ib_write_bw -R with the default ToS failed: {problem}",
                     "see the perftest output", gate="T08")  # fmt: skip
-    elif paused > 0:
-        report.ok("default-tos", f"RoCE through rdma_cm without -T (the default ToS, as AIStor's "
-                  f"clients connect) reached priority {prio}: {paused} pause frames", gate="T08")  # fmt: skip
-    elif explicit > 0:
-        report.fail(
-            "default-tos",
-            f"with -T {qos.roce_tos} the load paused priority {prio} ({explicit} frames), with "
-            f"the default ToS it did not: {path} does not put rdma_cm traffic (AIStor's) on "
-            f"priority {prio}",
-            f"write {qos.roce_tos} to {path} (qos.apply) and check the device was not "
-            "re-registered since (a bond re-form zeroes it; the boot unit writes it again)",
-            gate="T08",
-        )
-    else:
-        report.warn(
-            "default-tos",
-            f"no pause frames on priority {prio} with -T {qos.roce_tos} nor with the default "
-            "ToS: the load did not congest the path, so the default ToS is not proven end to end",
-            f"read the switch's per-priority counters for DSCP {qos.dscp} during an AIStor load",
-            gate="T08",
-        )
+        return
+    severity, message, fix = judge_default_tos(qos, path, read_back, paused, explicit)
+    report.add("default-tos", severity, message, fix, gate="T08")
 
 
 async def rdma_suite(ctx: StepContext, report: Report, *, series: str, qos: bool) -> None:
@@ -203,7 +230,7 @@ async def rdma_suite(ctx: StepContext, report: Report, *, series: str, qos: bool
     if not qos:
         await check_mtu(ctx, report, client, server)
     extra = suite_extra(ctx.site, qos)
-    explicit_before = await pause_counters(ctx) if qos else {}
+    explicit = 0  # the -T ib_write_bw's XOFF frames received, for T08's same-shaped run
     port_rate, bond_rate = await line_rate_gbps(ctx)
     if port_rate:
         ctx.record(f"{series}.line_rate_port", port_rate, "Gb/s")
@@ -216,7 +243,11 @@ async def rdma_suite(ctx: StepContext, report: Report, *, series: str, qos: bool
     }
     functional = True
     for test in BW_TESTS:
+        paired = qos and test == "ib_write_bw"
+        before = await pause_counters(ctx) if paired else {}
         fact, problem = await perftest_pair(ctx, test, client, server, qps=BW_QPS, extra=extra)
+        if paired:
+            explicit = _prio_pauses(before, await pause_counters(ctx), str(ctx.site.qos.priority))
         if fact is None or problem:
             functional = False
             report.fail(
@@ -294,9 +325,6 @@ async def rdma_suite(ctx: StepContext, report: Report, *, series: str, qos: bool
             gate="T07",
         )
     if qos:
-        explicit = _prio_pauses(
-            explicit_before, await pause_counters(ctx), str(ctx.site.qos.priority)
-        )
         await default_tos_run(ctx, report, client, server, explicit)
     congestion_after = {
         "node": await congestion_counters(ctx, client),

@@ -485,13 +485,28 @@ async def run_perftest(argv: list[str], host: LabHost, broker: Broker) -> tuple[
         for port in host.ports:
             port.drops["rx_dropped.nic"] = port.drops.get("rx_dropped.nic", 0) + 37
     tos = effective_tos(host, args)
+    received, sent = pause_frames(args)
     for port in host.ports:
         # With PFC on the packets' priority, a congested switch sends pause frames for it.
         prio = traffic_priority(port, tos)
         if prio in port.pfc:
-            port.pause_rx[prio] += 1187
-            port.pause_tx[prio] += 12
+            port.pause_rx[prio] += received
+            port.pause_tx[prio] += sent
     return client_output(args, host), "", 0
+
+
+def pause_frames(args: PerftestArgs) -> tuple[int, int]:
+    """(XOFF received, XOFF sent) on the client's ports for one congested run. Direction
+    follows IEEE 802.1Qbb: the side whose ingress buffer fills sends PFC upstream, so a
+    client that writes or sends is paused by the switch (received), one that reads is the
+    receiver of the data and pauses the switch (sent). The magnitudes are the lab's
+    adversarial choice, not a measurement: they grow with QPs and duration so that a
+    comparison of runs of different shapes (which a real switch would also give) is wrong."""
+    load = args.qps * (args.duration or 5)
+    frames = 59 * load + 7 * args.qps * args.qps
+    if args.tool.startswith("ib_read"):
+        return 0, frames
+    return frames, load // 3
 
 
 def effective_tos(host: LabHost, args: PerftestArgs) -> int:
