@@ -45,7 +45,14 @@ def default_tos_lines(site: Site, node: Node) -> list[str]:
         *perftest_lines(site, node, "ib_write_bw", qps=BW_QPS, extra=DEFAULT_TOS_EXTRA),
         *pause_counter_lines(node, "and after it: priority "
                              f"{site.qos.priority} must have paused, as with -T {site.qos.roce_tos}"),
+        shown(read_file_command(default_tos_path("<rdma-dev>")),
+              f"right after: the default ToS must still read {site.qos.roce_tos} (this decides)"),
     ]  # fmt: skip
+
+
+def default_tos_path(device: str) -> str:
+    """rdma_cm's per-device default ToS in configfs (drivers/infiniband/core/cma_configfs.c)."""
+    return f"/sys/kernel/config/rdma_cm/{device}/ports/1/default_roce_tos"
 
 
 def iboe_mtu(netdev_mtu: int) -> int:
@@ -205,7 +212,7 @@ async def default_tos_run(
     )
     paused = _prio_pauses(before, await pause_counters(ctx), prio)
     ctx.record("qos.default_tos.pause", float(paused), "frames", priority=prio)
-    path = f"/sys/kernel/config/rdma_cm/{client.device}/ports/1/default_roce_tos"
+    path = default_tos_path(client.device)
     read = await ctx.run(read_file_command(path))
     read_back = read.stdout if read.exit_status == 0 else None
     if fact is None or problem:
