@@ -5,9 +5,13 @@ is missing, src/ice_lag.c ice_lag_init_feature_support_flag) instead of taking t
 
 from __future__ import annotations
 
+from steps.e810 import ddp_from_devlink, evaluate_lag_log
+from tests.conftest import MINIMAL_SITE
 from tests.test_lab_checks import by_check, check_lab
 from wizard.lab.host import LabHost
 from wizard.model import Severity
+from wizard.probe import Report
+from wizard.site import parse_site
 
 
 def _one(outcome, check):
@@ -56,3 +60,47 @@ async def test_an_nvm_without_roce_lag_is_caught_by_the_two_devices(tmp_path):
     assert "NVM" in lag.remediation
     # No device was taken: nothing later measures on one PF of a half-working LAG.
     assert "T02.rdma-device" not in by_check(outcome)
+
+
+DEVLINK_INFO = """pci/0000:3b:00.0:
+  driver ice
+  serial_number 00-01-02-ff-ff-03-04-05
+  versions:
+      fixed:
+        board.id K91258-000
+      running:
+        fw.mgmt 7.4.13
+        fw.undi 1.3534.0
+        fw.app.name ICE COMMS Package
+        fw.app 1.3.46.0
+        fw.app.bundle_id 0xc0000002
+      stored:
+        fw.undi 1.3534.0
+"""
+
+
+def test_the_ddp_package_is_read_from_devlink_first():
+    assert ddp_from_devlink(DEVLINK_INFO) == ("ICE COMMS Package", "1.3.46.0")
+    assert ddp_from_devlink(DEVLINK_INFO.replace("ICE COMMS", "ICE OS Default")) == (
+        "ICE OS Default Package", "1.3.46.0")  # fmt: skip
+    assert ddp_from_devlink("") is None and ddp_from_devlink("x" * 10_000) is None
+
+
+def test_neither_devlink_nor_dmesg_naming_the_package_is_a_named_warning():
+    site = parse_site(MINIMAL_SITE)
+    report = Report("T02")
+    evaluate_lag_log(site.nodes[0], "[ 1.0] rotated log\n", report, devlink="")
+    ddp = next(f for f in report.findings if f.check == "T02.ddp")
+    assert ddp.severity is Severity.WARN
+    assert "devlink dev info" in ddp.message and "dmesg" in ddp.message
+    report = Report("T02")
+    evaluate_lag_log(
+        site.nodes[0], "", report, devlink=DEVLINK_INFO.replace("ICE COMMS", "ICE OS Default")
+    )
+    assert next(f for f in report.findings if f.check == "T02.ddp").severity is Severity.FAIL
+
+
+async def test_a_rotated_kernel_log_still_finds_the_package_through_devlink(tmp_path):
+    outcome = await check_lab(tmp_path, "dmesg-rotated", "ddp-default")
+    ddp = _one(outcome, "T02.ddp")
+    assert ddp.severity is Severity.FAIL and "devlink" in ddp.message, ddp.message

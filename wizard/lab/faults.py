@@ -47,6 +47,8 @@ FAULTS: dict[str, str] = {
     "RoCE active_mtu is 1024 against the node's 4096",
     "nic-on-cpu-root-port": "the E810 is an add-in card on a CPU root port, NODE from every GPU "
     "(the usual HGX B300 layout): GPUDirect works, NCCL's default GDR level will not use it",
+    "dmesg-rotated": "a long uptime rotated ice's boot messages (the DDP package line) out of "
+    "the kernel's ring buffer",
     "roce-tos-reset": "bond1 re-forms under the QoS load (LACP renegotiates): the re-registered "
     "RDMA device's default_roce_tos is 0 again, so rdma_cm connections without -T leave priority 3",
 }

@@ -82,6 +82,13 @@ class PciMixin:
             if "iommu-translated" in self.faults
             else "Passthrough (set via kernel command line)"
         )
+        if "dmesg-rotated" in self.faults:
+            # A long uptime: the ring buffer (CONFIG_LOG_BUF_SHIFT) kept only recent lines.
+            return Result(
+                "".join(
+                    f"[{860000.0 + i:12.6f}] {line}\n" for i, line in enumerate(self.kernel_log)
+                )
+            )
         return Result(
             "[    0.000000] Linux version "
             + self.kernel
@@ -97,6 +104,22 @@ class PciMixin:
             + "[    9.118804] bond1: (slave ens5f0np0): Enslaving as a backup interface with an up link\n"
             + "".join(f"[{30.0 + i:12.6f}] {line}\n" for i, line in enumerate(self.kernel_log))
         )
+
+    def cmd_devlink(self: LabHost, args: list[str]) -> Result:
+        """``devlink dev info``: per E810 PF, the running versions ice reports
+        (ice_devlink.c ice_info_get_dsn / ice_info_ddp_pkg_name / ice_info_ddp_pkg_version;
+        in Safe Mode no package is active, so no fw.app.name)."""
+        if args[:2] != ["dev", "info"]:
+            return Result(stderr=f'Object "{args[0] if args else ""}" not found\n', exit_status=1)
+        name, version = self.ddp_package
+        out = []
+        for slot in ("0000:3b:00.0", "0000:3b:00.1"):
+            out += [f"pci/{slot}:", "  driver ice", "  serial_number 00-01-02-ff-ff-03-04-05",
+                    "  versions:", "      fixed:", "        board.id K91258-000",
+                    "      running:", "        fw.mgmt 7.4.13", "        fw.undi 1.3534.0"]  # fmt: skip
+            if "ddp-safe-mode" not in self.faults:
+                out += [f"        fw.app.name {name}", f"        fw.app {version}"]
+        return Result("\n".join(out) + "\n")
 
     def cmd_nvidia_smi(self: LabHost, args: list[str]) -> Result:
         """nvidia-smi on the host's own PATH: the GPU Operator's driver container keeps it in
