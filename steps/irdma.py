@@ -219,6 +219,7 @@ def evaluate_rdma(
     devinfo: IbvDevinfo | None,
     flags: dict[str, PrivFlags | None],
     report: Report,
+    aux: list[str] | None = None,
 ) -> dict[str, object]:
     """Judge the host RDMA stack; return what later phases need (device, GID index)."""
     discovered: dict[str, object] = {}
@@ -241,7 +242,7 @@ def evaluate_rdma(
             "Intel's ice + irdma; otherwise check `modprobe irdma` and dmesg",
         )
         return discovered
-    if not roce_lag_active(node, on_bond, report):
+    if not roce_lag_active(node, on_bond, report, aux):
         return discovered
     link = on_bond[0]
     discovered["rdma_device"] = link.device
@@ -309,7 +310,15 @@ def evaluate_rdma(
     return discovered
 
 
-def roce_lag_active(node: Node, on_bond: list, report: Report) -> bool:
+# ice's auxiliary device per PF for irdma (ice_idc.c ice_plug_aux_dev: adev->name "roce" or
+# "iwarp", on the auxiliary bus as ice.roce.<aux_idx>). With RoCE LAG, ice_lag unplugs the
+# secondary PF's (ice_lag.c, ice_lag_link / ice_lag_chk_rdma: ice_unplug_aux_dev).
+AUX_DEVICES = ["ls", "/sys/bus/auxiliary/devices"]
+
+
+def roce_lag_active(
+    node: Node, on_bond: list, report: Report, aux: list[str] | None = None
+) -> bool:
     """RoCE over the bond needs one RDMA device for both of its ports.
 
     Intel's ice with RoCE LAG (ICE_F_ROCE_LAG: the NVM's roce_lag capability and a DDP
@@ -332,10 +341,24 @@ def roce_lag_active(node: Node, on_bond: list, report: Report) -> bool:
             "package (see e810.ice's ddp), reboot, and verify `rdma link` shows one device",
         )
         return False
+    roce_aux = sorted(a for a in (aux or []) if a.startswith("ice.roce."))
+    if len(roce_aux) > 1:
+        report.fail(
+            "roce-lag",
+            f"one RDMA device ({devices[0]}) on {node.bond.name} but {len(roce_aux)} ice RoCE "
+            f"auxiliary devices ({', '.join(roce_aux)}): with RoCE LAG ice unplugs the "
+            "secondary PF's, so this is no LAG; irdma failed to probe the other PF (dmesg "
+            "names why) and RoCE flows hashed onto that port are lost",
+            "read `dmesg | grep -i irdma` for the failed probe; update the NVM and the comms "
+            "DDP package (see e810.ice's ddp), reboot, and verify one ice.roce.* device",
+        )
+        return False
+    seen = ("; auxiliary devices not readable" if aux is None
+            else f"; {len(roce_aux)} ice.roce auxiliary device")  # fmt: skip
     report.ok(
         "roce-lag",
         f"one RDMA device ({devices[0]} on {on_bond[0].netdev}) for both ports of "
-        f"{node.bond.name}: the NIC's LAG carries RDMA on the bond",
+        f"{node.bond.name}{seen}: the NIC's LAG carries RDMA on the bond",
     )
     return True
 
@@ -347,6 +370,7 @@ def rdma_reads(node: Node) -> list[Read]:
         Read(RDMA_LINKS, "rdma-link"),
         Read(["ibv_devinfo", "-v"], "ibv-devinfo"),
         Read(INFINIBAND_DEVICES, None),
+        Read(AUX_DEVICES, None),
         packages_read(node),
         *(Read(priv_flags_command(port), "ethtool-priv-flags") for port in node.bond.ports),
     ]
@@ -376,14 +400,17 @@ class VerifyRdma(Step):
         assert ctx.node is not None
         report = Report("T02")
         ports = list(ctx.node.bond.ports)
-        lsmod, links, devinfo, devices, package_list, *flag_reads = await read_all(
+        lsmod, links, devinfo, devices, aux_read, package_list, *flag_reads = await read_all(
             ctx, *rdma_reads(ctx.node)
         )
+        aux = aux_read.result.stdout.split()[:256] if aux_read.result.ok else None
         if not lsmod.ok:
             report.unreadable("modules", lsmod, "the loaded modules")
             return report.findings
         flags = {port: p.fact for port, p in zip(ports, flag_reads, strict=True)}
-        discovered = evaluate_rdma(ctx.node, lsmod.fact, links.fact, devinfo.fact, flags, report)
+        discovered = evaluate_rdma(
+            ctx.node, lsmod.fact, links.fact, devinfo.fact, flags, report, aux
+        )
         ctx.data.update(discovered)
         names = devices.result.stdout.split() if devices.result.ok else []
         absent = [need for need in PLUGIN_NEEDS if not any(n.startswith(need) for n in names)]

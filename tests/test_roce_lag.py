@@ -104,3 +104,31 @@ async def test_a_rotated_kernel_log_still_finds_the_package_through_devlink(tmp_
     outcome = await check_lab(tmp_path, "dmesg-rotated", "ddp-default")
     ddp = _one(outcome, "T02.ddp")
     assert ddp.severity is Severity.FAIL and "devlink" in ddp.message, ddp.message
+
+
+def test_one_rdma_device_with_two_roce_aux_devices_is_not_lag():
+    """One RDMA device is necessary, not sufficient: without LAG, irdma failing to probe the
+    second PF also leaves one. With RoCE LAG ice unplugs the secondary's auxiliary device
+    (ice.roce.N), so two of them and one RDMA device mean no LAG."""
+    from steps.irdma import roce_lag_active
+    from wizard.facts.rdma import RdmaLink
+
+    site = parse_site(MINIMAL_SITE)
+    node = site.nodes[0]
+    link = RdmaLink(device="irdma0", port=1, state="ACTIVE", physical_state="LINK_UP",
+                    netdev=node.bond.ports[0])  # fmt: skip
+    report = Report("T02")
+    assert not roce_lag_active(node, [link], report, aux=["ice.roce.0", "ice.roce.1"])
+    lag = next(f for f in report.findings if f.check == "T02.roce-lag")
+    assert lag.severity is Severity.FAIL and "ice.roce.0, ice.roce.1" in lag.message
+    report = Report("T02")
+    assert roce_lag_active(node, [link], report, aux=["ice.roce.0", "ice.ptp.0"])
+    report = Report("T02")
+    assert roce_lag_active(node, [link], report, aux=None)  # unreadable: the device count only
+    assert "not readable" in report.findings[0].message
+
+
+async def test_irdma_failing_on_the_second_pf_is_not_taken_for_lag(tmp_path):
+    outcome = await check_lab(tmp_path, "irdma-probe-pf1-failed")
+    lag = _one(outcome, "T02.roce-lag")
+    assert lag.severity is Severity.FAIL and "ice.roce" in lag.message, lag.message

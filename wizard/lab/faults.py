@@ -47,6 +47,8 @@ FAULTS: dict[str, str] = {
     "RoCE active_mtu is 1024 against the node's 4096",
     "nic-on-cpu-root-port": "the E810 is an add-in card on a CPU root port, NODE from every GPU "
     "(the usual HGX B300 layout): GPUDirect works, NCCL's default GDR level will not use it",
+    "irdma-probe-pf1-failed": "the NVM lacks roce_lag (no RoCE LAG) and irdma failed to probe "
+    "the second PF: one RDMA device on the bond, as if LAG were active (two ice.roce aux devices)",
     "dmesg-rotated": "a long uptime rotated ice's boot messages (the DDP package line) out of "
     "the kernel's ring buffer",
     "roce-tos-reset": "bond1 re-forms under the QoS load (LACP renegotiates): the re-registered "

@@ -138,6 +138,8 @@ class KernelModulesMixin:
         paths = [a for a in args if not a.startswith("-")]
         if paths == ["/lib/modules"]:
             return Result("".join(f"{k}\n" for k in sorted(self.kernels)))
+        if paths == ["/sys/bus/auxiliary/devices"]:
+            return Result("".join(f"{d}\n" for d in self.aux_devices()))
         if paths == ["/dev/infiniband"]:
             devices = self.infiniband_devices()
             if not devices:

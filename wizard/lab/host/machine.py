@@ -191,7 +191,8 @@ class LabHost(
         """ice's ICE_F_ROCE_LAG (src/ice_lag.c ``ice_lag_init_feature_support_flag``): the
         NVM's roce_lag capability and a DDP package with lport extraction, both."""
         lport_extract = self.ddp_package[0] != "ICE OS Default Package"
-        return lport_extract and "nvm-no-roce-lag" not in self.faults
+        no_cap = {"nvm-no-roce-lag", "irdma-probe-pf1-failed"} & set(self.faults)
+        return lport_extract and not no_cap
 
     @property
     def rdma_devices(self) -> list[tuple[str, Port]]:
@@ -202,9 +203,21 @@ class LabHost(
         switch hashes onto the second port reaches a device with no such QP."""
         if "irdma" not in self.modules or self.in_tree or not self.lag_rdma_ok:
             return []  # the in-tree ice drops RDMA from bonded ports
+        if "irdma-probe-pf1-failed" in self.faults:
+            return [("irdma0", self.ports[0])]  # irdma's probe of the second PF failed
         if not self.roce_lag:
             return [(f"irdma{i}", port) for i, port in enumerate(self.ports)]
         return [("irdma0", self.ports[0])]
+
+    def aux_devices(self) -> list[str]:
+        """/sys/bus/auxiliary/devices: ice's per-PF RDMA auxiliary device (ice_idc.c
+        ice_plug_aux_dev: "roce" or "iwarp", ice.<name>.<aux_idx>), the secondary's unplugged
+        under RoCE LAG (ice_lag.c); none where the in-tree ice cleared RDMA from bonded ports."""
+        if self.in_tree or not self.lag_rdma_ok:
+            return []
+        kind = "iwarp" if "iwarp" in self.faults else "roce"
+        count = 1 if self.roce_lag else len(self.ports)
+        return [f"ice.{kind}.{i}" for i in range(count)]
 
     @property
     def gpus_present(self) -> int:
