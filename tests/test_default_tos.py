@@ -99,3 +99,14 @@ def test_the_labs_pause_frames_follow_the_load_and_its_direction():
     read4 = PerftestArgs.parse(["ib_read_bw", "-q", "4", "-R", "192.168.50.200"])
     assert pause_frames(write8)[0] > pause_frames(write4)[0] > 0
     assert pause_frames(read4)[0] == 0 and pause_frames(read4)[1] > 0
+
+
+async def test_the_labs_perftest_refuses_tos_without_rdma_cm_as_perftest_does():
+    """perftest_parameters.c: -T without -R exits 1 before connecting, on stdout."""
+    from wizard.lab.perf import run_perftest
+
+    host = _qos_port_host()
+    out, _err, code = await run_perftest(
+        ["ib_write_bw", "-d", "irdma0", "-T", "96", "192.168.50.200"], host, None
+    )
+    assert code == 1 and "TOS only valid for rdma_cm based QP and RawEth QP" in out

@@ -247,10 +247,12 @@ def cuda_perftest_pod(site: Site, node: Node, name: str, client_argv: list[str])
     The pod asks for every GPU of the node: NVIDIA's device plugin cannot be asked for one
     particular GPU. With ``nvidia.com/gpu: 1`` the kubelet's device manager takes whichever
     free GPU the plugin's preferred allocation names (k8s-device-plugin
-    internal/rm/allocate.go: NVLink-aligned, blind to NICs) and the plugin exposes only that
-    one (NVIDIA_VISIBLE_DEVICES=<its UUID>), as CUDA device 0, possibly a GPU that is SYS
-    from the NIC. Given all of them, in PCI order (``CUDA_PCI_ORDER``), ``--use_cuda=N`` in
-    ``client_argv`` is nvidia-smi's GPU N: the one nearest the NIC.
+    internal/rm/nvml_manager.go alignedAlloc: gpuallocator's BestEffortPolicy, NVLink-aligned,
+    blind to NICs) and the plugin exposes only that one (a CDI device under GPU Operator
+    26.7's cdi.enabled: true; the same effect as NVIDIA_VISIBLE_DEVICES=<its UUID>), as CUDA
+    device 0, possibly a GPU that is SYS from the NIC. Given all of them, in PCI order
+    (``CUDA_PCI_ORDER``), ``--use_cuda=N`` in ``client_argv`` is nvidia-smi's GPU N: the
+    one nearest the NIC.
     """
     container = {
         "name": "perftest",

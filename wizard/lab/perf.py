@@ -242,8 +242,10 @@ def gpu_nic_link(gpu: int, gpus: int, faults: Collection[str] = ()) -> str:
 
 # GPUDirect RDMA across the CPU root complex and the SMP interconnect works but is slow
 # (NVIDIA's GPUDirect RDMA guide, "Supported Systems": peer-to-peer traffic through the
-# root complex performs poorly, and across CPU sockets worse): a GPU SYS from the NIC
-# gives the fraction below of a PXB one.
+# root complex performs poorly, and across CPU sockets worse). The guide gives no number:
+# the fraction below of a PXB GPU's bandwidth is the lab's adversarial choice, low enough
+# that measuring the wrong GPU is visible. NODE (NIC_ON_ROOT_PORT) gets no penalty, also a
+# choice: on a PCIe Gen5 root port a 100 Gb/s NIC is not the bottleneck.
 SYS_GPU_SHARE = 0.41
 
 
@@ -439,6 +441,8 @@ async def run_perftest(argv: list[str], host: LabHost, broker: Broker) -> tuple[
     except PerftestUsageError as exc:
         # perftest's main(): a parser failure prints this and exits 1, before any traffic.
         return "", f"{exc}\n Parser function exited with Error\n", 1
+    if (refused := tos_refusal(args)) is not None:
+        return refused, "", 1
     if args.cuda is None and args.dmabuf:
         return (
             "",
@@ -509,11 +513,20 @@ def pause_frames(args: PerftestArgs) -> tuple[int, int]:
     return frames, load // 3
 
 
+def tos_refusal(args: PerftestArgs) -> str | None:
+    """perftest's parser on ``-T`` without ``-R`` (src/perftest_parameters.c,
+    force_dependecies: ``tos != DEF_TOS`` and not RawEth prints this on stdout and exits 1,
+    before any connection)."""
+    if args.tos is not None and not args.rdma_cm:
+        return " TOS only valid for rdma_cm based QP and RawEth QP \n"
+    return None
+
+
 def effective_tos(host: LabHost, args: PerftestArgs) -> int:
     """The ToS a perftest QP's packets carry.
 
-    ``-T`` sets it (perftest: rdma_set_option(RDMA_OPTION_ID_TOS) with ``-R``, the GRH
-    traffic class otherwise). Without ``-T`` an rdma_cm connection takes the device's
+    ``-T`` sets it, with ``-R`` only (perftest: rdma_set_option(RDMA_OPTION_ID_TOS); without
+    rdma_cm the parser refuses -T, ``tos_refusal``). Without ``-T`` an rdma_cm connection takes the device's
     ``default_roce_tos`` (drivers/infiniband/core/cma.c: ``tos_set`` false ->
     ``cma_dev->default_roce_tos[port]``, written through configfs
     /sys/kernel/config/rdma_cm/<dev>/ports/1/default_roce_tos): what AIStor's clients get.

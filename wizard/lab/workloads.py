@@ -18,7 +18,13 @@ from wizard.lab.nccl import (
     launcher_failure,
     single_node_log,
 )
-from wizard.lab.perf import PERFTEST, PerftestArgs, PerftestUsageError, client_output
+from wizard.lab.perf import (
+    PERFTEST,
+    PerftestArgs,
+    PerftestUsageError,
+    client_output,
+    tos_refusal,
+)
 
 if TYPE_CHECKING:
     from wizard.lab.lab import Lab
@@ -94,6 +100,8 @@ class WorkloadsMixin:
             args = PerftestArgs.parse(argv)
         except PerftestUsageError as exc:
             return f"{exc}\n Parser function exited with Error\n", False
+        if (refused := tos_refusal(args)) is not None:
+            return refused, False
         if args.cuda is not None and "perftest-no-cuda" in self.faults:
             return (
                 "Perftest was built without CUDA support\n Parser function exited with Error\n",
@@ -280,12 +288,14 @@ class WorkloadsMixin:
 def visible_gpus(present: int, asked: int, env: dict[str, str | None]) -> list[int]:
     """The host GPUs a container given ``asked`` GPUs sees, in CUDA's device order.
 
-    NVIDIA's device plugin (k8s-device-plugin, envvar strategy) exposes only the GPUs the
-    kubelet allocated (NVIDIA_VISIBLE_DEVICES=<their UUIDs>); which ones is the plugin's
-    preferred allocation (internal/rm/allocate.go: NVLink-aligned, blind to NICs), so the
-    lab hands out the highest-numbered free GPUs, a choice the pod cannot rule out. CUDA
-    numbers them in PCI bus order with CUDA_DEVICE_ORDER=PCI_BUS_ID; its default,
-    FASTEST_FIRST, leaves equal GPUs in an unspecified order (the lab: reversed).
+    NVIDIA's device plugin exposes only the GPUs the kubelet allocated (under GPU Operator
+    26.7's cdi.enabled: true as CDI devices, the same effect as NVIDIA_VISIBLE_DEVICES=<their
+    UUIDs>); which ones is the plugin's preferred allocation (k8s-device-plugin
+    internal/rm/nvml_manager.go alignedAlloc: gpuallocator's BestEffortPolicy, NVLink-aligned,
+    blind to NICs), so the lab hands out the highest-numbered free GPUs, an adversarial
+    choice the pod cannot rule out. CUDA numbers them in PCI bus order with
+    CUDA_DEVICE_ORDER=PCI_BUS_ID; its default, FASTEST_FIRST, leaves equal GPUs in an
+    unspecified order: reversed in the lab, an adversarial choice, not observed behaviour.
     """
     allocated = list(range(present))[-asked:] if 0 < asked < present else list(range(present))
     if env.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID":
