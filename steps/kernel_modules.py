@@ -23,14 +23,32 @@ from wizard.probe import Read, Report, read_all
 from wizard.site import Node, Site
 
 MODULES = ("ice", "irdma")
-MODULE_TREES = ["ls", "-1", "/lib/modules"]
+# The installed kernels are those with an image in /boot (vmlinuz-<uname -r>, the package's
+# own file on RHEL and Ubuntu), not /lib/modules' directories: a removed kernel leaves its
+# tree behind when DKMS or a kmod put files there, and nothing can boot it.
+KERNEL_IMAGES = ["ls", "-1", "/boot"]
 DEFAULT_KERNEL = ["grubby", "--default-kernel"]  # RHEL; /boot/vmlinuz-<kernel>
 # uname -r's shape: what may be passed back to modinfo -k (the directory names of ls).
 _KERNEL = re.compile(r"^[0-9][A-Za-z0-9._+~-]{0,100}$")
 
 
+def installed_kernels(listing: str) -> list[str]:
+    """The kernels of ``ls -1 /boot``: vmlinuz-<release>, without the rescue image
+    (vmlinuz-0-rescue-<machine id>) and the vmlinuz / vmlinuz.old links."""
+    names = (line.strip() for line in listing.splitlines()[:2000])
+    kernels = {
+        n.removeprefix("vmlinuz-")
+        for n in names
+        if n.startswith("vmlinuz-") and not n.startswith("vmlinuz-0-rescue-")
+    }
+    return sorted((k for k in kernels if _KERNEL.match(k)), key=_version_key)
+
+
 def kernel_reads(node: Node) -> list[Read]:
-    reads = [Read(["uname", "-r"]), Read(MODULE_TREES, note="one directory per installed kernel")]
+    reads = [
+        Read(["uname", "-r"]),
+        Read(KERNEL_IMAGES, note="vmlinuz-<kernel>: the installed kernels"),
+    ]
     if not node.os.startswith("ubuntu"):
         reads.append(Read(DEFAULT_KERNEL, note="the kernel the next boot starts"))
     return reads
@@ -62,7 +80,7 @@ class KernelUpdates(Step):
     gates = ("T02", "T17")
     reads = ("node.os",)
     explain = (
-        "For every kernel under /lib/modules, `modinfo -k KERNEL ice` and `irdma` must resolve "
+        "For every kernel with an image in /boot, `modinfo -k KERNEL ice` and `irdma` must resolve "
         "to Intel's out-of-tree build (updates/, extra/, weak-updates/: DKMS, the kmod "
         "package's weak-modules links), not the kernel's own driver: a `dnf update` installs "
         "a newer kernel and makes it the default, and booting it with the in-tree ice drops "
@@ -76,7 +94,7 @@ class KernelUpdates(Step):
             return []
         return [
             *read_lines(kernel_reads(node)),
-            *read_lines(module_reads(["<kernel>"]), "for each <kernel> ls lists"),
+            *read_lines(module_reads(["<kernel>"]), "for each vmlinuz-<kernel> ls lists"),
         ]
 
     async def verify(self, ctx: StepContext) -> list[Finding]:
@@ -90,9 +108,7 @@ async def kernel_findings(ctx: StepContext, *, before_reboot: bool) -> list[Find
     report = Report("T02")
     running_read, trees_read, *default_read = await read_all(ctx, *kernel_reads(ctx.node))
     running = running_read.result.stdout.strip()
-    kernels = sorted(
-        (k for k in trees_read.result.stdout.split() if _KERNEL.match(k)), key=_version_key
-    )
+    kernels = installed_kernels(trees_read.result.stdout)
     if not trees_read.result.ok or not kernels:
         report.unreadable("kernel-modules", trees_read, "the installed kernels")
         return report.findings
@@ -110,8 +126,9 @@ async def kernel_findings(ctx: StepContext, *, before_reboot: bool) -> list[Find
     ctx.data["kernels"], ctx.data["next_boot"] = kernels, boot
     listed = ", ".join(f"{k}{' (running)' if k == running else ''}" for k in kernels)
     remedy = (
-        "install Intel's ice and irdma for that kernel (the kmod packages built for it, or "
-        "`dkms autoinstall -k KERNEL` with its headers), or make the running kernel the "
+        "install Intel's ice and irdma built for KERNEL (Intel's `make install` or the kmod "
+        "RPM from `rpmbuild -tb` against that kernel's headers; a kmod RPM of the same kABI "
+        "links in with `weak-modules --add-kernel KERNEL`), or make the running kernel the "
         "default boot entry again (`grubby --set-default`), then re-run this check"
     )
     if boot in missing:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import io
 import subprocess
 
-from steps.kernel_modules import next_boot
+from steps.kernel_modules import installed_kernels, next_boot
 from steps.packages import (
     HostPackages,
     headers_metapackages,
@@ -156,3 +156,25 @@ def test_the_ubuntu_runbook_line_installs_the_metapackage_under_a_real_shell(tmp
     words = ran.stdout.split()
     assert "linux-headers-6.11.0-19-generic" in words and "linux-headers-generic-hwe-24.04" in words
     assert not any(w.startswith("linux-headers-6.8") or "unsigned" in w for w in words), words
+
+
+def test_the_installed_kernels_are_the_images_in_boot():
+    listing = ("config-6.12.0-124.8.1.el10_2.x86_64\ngrub2\nvmlinuz\nvmlinuz.old\n"
+               "vmlinuz-0-rescue-0123456789abcdef\nvmlinuz-6.12.0-124.8.1.el10_2.x86_64\n"
+               "vmlinuz-6.12.0-124.13.1.el10_2.x86_64\n")  # fmt: skip
+    assert installed_kernels(listing) == [RHEL_KERNEL, RHEL_NEXT_KERNEL]
+    assert installed_kernels("") == [] and installed_kernels("vmlinuz-$(x)\n") == []
+
+
+async def test_a_leftover_module_tree_of_a_removed_kernel_is_not_a_kernel(tmp_path):
+    """A removed kernel's /lib/modules tree (in-tree ice only) stays behind; it has no image
+    in /boot, so it neither warns nor is taken for the next boot."""
+    outcome, _ = await run_in_lab(
+        tmp_path, HeadlessFrontEnd(yes=True, out=io.StringIO()), "leftover-module-tree",
+        phases=("e810",),
+    )  # fmt: skip
+    found = findings_of(outcome, "e810.kernel-updates")
+    assert found["T17.kernel-update"].severity is Severity.PASS
+    assert "6.12.0-55" not in found["T17.kernel-update"].message
+    assert "T02.kernel-modules" not in found
+    assert "dkms autoinstall" not in str(found)

@@ -49,6 +49,8 @@ FAULTS: dict[str, str] = {
     "(the usual HGX B300 layout): GPUDirect works, NCCL's default GDR level will not use it",
     "irdma-probe-pf1-failed": "the NVM lacks roce_lag (no RoCE LAG) and irdma failed to probe "
     "the second PF: one RDMA device on the bond, as if LAG were active (two ice.roce aux devices)",
+    "leftover-module-tree": "an old, removed kernel left its /lib/modules tree behind (in-tree "
+    "ice only); no /boot/vmlinuz for it, nothing can boot it",
     "dmesg-rotated": "a long uptime rotated ice's boot messages (the DDP package line) out of "
     "the kernel's ring buffer",
     "roce-tos-reset": "bond1 re-forms under the QoS load (LACP renegotiates): the re-registered "

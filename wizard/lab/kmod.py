@@ -138,6 +138,14 @@ class KernelModulesMixin:
         paths = [a for a in args if not a.startswith("-")]
         if paths == ["/lib/modules"]:
             return Result("".join(f"{k}\n" for k in sorted(self.kernels)))
+        if paths == ["/boot"]:
+            from wizard.lab.host.model import LEFTOVER_KERNEL
+
+            # An installed kernel's package owns /boot/vmlinuz-<release>; a removed one's
+            # /lib/modules tree may stay behind (leftover-module-tree), with no image.
+            files = ["grub2", "loader", *(f"vmlinuz-{k}" for k in self.kernels if k != LEFTOVER_KERNEL),
+                     *(f"config-{k}" for k in self.kernels if k != LEFTOVER_KERNEL)]  # fmt: skip
+            return Result("".join(f"{f}\n" for f in sorted(files)))
         if paths == ["/sys/bus/auxiliary/devices"]:
             return Result("".join(f"{d}\n" for d in self.aux_devices()))
         if paths == ["/dev/infiniband"]:

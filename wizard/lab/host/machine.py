@@ -12,6 +12,7 @@ from wizard.artifacts import render
 from wizard.lab.host.dispatch import CommandDispatchMixin
 from wizard.lab.host.files import FilesMixin
 from wizard.lab.host.model import (
+    LEFTOVER_KERNEL,
     RHEL_KERNEL,
     RHEL_NEXT_KERNEL,
     RHEL_PACKAGES,
@@ -144,7 +145,8 @@ class LabHost(
         which holds the in-tree ice only unless DKMS rebuilds Intel's or weak-modules links
         it, and makes it the default boot entry (RHEL /etc/sysconfig/kernel UPDATEDEFAULT)."""
         own = "kernel" if self.in_tree else "updates"
-        kernels = {self.kernel: own}
+        kernels = {LEFTOVER_KERNEL: "kernel"} if "leftover-module-tree" in self.faults else {}
+        kernels[self.kernel] = own
         nxt = UBUNTU_NEXT_KERNEL if self.os.startswith("ubuntu") else RHEL_NEXT_KERNEL
         if "kernel-update" in self.faults:
             kernels[nxt] = "kernel"

@@ -12,6 +12,9 @@ UBUNTU_KERNEL = "6.8.0-86-generic"
 # What `dnf update` / `apt upgrade` installs next (the "kernel-update" faults).
 RHEL_NEXT_KERNEL = "6.12.0-124.13.1.el10_2.x86_64"
 UBUNTU_NEXT_KERNEL = "6.8.0-90-generic"
+# A kernel removed long ago whose /lib/modules tree stayed (the "leftover-module-tree" fault:
+# files DKMS or a kmod put there are no package's, so removing the kernel leaves the tree).
+LEFTOVER_KERNEL = "6.12.0-55.9.1.el10_0.x86_64"
 OOT_ICE_VERSION = "2.3.10"
 OOT_IRDMA_VERSION = "2.0.11"
 E810_FIRMWARE = "4.80 0x80020543 1.3805.0"
