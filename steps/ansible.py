@@ -15,7 +15,7 @@ import shlex
 import yaml
 
 from steps.irdma import REBUILD_INITRAMFS, irdma_artifacts
-from steps.packages import PACKAGES
+from steps.packages import ANSIBLE_KERNEL, node_packages
 from steps.qos import DCB_UNIT, TOS_UNIT, BootPersistence, procedure
 from steps.remote import site_path, ssh_options
 from wizard.artifacts import Artifact, Target, render
@@ -43,7 +43,8 @@ def host_vars(site: Site, node: Node) -> dict:
     return {
         "ansible_host": node.host,
         **ssh_vars(site, node.ssh),
-        "gnw_packages": list(PACKAGES[node.os]),
+        # The running kernel's headers by Ansible's own uname -r (the ansible_kernel fact).
+        "gnw_packages": node_packages(node.os, ANSIBLE_KERNEL),
         "gnw_bond": node.bond.name,
         "gnw_bond_ports": list(node.bond.ports),
         "gnw_files": [

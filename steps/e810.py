@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from steps.common import read_lines
+from steps.kernel_modules import KernelUpdates
 from wizard.facts.nic import EthtoolInfo
 from wizard.facts.pci import Lspci
 from wizard.facts.system import ModInfo
@@ -26,6 +27,8 @@ DDP_LOADED = re.compile(
     r"The DDP package was successfully loaded: (?P<name>.+?) version (?P<version>[\d.]+)"
 )
 SAFE_MODE = "Entering Safe Mode"
+# The package the driver ships (lib/firmware/intel/ice/ddp/ice.pkg); it has no LAG.
+DEFAULT_DDP = "ICE OS Default Package"
 LAG_REFUSALS = (
     re.compile(r"Found non-ice netdev \S+"),
     re.compile(r"Found netdev \S+ on different device"),
@@ -33,18 +36,72 @@ LAG_REFUSALS = (
 )
 
 
-def evaluate_lag_log(node: Node, dmesg: str, report: Report) -> None:
-    """The DDP package the ice driver loaded, and whether Intel's LAG refused RDMA on the
-    bond (each refusal names its cause)."""
-    if SAFE_MODE in dmesg:
+# `devlink dev info` names the active DDP package as long as ice runs (ice_devlink.c
+# ice_info_ddp_pkg_name / ice_info_ddp_pkg_version: "fw.app.name", "fw.app"; the kernel's
+# Documentation/networking/devlink/ice.rst), where the boot-time dmesg line may have
+# rotated out of the ring buffer on a long uptime.
+DEVLINK_INFO = ["devlink", "dev", "info"]
+
+
+def ddp_from_devlink(text: str) -> tuple[str, str] | None:
+    """(package name, version) from the first running ``fw.app.name`` / ``fw.app`` pair in
+    ``devlink dev info``, else None (one pass over bounded lines)."""
+    name = version = None
+    for line in text.splitlines()[:5000]:
+        key, _, value = line.strip()[:300].partition(" ")
+        if key == "stored:" and name:
+            break
+        if key == "fw.app.name" and name is None:
+            name = value.strip()
+        elif key == "fw.app" and version is None:
+            version = value.strip()
+    return (name, version or "?") if name else None
+
+
+def evaluate_lag_log(node: Node, dmesg: str, report: Report, devlink: str = "") -> None:
+    """The DDP package the ice driver loaded (devlink's fw.app.name, else ice's boot
+    message), and whether Intel's LAG refused RDMA on the bond (each refusal names its
+    cause)."""
+    from_devlink = ddp_from_devlink(devlink)
+    logged = DDP_LOADED.search(dmesg)
+    package = from_devlink or ((logged["name"], logged["version"]) if logged else None)
+    source = "devlink dev info" if from_devlink else "the kernel log"
+    if SAFE_MODE in dmesg and from_devlink is None:
         report.fail(
             "ddp",
             "the ice driver runs in Safe Mode: no DDP package was loaded, so DCB and RDMA are "
             "unavailable",
             "install the ice DDP package (lib/firmware/intel/ice/ddp/ice.pkg) and reload ice",
         )
-    elif match := DDP_LOADED.search(dmesg):
-        report.ok("ddp", f"ice loaded the DDP package {match['name']} {match['version']}")
+    elif package is None:
+        report.warn(
+            "ddp",
+            "neither `devlink dev info` (fw.app.name) nor dmesg (rotated out on a long "
+            "uptime?) names the DDP package ice loaded: the default package, which has no LAG, "
+            "cannot be ruled out here",
+            "run `devlink dev info` on the node (devlink from iproute2) and check fw.app.name "
+            "is not 'ICE OS Default Package'; RoCE LAG itself is proven by irdma.verify",
+        )
+    else:
+        name, version = package
+        if name.strip() == DEFAULT_DDP:
+            report.fail(
+                "ddp",
+                f"ice loaded the {name} {version} ({source}), which does not support LAG (Intel's ice "
+                "README, 'Link Aggregation': the default DDP package installed by the driver "
+                f"does not support LAG): without lport extraction ice sets no RoCE LAG, both "
+                f"PFs of {node.bond.name} keep their own RDMA device and RoCE flows the switch "
+                "hashes onto the second port are lost",
+                "install Intel's comms DDP package (ice_comms-*.pkg) as "
+                "/lib/firmware/updates/intel/ice/ddp/ice.pkg, rebuild the initramfs, reboot; "
+                "then irdma.verify proves RoCE LAG (one RDMA device for both ports)",
+            )
+        else:
+            report.ok(
+                "ddp",
+                f"ice loaded the DDP package {name} {version} ({source}; not the default package, which "
+                "has no LAG); RoCE LAG itself is proven by irdma.verify's roce-lag",
+            )
     refusals = sorted({m.group(0) for pattern in LAG_REFUSALS for m in pattern.finditer(dmesg)})
     if refusals:
         report.fail(
@@ -141,6 +198,7 @@ def ice_reads(node: Node) -> list[Read]:
         Read(["lspci", "-nn"], "lspci", note="the Ethernet controllers"),
         *(Read(["ethtool", "-i", port], "ethtool-i") for port in node.bond.ports),
         *(Read(["modinfo", module], "modinfo") for module in MODULES),
+        Read(DEVLINK_INFO, None, note="fw.app.name: the DDP package ice loaded"),
         Read(DMESG, None, note="the DDP package and RDMA-over-LAG messages of ice"),
     ]
 
@@ -158,7 +216,8 @@ class IceDriver(Step):
         "An Intel E810 is present (PCI 8086:1591/1592/1593/159b...), both bond ports are "
         "driven by ice, and the driver is Intel's out-of-tree build: the in-tree ice removes "
         "RDMA from a port that joins a bond, so RoCE over the bond needs Intel's ice + irdma. "
-        "Firmware (NVM) is recorded; below the site's minimum it warns."
+        "Firmware (NVM) is recorded; below the site's minimum it warns. The DDP package must "
+        "not be the driver's default one, which has no LAG (ice README, 'Link Aggregation')."
     )
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
@@ -177,11 +236,15 @@ class IceDriver(Step):
         ctx.data["bus_info"] = {
             port: (info.bus_info if info else None) for port, (info, _) in infos.items()
         }
-        module_reads, dmesg = rest[len(ports) : -1], rest[-1]
+        module_reads, devlink, dmesg = rest[len(ports) : -2], rest[-2], rest[-1]
         modinfo = {m: p.fact for m, p in zip(modules, module_reads, strict=True)}
         evaluate_e810(ctx.site, ctx.node, pci.fact, infos, modinfo, report)
-        if dmesg.result.ok:
-            evaluate_lag_log(ctx.node, dmesg.result.stdout, report)
+        evaluate_lag_log(
+            ctx.node,
+            dmesg.result.stdout if dmesg.result.ok else "",
+            report,
+            devlink=devlink.result.stdout if devlink.result.ok else "",
+        )
         return report.findings
 
 
@@ -190,5 +253,5 @@ PHASE = Phase(
     number=3,
     title="E810 and ice",
     summary="Identify the E810, its driver (in-tree or Intel's) and firmware on both ports.",
-    steps=(IceDriver(),),
+    steps=(IceDriver(), KernelUpdates()),
 )

@@ -98,6 +98,7 @@ class Readiness(Step):
     gates = ("T11", "T12")
     reads = ("versions",)
     needs = (("irdma.verify", "rdma_device"),)
+    provides = ("distances",)  # each GPU's link to the NIC: the CUDA perftest's GPU choice
     explain = (
         "For every GPU, its distance to the RDMA NIC from `nvidia-smi topo -m` (NCCL uses "
         "GDR only up to PXB by default; NCCL_NET_GDR_LEVEL lifts the limit, not the physical "

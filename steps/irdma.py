@@ -219,6 +219,7 @@ def evaluate_rdma(
     devinfo: IbvDevinfo | None,
     flags: dict[str, PrivFlags | None],
     report: Report,
+    aux: list[str] | None = None,
 ) -> dict[str, object]:
     """Judge the host RDMA stack; return what later phases need (device, GID index)."""
     discovered: dict[str, object] = {}
@@ -240,6 +241,8 @@ def evaluate_rdma(
             "with the in-tree ice the RDMA device disappears when the ports join the bond: install "
             "Intel's ice + irdma; otherwise check `modprobe irdma` and dmesg",
         )
+        return discovered
+    if not roce_lag_active(node, on_bond, report, aux):
         return discovered
     link = on_bond[0]
     discovered["rdma_device"] = link.device
@@ -307,6 +310,59 @@ def evaluate_rdma(
     return discovered
 
 
+# ice's auxiliary device per PF for irdma (ice_idc.c ice_plug_aux_dev: adev->name "roce" or
+# "iwarp", on the auxiliary bus as ice.roce.<aux_idx>). With RoCE LAG, ice_lag unplugs the
+# secondary PF's (ice_lag.c, ice_lag_link / ice_lag_chk_rdma: ice_unplug_aux_dev).
+AUX_DEVICES = ["ls", "/sys/bus/auxiliary/devices"]
+
+
+def roce_lag_active(
+    node: Node, on_bond: list, report: Report, aux: list[str] | None = None
+) -> bool:
+    """RoCE over the bond needs one RDMA device for both of its ports.
+
+    Intel's ice with RoCE LAG (ICE_F_ROCE_LAG: the NVM's roce_lag capability and a DDP
+    package with lport extraction, src/ice_lag.c ``ice_lag_init_feature_support_flag``)
+    keeps the RDMA device on the bond's primary port and forwards the secondary's RoCEv2
+    traffic to it. Without the feature ``ice_init_lag`` sets up nothing: each PF keeps its
+    own device, and whichever one a client picks, the flows the switch hashes onto the other
+    port reach a device that has no such QP. Taking the first device would hide that.
+    """
+    devices = sorted({link.device for link in on_bond})
+    if len(devices) > 1:
+        where = ", ".join(f"{link.device} on {link.netdev}" for link in on_bond)
+        report.fail(
+            "roce-lag",
+            f"RoCE LAG is not active on {node.bond.name}: both bonded ports still have their "
+            f"own RDMA device ({where}), so ice did not take the bond for RDMA (no roce_lag "
+            "capability in the E810 NVM or no lport extraction in the DDP package) and RoCE "
+            "flows hashed onto the other port are lost",
+            "update the E810 NVM to Intel's latest (nvmupdate64e) and load the comms DDP "
+            "package (see e810.ice's ddp), reboot, and verify `rdma link` shows one device",
+        )
+        return False
+    roce_aux = sorted(a for a in (aux or []) if a.startswith("ice.roce."))
+    if len(roce_aux) > 1:
+        report.fail(
+            "roce-lag",
+            f"one RDMA device ({devices[0]}) on {node.bond.name} but {len(roce_aux)} ice RoCE "
+            f"auxiliary devices ({', '.join(roce_aux)}): with RoCE LAG ice unplugs the "
+            "secondary PF's, so this is no LAG; irdma failed to probe the other PF (dmesg "
+            "names why) and RoCE flows hashed onto that port are lost",
+            "read `dmesg | grep -i irdma` for the failed probe; update the NVM and the comms "
+            "DDP package (see e810.ice's ddp), reboot, and verify one ice.roce.* device",
+        )
+        return False
+    seen = ("; auxiliary devices not readable" if aux is None
+            else f"; {len(roce_aux)} ice.roce auxiliary device")  # fmt: skip
+    report.ok(
+        "roce-lag",
+        f"one RDMA device ({devices[0]} on {on_bond[0].netdev}) for both ports of "
+        f"{node.bond.name}{seen}: the NIC's LAG carries RDMA on the bond",
+    )
+    return True
+
+
 def rdma_reads(node: Node) -> list[Read]:
     """The host RDMA stack in one batch: modules, devices, GIDs, packages, LLDP flags."""
     return [
@@ -314,6 +370,7 @@ def rdma_reads(node: Node) -> list[Read]:
         Read(RDMA_LINKS, "rdma-link"),
         Read(["ibv_devinfo", "-v"], "ibv-devinfo"),
         Read(INFINIBAND_DEVICES, None),
+        Read(AUX_DEVICES, None),
         packages_read(node),
         *(Read(priv_flags_command(port), "ethtool-priv-flags") for port in node.bond.ports),
     ]
@@ -330,9 +387,10 @@ class VerifyRdma(Step):
     explain = (
         "Modules ice, irdma, ib_core, ib_uverbs and rdma_cm are loaded; `rdma link` shows "
         "the E810 ports ACTIVE; ibv_devinfo shows link_layer Ethernet and PORT_ACTIVE; RoCE "
-        "v2 GIDs exist (not iWARP). The firmware LLDP agent flag is recorded for the QoS "
-        "phase; rdma-core and perftest are installed. If this fails, stop: nothing in "
-        "Kubernetes is touched until host RDMA works."
+        "v2 GIDs exist (not iWARP); one RDMA device for both bond ports (RoCE LAG active: "
+        "two mean ice did not take the bond for RDMA, and none is picked). The firmware LLDP "
+        "agent flag is recorded for the QoS phase; rdma-core and perftest are installed. If "
+        "this fails, stop: nothing in Kubernetes is touched until host RDMA works."
     )
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
@@ -342,14 +400,17 @@ class VerifyRdma(Step):
         assert ctx.node is not None
         report = Report("T02")
         ports = list(ctx.node.bond.ports)
-        lsmod, links, devinfo, devices, package_list, *flag_reads = await read_all(
+        lsmod, links, devinfo, devices, aux_read, package_list, *flag_reads = await read_all(
             ctx, *rdma_reads(ctx.node)
         )
+        aux = aux_read.result.stdout.split()[:256] if aux_read.result.ok else None
         if not lsmod.ok:
             report.unreadable("modules", lsmod, "the loaded modules")
             return report.findings
         flags = {port: p.fact for port, p in zip(ports, flag_reads, strict=True)}
-        discovered = evaluate_rdma(ctx.node, lsmod.fact, links.fact, devinfo.fact, flags, report)
+        discovered = evaluate_rdma(
+            ctx.node, lsmod.fact, links.fact, devinfo.fact, flags, report, aux
+        )
         ctx.data.update(discovered)
         names = devices.result.stdout.split() if devices.result.ok else []
         absent = [need for need in PLUGIN_NEEDS if not any(n.startswith(need) for n in names)]

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from steps.common import bonding_command, q, read_lines, shown, stats_command
+from steps.kernel_modules import kernel_findings, kernel_reads, module_reads
 from wizard.artifacts import Artifact, Target
 from wizard.model import Finding, StepKind
 from wizard.plan import Change, Phase, Step, StepContext
@@ -138,7 +139,9 @@ class Reboot(Step):
     gates = ("T17",)
     reads = ("qos", "node.bond", "node.gpu_count")
     explain = (
-        "The node is drained and rebooted; the wizard records 'waiting for reboot' (it may be "
+        "First the kernel the reboot starts must have Intel's ice and irdma (a kernel update "
+        "since phase 3 is caught here and refuses the reboot). The node is drained and "
+        "rebooted; the wizard records 'waiting for reboot' (it may be "
         "closed and resumed, even from another process), waits for SSH with a new boot id, then "
         "re-verifies irdma and RoCEv2, the bond, QoS on both ports (restored by the boot unit), "
         "the node Ready with its GPUs allocatable, and uncordons."
@@ -154,6 +157,8 @@ class Reboot(Step):
             return []
         name = q(node.name)
         return [
+            *read_lines(kernel_reads(node), "first: the kernel the reboot starts has Intel's ice"),
+            *read_lines(module_reads(["<kernel>"]), "for each <kernel> ls lists"),
             shown(read_file_command(BOOT_ID)),
             f"kubectl drain {name} --ignore-daemonsets --delete-emptydir-data --timeout=10m"
             "  # from the jump host",
@@ -172,6 +177,12 @@ class Reboot(Step):
 
     def rollback(self, site: Site, node: Node | None) -> str | None:
         return "A reboot cannot be undone: if the node does not come back, use its BMC console."
+
+    async def preconditions(self, ctx: StepContext) -> list[Finding]:
+        """The kernel the reboot starts has Intel's ice/irdma: a kernel update since phase 3
+        (``dnf update``: a newer default kernel with only the in-tree ice) refuses the reboot
+        before the node boots a kernel that drops RDMA from the bond."""
+        return await kernel_findings(ctx, before_reboot=True)
 
     reversible = False  # nothing to roll back to: the engine offers no rollback
     # After an outside reboot its result is verified on the new boot, never run again: a

@@ -206,11 +206,12 @@ def test_the_mpijob_and_pod_carry_what_rdma_needs():
     assert container["image"].startswith("nexus.local:8443/m/")
     assert job["spec"]["slotsPerWorker"] == 8
     launcher = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
-    assert launcher["command"][:3] == ["mpirun", "-np", "16"]
+    assert launcher["command"][:4] == ["mpirun", "--allow-run-as-root", "-np", "16"]
     assert {"name": "NCCL_IB_TC", "value": "96"} in launcher["env"]
     pod = cuda_perftest_pod(site, site.nodes[0], "p", ["ib_write_bw"])
     spec = pod["spec"]
-    assert spec["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": 1, "rdma/e810": 1}
+    assert spec["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": 8, "rdma/e810": 1}
+    assert {"name": "CUDA_DEVICE_ORDER", "value": "PCI_BUS_ID"} in spec["containers"][0]["env"]
     assert spec["volumes"] == [{"name": "shm", "emptyDir": {"medium": "Memory"}}]
     assert spec["tolerations"][0]["key"] == site.taint.key
 

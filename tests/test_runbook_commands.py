@@ -39,6 +39,10 @@ DISCOVERED = (
     # pass it to a tool is the export's file of the same name (the Helm values).
     (re.compile(r"^/\S*/gnw-[a-z]+-[^/]+/"), "<export>/"),
     (re.compile(r"^(?:cluster|nodes)/\S*/"), "<export>/"),
+    # The running kernel's headers, named in the runbook by the shell ($(uname -r)), and an
+    # installed kernel release (`ls /lib/modules`): found on the node.
+    (re.compile(r"(?<=^kernel-devel-)[0-9]\S*$|(?<=^linux-headers-)[0-9]\S*$"), "$(uname -r)"),
+    (re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+-[0-9][\w.+~-]*$"), "<kernel>"),
 )
 # A token after one of these options is discovered: the RoCEv2 GID index (ibv_devinfo).
 DISCOVERED_AFTER = {"-x": (re.compile(r"^\d+$"), "<gid-index>")}

@@ -306,6 +306,12 @@ class Measurements(Strict):
     nccl_tests_image: str = (
         "ghcr.io/coreweave/nccl-tests:12.9.1-devel-ubuntu22.04-nccl2.27.5-1-0120901"
     )
+    nccl_tests_dir: str = Field(
+        "/opt/nccl-tests/build",
+        pattern=r"^/[A-Za-z0-9._/-]{0,200}$",
+        description="where nccl_tests_image keeps all_reduce_perf (not on the image's PATH: "
+        "coreweave/nccl-tests builds it under its WORKDIR /opt/nccl-tests)",
+    )
     rdma_test_image: str = Field(
         "docker.io/mellanox/rping-test:latest",
         description="the image of the pod that lists the RDMA device through the plugin "
@@ -313,9 +319,11 @@ class Measurements(Strict):
         "pin a tag in your mirror",
     )
     cuda_perftest_image: str = Field(
-        "docker.io/mellanox/cuda-perftest:latest",
-        description="an image with perftest built with CUDA (--use_cuda, --use_cuda_dmabuf); "
-        "pin a tag in your mirror",
+        # The nccl-tests image builds perftest with CUDA (coreweave/nccl-tests Dockerfile,
+        # stage "perftest": ./configure CUDA_H_PATH=..., installed under /usr/local/bin).
+        "ghcr.io/coreweave/nccl-tests:12.9.1-devel-ubuntu22.04-nccl2.27.5-1-0120901",
+        description="an image with perftest built with CUDA (--use_cuda, --use_cuda_dmabuf), "
+        "pinned by tag or digest (a measurement must be repeatable: never :latest)",
     )
     pair_nodes: bool = Field(
         False,
@@ -331,6 +339,17 @@ class Measurements(Strict):
     aistor_tcp: Benchmark | None = None
     aistor_direct: Benchmark | None = None
     vllm: Benchmark | None = None
+
+    @field_validator("nccl_tests_image", "cuda_perftest_image")
+    @classmethod
+    def _pinned(cls, value: str) -> str:
+        """The proof's images by tag or digest: ``:latest`` or no tag can change between
+        the run and its repetition (and differ between nodes)."""
+        name, _, digest = value.partition("@")
+        tag = name.rsplit("/", 1)[-1].partition(":")[2]
+        if digest or (tag and tag != "latest"):
+            return value
+        raise ValueError(f"{value!r} is not pinned: give a tag other than latest, or @sha256:...")
 
 
 _PERCENT = re.compile(r"(100|[1-9][0-9]?)%")

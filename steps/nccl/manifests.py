@@ -25,7 +25,21 @@ MPIJOB_CRD = "mpijobs.kubeflow.org"
 # kubeflow/mpi-operator (pkg/apis/kubeflow/v2beta1, common labels): the launcher's pod.
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 JOB_ROLE_LABEL = "training.kubeflow.org/job-role"
-ALL_REDUCE = ["all_reduce_perf", "-b", "8", "-e", "16G", "-f", "2"]
+ALL_REDUCE_ARGS = ["-b", "8", "-e", "16G", "-f", "2"]
+# mpirun refuses to start as root unless told it may (Open MPI 4.1 orte/tools/orterun and
+# 5.x prte: geteuid() == 0 without --allow-run-as-root, or without both
+# OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1, exits 1 with "mpirun has
+# detected an attempt to run as root"). The MPI Operator (v0.8) sets neither; its README, its
+# v2beta1 examples and its e2e test (test/e2e/mpi_job_test.go) add the flag, and the
+# nccl-tests image has no USER, so its launcher runs as root.
+MPIRUN_AS_ROOT = "--allow-run-as-root"
+
+
+def all_reduce(site: Site) -> list[str]:
+    """all_reduce_perf by the path the nccl-tests image has: the image builds the tests in
+    its WORKDIR (coreweave/nccl-tests Dockerfile: ``WORKDIR /opt/nccl-tests``, ``make MPI=1``
+    writes ``build/``), which is not on its PATH; ``measurements.nccl_tests_dir`` names it."""
+    return [f"{site.measurements.nccl_tests_dir.rstrip('/')}/all_reduce_perf", *ALL_REDUCE_ARGS]
 
 
 def image(site: Site, reference: str) -> str:
@@ -63,7 +77,7 @@ def nvlink_job(site: Site, node: Node) -> dict[str, Any]:
     container = {
         "name": "nccl-tests",
         "image": image(site, site.measurements.nccl_tests_image),
-        "command": [*ALL_REDUCE, "-g", str(node.gpu_count)],
+        "command": [*all_reduce(site), "-g", str(node.gpu_count)],
         "env": nccl_env(site, None, False, subsys="INIT,P2P"),
         "resources": {"limits": {"nvidia.com/gpu": node.gpu_count}},
         "volumeMounts": [SHM_MOUNT],
@@ -88,7 +102,7 @@ def diagnostic_job(site: Site, node: Node) -> dict[str, Any]:
     container = {
         "name": "nccl-tests",
         "image": image(site, site.measurements.nccl_tests_image),
-        "command": ["sh", "-c", FIND_HCA, "sh", *ALL_REDUCE, "-g", str(node.gpu_count)],
+        "command": ["sh", "-c", FIND_HCA, "sh", *all_reduce(site), "-g", str(node.gpu_count)],
         "env": [
             *nccl_env(site, None, True),
             {"name": "NCCL_P2P_DISABLE", "value": "1"},
@@ -130,8 +144,8 @@ def mpijob(
         env.append({"name": "NCCL_NET_GDR_LEVEL", "value": gdr_level})
     exported = [f"-x {e['name']}" for e in env]
     mpirun = [
-        "mpirun", "-np", str(ranks), "--bind-to", "none", *" ".join(exported).split(),
-        *ALL_REDUCE, "-g", "1",
+        "mpirun", MPIRUN_AS_ROOT, "-np", str(ranks), "--bind-to", "none",
+        *" ".join(exported).split(), *all_reduce(site), "-g", "1",
     ]  # fmt: skip
     placement = pod_placement(site)
     worker_affinity = {
@@ -216,23 +230,39 @@ def mpijob(
     }
 
 
-def cuda_perftest_pod(
-    site: Site, node: Node, name: str, client_argv: list[str], gpu: int = 0
-) -> dict[str, Any]:
+# CUDA numbers the GPUs it sees in PCI bus order only when told to (CUDA C Programming Guide,
+# "CUDA Environment Variables": CUDA_DEVICE_ORDER defaults to FASTEST_FIRST, which leaves
+# the order of equal GPUs unspecified; PCI_BUS_ID orders them as nvidia-smi does).
+CUDA_PCI_ORDER = {"name": "CUDA_DEVICE_ORDER", "value": "PCI_BUS_ID"}
+
+
+def cuda_perftest_pod(site: Site, node: Node, name: str, client_argv: list[str]) -> dict[str, Any]:
     """The perftest client with its buffers in GPU memory, in a pod on the GPU node.
 
     On the host the GPU Operator's driver gives no CUDA and no nvidia-smi on the PATH; in a
     pod that asks for a GPU the container toolkit injects them. The RDMA resource gives the
     pod the /dev/infiniband devices, IPC_LOCK lets perftest pin (register) its buffers, and
     /dev/shm is memory-backed.
+
+    The pod asks for every GPU of the node: NVIDIA's device plugin cannot be asked for one
+    particular GPU. With ``nvidia.com/gpu: 1`` the kubelet's device manager takes whichever
+    free GPU the plugin's preferred allocation names (k8s-device-plugin
+    internal/rm/nvml_manager.go alignedAlloc: gpuallocator's BestEffortPolicy, NVLink-aligned,
+    blind to NICs) and the plugin exposes only that one (a CDI device under GPU Operator
+    26.7's cdi.enabled: true; the same effect as NVIDIA_VISIBLE_DEVICES=<its UUID>), as CUDA
+    device 0, possibly a GPU that is SYS from the NIC. Given all of them, in PCI order
+    (``CUDA_PCI_ORDER``), ``--use_cuda=N`` in ``client_argv`` is nvidia-smi's GPU N: the
+    one nearest the NIC.
     """
-    del gpu  # the pod is given one GPU; CUDA numbers it 0 inside the container
     container = {
         "name": "perftest",
         "image": image(site, site.measurements.cuda_perftest_image),
         "command": client_argv,
+        "env": [CUDA_PCI_ORDER],
         "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}},
-        "resources": {"limits": {"nvidia.com/gpu": 1, site.device_plugin.resource_name: 1}},
+        "resources": {
+            "limits": {"nvidia.com/gpu": node.gpu_count, site.device_plugin.resource_name: 1}
+        },
         "volumeMounts": [SHM_MOUNT],
     }
     return node_pod(site, node, name, NAMESPACE, container, [SHM_VOLUME])

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from steps.common import bonding_command, on_host, q, shown
+from steps.gpudirect import NCCL_DEFAULT_GDR_LEVEL
 from steps.nccl.manifests import (
     JOB_NAME_LABEL,
     JOB_ROLE_LABEL,
@@ -33,6 +34,7 @@ from steps.perf import (
 from steps.perf import _stop_server as stop_server
 from wizard.artifacts import Artifact, k8s_object
 from wizard.facts import ParseError, parse
+from wizard.facts.gpu import LINK_ORDER, link_rank
 from wizard.model import Finding, StepKind
 from wizard.plan import Phase, Step, StepContext, measurement_far_end
 from wizard.probe import Report
@@ -55,7 +57,57 @@ DMABUF_FIX = (
     "DMA-BUF needs the open kernel module and kernel >= 5.12 (see GPUDirect readiness); read "
     "the pod's log"
 )
-GPU_MEMORY = ["--use_cuda=0"]  # the pod's one GPU: CUDA device 0 inside the container
+# NCCL's default NCCL_NET_GDR_LEVEL (steps.gpudirect): a GPU within PXB of the NIC gets
+# GPUDirect RDMA from NCCL as it is configured. Farther (PHB, NODE: through the CPU's root
+# complex; SYS: across the sockets) GPUDirect still works, NCCL just will not use it by
+# default, and that is the usual HGX B300 case with an add-in NIC on a CPU root port. So the
+# proof measures the nearest GPU there is and names the distance; it never refuses it.
+NEAREST_LIMIT = NCCL_DEFAULT_GDR_LEVEL
+
+
+def nearest_gpu(distances: dict[str, str]) -> tuple[int, str] | None:
+    """The GPU nearest the RDMA NIC in ``nvidia-smi topo -m`` (gpudirect.readiness's
+    distances, ``{"GPU0": "PXB", ...}``): (its index, its link), the lowest-ranked link
+    (PIX < PXB < PHB < NODE < SYS), the lowest index among equals; None only when no GPU
+    has a known link to the NIC."""
+    ranked = sorted(
+        (link_rank(link), int(gpu[3:]), link)
+        for gpu, link in distances.items()
+        if gpu.startswith("GPU") and gpu[3:].isdigit() and link_rank(link) < len(LINK_ORDER)
+    )
+    if not ranked:
+        return None
+    return ranked[0][1], ranked[0][2]
+
+
+def distance_warning(gpu: int, link: str, device: str) -> tuple[str, str] | None:
+    """(message, remediation) when even the nearest GPU is beyond NCCL's default GDR level:
+    the measurement is valid for GPUDirect, not for what NCCL will do unconfigured."""
+    if link_rank(link) <= link_rank(NEAREST_LIMIT):
+        return None
+    if link == "SYS":
+        return (
+            f"the nearest GPU to {device} is GPU{gpu} at SYS (across the CPU sockets): GPUDirect "
+            "RDMA between them crosses the SMP interconnect, which NVIDIA's GPUDirect RDMA guide "
+            "warns performs poorly or not at all on some platforms, and NCCL will not use it "
+            f"by default (NCCL_NET_GDR_LEVEL={NEAREST_LIMIT})",
+            "put the NIC on the socket of the GPUs that use it (or a NIC per socket); "
+            "NCCL_NET_GDR_LEVEL=SYS only lifts NCCL's limit, not the path",
+        )
+    return (
+        f"the nearest GPU to {device} is GPU{gpu} at {link} (through the CPU's PCIe root "
+        "complex, the usual place of an add-in NIC on HGX): GPUDirect RDMA works, but NCCL's "
+        f"default NCCL_NET_GDR_LEVEL ({NEAREST_LIMIT}) will not use it; NCCL stages through "
+        "host memory unless told otherwise",
+        f"accept it, or set NCCL_NET_GDR_LEVEL={link} for NCCL jobs on this node after the "
+        "T12 numbers below are good enough",
+    )
+
+
+def gpu_memory(index: int | str) -> list[str]:
+    """perftest's buffers on nvidia-smi's GPU ``index`` (the pod sees every GPU in PCI
+    order: steps.nccl.manifests.cuda_perftest_pod)."""
+    return [f"--use_cuda={index}"]
 
 
 async def _wait_for_pod(ctx: StepContext, label_selector: str, timeout: float) -> dict | None:
@@ -107,7 +159,11 @@ class CudaPerftest(Step):
     title = "perftest from GPU memory, in a pod (--use_cuda, DMA-BUF)"
     kind = StepKind.MEASURE
     one_node_at_a_time = True  # against the shared AIStor peer
-    needs = (("irdma.verify", "rdma_device"), ("irdma.verify", "gid_index"))
+    needs = (
+        ("irdma.verify", "rdma_device"),
+        ("irdma.verify", "gid_index"),
+        ("gpudirect.readiness", "distances"),
+    )
     gates = ("T11", "T12")
     reads = ("aistor", "device_plugin", "measurements", "registry", "taint")
     explain = (
@@ -115,7 +171,10 @@ class CudaPerftest(Step):
         "GPU node (one GPU and the RDMA resource, IPC_LOCK, memory-backed /dev/shm, the taint "
         "tolerated): the GPU Operator's driver gives the host no CUDA. Its buffers are in GPU "
         "memory, first through CUDA peer memory (--use_cuda, T11), then through DMA-BUF "
-        "(--use_cuda_dmabuf, T12), against a perftest server on the AIStor peer's host."
+        "(--use_cuda_dmabuf, T12), against a perftest server on the AIStor peer's host. The "
+        "GPU is the one nearest the NIC in nvidia-smi topo -m (PIX < PXB < PHB < NODE < SYS; "
+        "beyond PXB a warning: GPUDirect works, NCCL's default GDR level will not use it): the "
+        "pod is given every GPU in PCI order, since the device plugin cannot be asked for one."
     )
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
@@ -128,7 +187,7 @@ class CudaPerftest(Step):
             pod = _pod_name(check, node.name)
             run = perftest_run(
                 site, node.name, "ib_write_bw", client, server,
-                qps=BW_QPS, client_extra=[*GPU_MEMORY, *extra],
+                qps=BW_QPS, client_extra=[*gpu_memory("<nearest-gpu>"), *extra],
             )  # fmt: skip
             lines += [
                 shown(run.server, on_host(server.host, "first")),
@@ -146,12 +205,16 @@ class CudaPerftest(Step):
         peer = measurement_far_end(site, node.name) if node else None
         if node is None or peer is None:
             return []
+        client, server = planned_endpoints(site, node)
+        assert server is not None
         out = []
         for check, extra, path in GPU_RUNS:
-            argv = [
-                "sh", "-c", FIND_DEVICE_AND_GID, "sh", "ib_write_bw", "-q", str(BW_QPS),
-                "--report_gbits", *GPU_MEMORY, *extra, peer.rdma_ip,
-            ]  # fmt: skip
+            # The client of the very run the runbook starts the server of (same port); the
+            # pod finds its device, GID index and nearest GPU itself.
+            run = perftest_run(
+                site, node.name, "ib_write_bw", client, server, qps=BW_QPS, client_extra=extra
+            )
+            argv = ["sh", "-c", FIND_DEVICE_AND_GID, "sh", *_without_device(run.client)]
             pod = cuda_perftest_pod(site, node, _pod_name(check, node.name), argv)
             out.append(
                 k8s_object(
@@ -172,12 +235,28 @@ class CudaPerftest(Step):
             report.fail("dmabuf-perftest", "no RDMA endpoint pair", "run the RDMA phases first",
                         gate="T12")  # fmt: skip
             return report.findings
+        distances = dict(ctx.need("distances"))
+        nearest = nearest_gpu(distances)
+        if nearest is None:
+            detail = ", ".join(f"{g}: {d}" for g, d in distances.items()) or "none listed"
+            why = (f"no GPU has a known link to {client.device} in nvidia-smi topo -m "
+                   f"({detail}): there is no GPU to measure from")  # fmt: skip
+            fix = "check that nvidia-smi topo -m lists the GPUs and the RDMA NIC"
+            report.fail("gpu-memory-rdma", why, fix)
+            report.fail("dmabuf-perftest", why, fix, gate="T12")
+            return report.findings
+        gpu, link = nearest
+        far = distance_warning(gpu, link, client.device)
+        if far is not None:
+            report.warn("nearest-gpu-distance", *far, gate="T12")
+        ctx.data["gpu"] = gpu
+        where = f"GPU{gpu}, {link} from {client.device}"
         rate, _ = await line_rate_gbps(ctx)  # RDMA over a LAG runs on one port
         results: dict[str, tuple[float | None, str]] = {}
         for check, extra, _ in GPU_RUNS:
             run = perftest_run(
                 ctx.site, ctx.target, "ib_write_bw", client, server,
-                qps=BW_QPS, client_extra=[*GPU_MEMORY, *extra],
+                qps=BW_QPS, client_extra=[*gpu_memory(gpu), *extra],
             )  # fmt: skip
             results[check] = await self._measure_one(ctx, check, run, server.host)
         dmabuf, dmabuf_problem = results["dmabuf-perftest"]
@@ -185,7 +264,7 @@ class CudaPerftest(Step):
 
         def rate_text(gbps: float) -> str:
             share = f", {gbps / rate:.0%} of the {rate:.0f} Gb/s line" if rate else ""
-            return f"{gbps:.1f} Gb/s{share}"
+            return f"{gbps:.1f} Gb/s{share} ({where})"
 
         if dmabuf is not None and ctx.site.nic.profile in VENDOR_SUPPORTED:
             report.ok("dmabuf-perftest", f"ib_write_bw from GPU memory in a pod through DMA-BUF: "
@@ -264,6 +343,43 @@ class CudaPerftest(Step):
         return log, ""
 
 
+def _without_device(client: list[str]) -> list[str]:
+    """A perftest client command line without ``-d DEV -x GID`` (found in the pod)."""
+    out, skip = [], False
+    for word in client:
+        if skip:
+            skip = False
+        elif word in ("-d", "-x"):
+            skip = True
+        else:
+            out.append(word)
+    return out
+
+
+# Inside the exported pod, from nvidia-smi topo -m (the toolkit injects nvidia-smi into a pod
+# given GPUs): the index of the GPU with the lowest-ranked link (PIX < PXB < PHB < NODE <
+# SYS, the first among equals) to the RDMA device "$dev", as nearest_gpu picks it. The
+# header (the first line naming GPU0 whose next word is not "X") names the columns; the "NIC
+# Legend" maps NICn to the device. Nothing is printed when $dev is not in the legend.
+NEAREST_GPU_AWK = (
+    'BEGIN { r["PIX"] = 1; r["PXB"] = 2; r["PHB"] = 3; r["NODE"] = 4; r["SYS"] = 5 } '
+    '!h { if ($1 ~ /^GPU[0-9]+$/ && $2 != "X") { h = 1; for (i = 1; i <= NF; i++) col[$i] = i + 1 } next } '
+    "$1 ~ /^GPU[0-9]+$/ { n++; name[n] = $1; row[n] = $0 } "
+    "$1 ~ /^NIC[0-9]+:$/ && $2 == dev { nic = substr($1, 1, length($1) - 1) } "
+    'END { if (nic == "" || !(nic in col)) exit; best = 0; '
+    "for (i = 1; i <= n; i++) { split(row[i], f); d = f[col[nic]]; "
+    "if ((d in r) && (best == 0 || r[d] < best)) { best = r[d]; link = d; pick = name[i] } } "
+    'if (best) { sub(/^GPU/, "", pick); print pick, link } }'
+)
+FIND_NEAREST_GPU = (
+    'nearest="$(nvidia-smi topo -m | awk -v dev="$dev" \'' + NEAREST_GPU_AWK + "')\"; "
+    'gpu="${nearest%% *}"; '
+    '[ -n "$gpu" ] || { echo "$dev is not in nvidia-smi topo -m (or no GPU has a link to it)" >&2; exit 1; }; '
+    'echo "GPU $gpu is the nearest to $dev (${nearest#* })"; '
+    'case "${nearest#* }" in PIX|PXB) ;; *) echo "WARNING: ${nearest#* } from $dev: GPUDirect '
+    "RDMA works there, NCCL's default NCCL_NET_GDR_LEVEL (PXB) will not use it\" >&2;; esac; "
+)
+
 # Inside the exported pod: the first RDMA device and its RoCEv2 IPv4 GID index, from sysfs
 # (ib_core's gid_attrs/types: "RoCE v2"; an IPv4-mapped GID starts 0000:...:ffff).
 FIND_DEVICE_AND_GID = (
@@ -274,7 +390,8 @@ FIND_DEVICE_AND_GID = (
     'case "$(cat /sys/class/infiniband/"$dev"/ports/1/gids/"$i")" in '
     '0000:0000:0000:0000:0000:ffff:*) gid="$i"; break;; esac; done; '
     '[ -n "$gid" ] || { echo "no RoCEv2 IPv4 GID on $dev" >&2; exit 1; }; '
-    'exec "$tool" -d "$dev" -x "$gid" "$@"'
+    + FIND_NEAREST_GPU
+    + 'exec "$tool" -d "$dev" -x "$gid" --use_cuda="$gpu" "$@"'
 )
 
 
@@ -293,6 +410,27 @@ async def _run_job(ctx: StepContext, job: dict[str, Any]) -> tuple[str | None, s
         lambda: kube.create_job(NAMESPACE, job), remove,
     )  # fmt: skip
     return log, problem
+
+
+def launcher_problem(log_text: str) -> tuple[str, str] | None:
+    """(message, remediation) when mpirun itself refused to start, in Open MPI's words
+    (orterun's root check; help-orterun.txt's executable-not-found), else None."""
+    if "mpirun has detected an attempt to run as root" in log_text:
+        return (
+            "mpirun refused to run as root in the launcher (no --allow-run-as-root, no "
+            "OMPI_ALLOW_RUN_AS_ROOT=1 + OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)",
+            "add --allow-run-as-root to the launcher's mpirun, or run it as a non-root user",
+        )
+    if "unable to find the specified executable file" in log_text:
+        program = next(
+            (ln.split(":", 1)[1].strip() for ln in log_text.splitlines()
+             if ln.startswith("Executable:")), "?"
+        )  # fmt: skip
+        return (
+            f"mpirun found no program {program} in the nccl-tests image",
+            "set measurements.nccl_tests_dir to where the image keeps all_reduce_perf",
+        )
+    return None
 
 
 def _busbw(log_text: str) -> float | None:
@@ -370,7 +508,10 @@ class NvlinkBaseline(Step):
         try:
             log = parse("nccl-log", logs)
         except ParseError as exc:
-            report.warn("nvlink-baseline", f"no NCCL INFO lines ({exc.reason})", "read the log")
+            first = next((ln for ln in logs.splitlines() if ln.strip()), "")[:200]
+            report.warn("nvlink-baseline", f"no NCCL INFO lines ({exc.reason}): {first}",
+                        "read the log; measurements.nccl_tests_dir names where the image "
+                        "keeps all_reduce_perf")  # fmt: skip
             return report.findings
         scratch = Report("T11")
         if explain_warnings(log, scratch):
@@ -485,6 +626,13 @@ class InterNodeNccl(Step):
         logs, problem = await self._run(ctx, job)
         if logs is None:
             report.fail("nccl-path", problem, f"kubectl describe mpijob {job['metadata']['name']}")
+            return report.findings
+        launch = launcher_problem(logs)
+        if launch is not None:
+            report.fail("nccl-path", launch[0], launch[1])
+            report.fail(
+                "gdr", "not run: the MPIJob's launcher did not start", launch[1], gate="T12"
+            )
             return report.findings
         try:
             log = parse("nccl-log", logs)

@@ -13,19 +13,111 @@ from steps.perf.counters import (
     line_rate_gbps,
     loss_counters,
     pause_counter_lines,
+    pause_counters,
 )
 from steps.perf.endpoints import endpoint_lines, endpoints
-from steps.perf.model import BW_QPS, BW_TESTS, LAT_QPS, LAT_TEST, QP_SWEEP
+from steps.perf.model import BW_QPS, BW_TESTS, LAT_QPS, LAT_TEST, QP_SWEEP, Endpoint
 from steps.perf.runs import perftest_pair
 from steps.perf.verdict import judge_bandwidth, report_congestion
+from wizard.facts import ParseError, parse
+from wizard.model import Severity
 from wizard.plan import StepContext, measurement_far_end
 from wizard.probe import Report
 from wizard.site import Node, Site
+from wizard.transports.base import read_file_command
 
 
 def suite_extra(site: Site, qos: bool) -> list[str]:
     """With QoS: through the connection manager (-R) with the RoCE ToS (-T)."""
     return ["-R", "-T", str(site.qos.roce_tos)] if qos else []
+
+
+# rdma_cm without -T: the connection takes the RDMA device's default_roce_tos (configfs
+# /sys/kernel/config/rdma_cm/<dev>/ports/1/default_roce_tos; drivers/infiniband/core/cma.c),
+# as AIStor's clients connect. The -T runs set the ToS themselves and prove nothing about it.
+DEFAULT_TOS_EXTRA = ["-R"]
+
+
+def default_tos_lines(site: Site, node: Node) -> list[str]:
+    """The runbook lines of ``default_tos_run``."""
+    return [
+        *pause_counter_lines(node, "pause counters before the default-ToS run"),
+        *perftest_lines(site, node, "ib_write_bw", qps=BW_QPS, extra=DEFAULT_TOS_EXTRA),
+        *pause_counter_lines(node, "and after it: priority "
+                             f"{site.qos.priority} must have paused, as with -T {site.qos.roce_tos}"),
+        shown(read_file_command(default_tos_path("<rdma-dev>")),
+              f"right after: the default ToS must still read {site.qos.roce_tos} (this decides)"),
+    ]  # fmt: skip
+
+
+def default_tos_path(device: str) -> str:
+    """rdma_cm's per-device default ToS in configfs (drivers/infiniband/core/cma_configfs.c)."""
+    return f"/sys/kernel/config/rdma_cm/{device}/ports/1/default_roce_tos"
+
+
+def iboe_mtu(netdev_mtu: int) -> int:
+    """The RoCE MTU a netdev MTU allows (include/rdma/ib_addr.h ``iboe_get_mtu``: the
+    largest IB MTU within the netdev MTU less 100 bytes of RoCEv2 headers)."""
+    payload = netdev_mtu - 100
+    return next((m for m in (4096, 2048, 1024, 512) if payload >= m), 256)
+
+
+def bond_mtu_path(node: Node) -> str:
+    return f"/sys/class/net/{node.bond.name}/mtu"
+
+
+def mtu_lines(site: Site, node: Node) -> list[str]:
+    """The runbook lines of ``check_mtu`` (ibv_devinfo -v of both ends is in endpoint_lines)."""
+    return [
+        shown(read_file_command(bond_mtu_path(node)), "the bond's MTU: the RoCE MTU follows it")
+    ]
+
+
+async def _active_mtu(ctx: StepContext, endpoint: Endpoint) -> int | None:
+    result = await ctx.run(["ibv_devinfo", "-v", "-d", endpoint.device], on=endpoint.host)
+    try:
+        info = parse("ibv-devinfo", result.stdout)
+    except ParseError:
+        return None
+    ports = [p for d in info.devices if d.hca_id == endpoint.device for p in d.ports]
+    return ports[0].active_mtu if ports else None
+
+
+async def check_mtu(ctx: StepContext, report: Report, client: Endpoint, server: Endpoint) -> None:
+    """MTU end to end (T04): the RoCE active_mtu of both ends equal, and what the node's bond
+    MTU allows. A far end at a smaller MTU makes every QP settle on the smaller one (the
+    connection takes the minimum of both ports), so jumbo frames are not end to end."""
+    assert ctx.node is not None
+    mine, theirs = await _active_mtu(ctx, client), await _active_mtu(ctx, server)
+    text = await ctx.read_file(bond_mtu_path(ctx.node))
+    bond = int(text.strip()) if text and text.strip().isdigit() else None
+    expected = iboe_mtu(bond) if bond else None
+    if mine is None or theirs is None:
+        report.warn("rdma-mtu", f"active_mtu not readable (node {mine}, far end {theirs})",
+                    "read `ibv_devinfo -v` on both ends", gate="T04")  # fmt: skip
+        return
+    ctx.record("rdma.active_mtu.node", float(mine), "bytes")
+    ctx.record("rdma.active_mtu.far_end", float(theirs), "bytes")
+    where = f"{client.host} {client.device}: {mine}, {server.host} {server.device}: {theirs}"
+    if mine != theirs:
+        report.fail(
+            "rdma-mtu",
+            f"RoCE active_mtu differs between the ends ({where}): the path is not at one MTU",
+            "set the same MTU (9000 for 4096-byte RoCE frames) on both bonds and every switch "
+            "port and ISL between them (cluster/switch/intent.md)",
+            gate="T04",
+        )
+    elif expected is not None and mine != expected:
+        report.warn(
+            "rdma-mtu",
+            f"RoCE active_mtu {mine} on both ends, but {ctx.node.bond.name} MTU {bond} allows "
+            f"{expected} ({where})",
+            "check the RDMA device follows the bond's MTU (ip link set dev bond1 mtu ...)",
+            gate="T04",
+        )
+    else:
+        report.ok("rdma-mtu", f"RoCE active_mtu {mine} on both ends, as {ctx.node.bond.name} MTU "
+                  f"{bond} allows ({where})", gate="T04")  # fmt: skip
 
 
 def suite_lines(site: Site, node: Node, *, qos: bool) -> list[str]:
@@ -36,7 +128,9 @@ def suite_lines(site: Site, node: Node, *, qos: bool) -> list[str]:
     if far is not None:
         counters.append(shown(hw_counter_command(far.rdma_device or "<rdma-dev>"),
                               on_host(far.name, "CNP / ECN counters, before and after")))  # fmt: skip
-    lines = [*endpoint_lines(site, node), shown(bonding_command(node), "line rate"), *counters]
+    mtu = [] if qos else mtu_lines(site, node)  # once, in the baseline
+    lines = [*endpoint_lines(site, node), *mtu, shown(bonding_command(node), "line rate"),
+             *counters]  # fmt: skip
     for test in BW_TESTS:
         lines += perftest_lines(site, node, test, qps=BW_QPS, extra=extra)
     lines += perftest_lines(site, node, LAT_TEST, qps=LAT_QPS, extra=extra)
@@ -44,7 +138,89 @@ def suite_lines(site: Site, node: Node, *, qos: bool) -> list[str]:
         lines += pause_counter_lines(node, "drop and error counters, before and after")
         lines += perftest_lines(site, node, "ib_write_bw", qps=qps, extra=[*extra, *sweep_extra(site)],
                                 client_extra=SWEEP_CLIENT_EXTRA)  # fmt: skip
+    if qos:
+        lines += default_tos_lines(site, node)
     return lines
+
+
+def _prio_pauses(before: dict, after: dict, prio: str) -> int:
+    """XOFF frames received (pause_rx) on ``prio`` over the node's ports between two
+    readings: the switch pausing the node's sending, which is what a congested lossless
+    class does to a writer. Sent pauses (tx) are the node's own receive side; not counted."""
+    zero = {"rx": 0, "tx": 0}
+    return sum(
+        after[port].get(prio, zero)["rx"] - before.get(port, {}).get(prio, zero)["rx"]
+        for port in after
+    )
+
+
+def judge_default_tos(
+    qos, path: str, read_back: str | None, paused: int, explicit: int
+) -> tuple[Severity, str, str]:
+    """T08's verdict: (severity, message, remediation).
+
+    The configfs value read back right after the run decides: wrong is a FAIL (rdma_cm
+    traffic without -T, AIStor's, leaves the lossless priority). Pause frames are evidence,
+    not proof (they count a whole priority on the port, any traffic's, and need congestion):
+    with a right value they give a PASS when the default-ToS run paused the priority, else a
+    WARN; an unreadable value is a WARN whatever the counters say. ``explicit``: the pauses
+    of the same-shaped ib_write_bw run with -T."""
+    prio = qos.priority
+    value = None if read_back is None else read_back.strip()
+    if value is not None and value != str(qos.roce_tos):
+        return (
+            Severity.FAIL,
+            f"{path} reads {value or '(empty)'} right after the run, not {qos.roce_tos}: rdma_cm "
+            f"connections without -T (AIStor's) leave priority {prio}"
+            + (f" (with -T {qos.roce_tos} the load paused priority {prio} ({explicit} frames), "
+               f"with the default ToS {paused})" if explicit else ""),
+            f"write {qos.roce_tos} to {path} (qos.apply) and find what re-registered the device "
+            "since (a bond re-form or PF reset zeroes it; the boot unit only runs at boot)",
+        )  # fmt: skip
+    proof = f" ({path} reads {value})" if value is not None else ""
+    if value is not None and paused > 0:
+        return (Severity.PASS, f"RoCE through rdma_cm without -T (the default ToS, as AIStor's "
+                f"clients connect) reached priority {prio}: {paused} pause frames{proof}", "")  # fmt: skip
+    switch = f"read the switch's per-DSCP / per-priority counters for DSCP {qos.dscp} during an AIStor load"
+    if value is None:
+        return (Severity.WARN, f"{path} could not be read back after the run; the pause "
+                f"counters ({paused} frames on priority {prio} without -T, {explicit} with) are "
+                "evidence, not proof", f"read {path} on the node by hand; {switch}")  # fmt: skip
+    if explicit > 0:
+        return (Severity.WARN, f"the default ToS is right{proof}, but the same ib_write_bw "
+                f"paused priority {prio} {explicit} times with -T {qos.roce_tos} and not without "
+                "it: congestion differed between the runs, or the switch classifies differently",
+                switch)  # fmt: skip
+    return (Severity.WARN, f"the default ToS is right{proof}, but neither the -T run nor the "
+            f"default-ToS run paused priority {prio}: the load did not congest the path, so the "
+            "default ToS is not proven end to end", switch)  # fmt: skip
+
+
+async def default_tos_run(
+    ctx: StepContext, report: Report, client: Endpoint, server: Endpoint, explicit: int
+) -> None:
+    """T08: RoCE that takes the default ToS reaches the lossless priority.
+
+    One ib_write_bw through rdma_cm without -T, shaped like the -T ib_write_bw before it
+    (``explicit``: that run's XOFF frames received), then the device's default_roce_tos read
+    back from configfs (judge_default_tos weighs them)."""
+    qos = ctx.site.qos
+    prio = str(qos.priority)
+    before = await pause_counters(ctx)
+    fact, problem = await perftest_pair(
+        ctx, "ib_write_bw", client, server, qps=BW_QPS, extra=DEFAULT_TOS_EXTRA
+    )
+    paused = _prio_pauses(before, await pause_counters(ctx), prio)
+    ctx.record("qos.default_tos.pause", float(paused), "frames", priority=prio)
+    path = default_tos_path(client.device)
+    read = await ctx.run(read_file_command(path))
+    read_back = read.stdout if read.exit_status == 0 else None
+    if fact is None or problem:
+        report.fail("default-tos", f"ib_write_bw -R with the default ToS failed: {problem}",
+                    "see the perftest output", gate="T08")  # fmt: skip
+        return
+    severity, message, fix = judge_default_tos(qos, path, read_back, paused, explicit)
+    report.add("default-tos", severity, message, fix, gate="T08")
 
 
 async def rdma_suite(ctx: StepContext, report: Report, *, series: str, qos: bool) -> None:
@@ -58,7 +234,10 @@ async def rdma_suite(ctx: StepContext, report: Report, *, series: str, qos: bool
             gate="T04",
         )
         return
+    if not qos:
+        await check_mtu(ctx, report, client, server)
     extra = suite_extra(ctx.site, qos)
+    explicit = 0  # the -T ib_write_bw's XOFF frames received, for T08's same-shaped run
     port_rate, bond_rate = await line_rate_gbps(ctx)
     if port_rate:
         ctx.record(f"{series}.line_rate_port", port_rate, "Gb/s")
@@ -71,7 +250,11 @@ async def rdma_suite(ctx: StepContext, report: Report, *, series: str, qos: bool
     }
     functional = True
     for test in BW_TESTS:
+        paired = qos and test == "ib_write_bw"
+        before = await pause_counters(ctx) if paired else {}
         fact, problem = await perftest_pair(ctx, test, client, server, qps=BW_QPS, extra=extra)
+        if paired:
+            explicit = _prio_pauses(before, await pause_counters(ctx), str(ctx.site.qos.priority))
         if fact is None or problem:
             functional = False
             report.fail(
@@ -148,6 +331,8 @@ async def rdma_suite(ctx: StepContext, report: Report, *, series: str, qos: bool
             "see the perftest output",
             gate="T07",
         )
+    if qos:
+        await default_tos_run(ctx, report, client, server, explicit)
     congestion_after = {
         "node": await congestion_counters(ctx, client),
         "far end": await congestion_counters(ctx, server),

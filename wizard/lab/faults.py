@@ -4,6 +4,7 @@ from __future__ import annotations
 
 FAULTS: dict[str, str] = {
     "containerd-1.7": "the GPU node runs containerd 1.7.27 (GPU Operator 26.7 needs >= 2.0)",
+    "containerd-2.0.0": "the GPU node runs containerd 2.0.0, exactly the GPU Operator's minimum",
     "in-tree-ice": "the kernel's own ice/irdma: RDMA is dropped when the ports join bond1",
     "irdma-not-loaded": "the irdma module is not loaded (and not persisted)",
     "iwarp": "irdma runs in iWARP mode instead of RoCEv2 (no roce_ena=1)",
@@ -32,6 +33,28 @@ FAULTS: dict[str, str] = {
     "perftest-no-cuda": "the CUDA perftest image's perftest was built without CUDA",
     "port-drops": "the GPU node's E810 ports drop packets under RDMA load (rx_dropped.nic rises)",
     "lag-dcb-mismatch": "bond1 formed while its two ports had different DCB: Intel's LAG turned RDMA off",
+    "ddp-default": "ice loaded the ICE OS Default DDP package, which does not support LAG: both "
+    "bonded PFs keep their own RDMA device (no RoCE LAG)",
+    "nvm-no-roce-lag": "the E810 NVM lacks the roce_lag capability: with the comms DDP package "
+    "too, both bonded PFs keep their own RDMA device (no RoCE LAG)",
+    "kernel-update": "dnf update installed a newer kernel, now the default boot entry, whose "
+    "module tree has only the in-tree ice/irdma (no DKMS rebuild, no weak-modules link)",
+    "kernel-update-weak-modules": "dnf update installed a newer kernel; Intel's kmod package's "
+    "weak-modules linked its ice/irdma into the new kernel's weak-updates/",
+    "headers-other-kernel": "the node has kernel-devel for a newer kernel, not the running one "
+    "(an unversioned `dnf install kernel-devel` took the newest)",
+    "peer-mtu-1500": "the AIStor peer's bond is at MTU 1500 (jumbo frames not end to end): its "
+    "RoCE active_mtu is 1024 against the node's 4096",
+    "nic-on-cpu-root-port": "the E810 is an add-in card on a CPU root port, NODE from every GPU "
+    "(the usual HGX B300 layout): GPUDirect works, NCCL's default GDR level will not use it",
+    "irdma-probe-pf1-failed": "the NVM lacks roce_lag (no RoCE LAG) and irdma failed to probe "
+    "the second PF: one RDMA device on the bond, as if LAG were active (two ice.roce aux devices)",
+    "leftover-module-tree": "an old, removed kernel left its /lib/modules tree behind (in-tree "
+    "ice only); no /boot/vmlinuz for it, nothing can boot it",
+    "dmesg-rotated": "a long uptime rotated ice's boot messages (the DDP package line) out of "
+    "the kernel's ring buffer",
+    "roce-tos-reset": "bond1 re-forms under the QoS load (LACP renegotiates): the re-registered "
+    "RDMA device's default_roce_tos is 0 again, so rdma_cm connections without -T leave priority 3",
 }
 
 

@@ -122,10 +122,32 @@ class KernelModulesMixin:
                 names += [f"umad{index}", f"issm{index}"]
         return sorted(names)
 
+    def cmd_grubby(self: LabHost, args: list[str]) -> Result:
+        """grubby(8) on RHEL: ``--default-kernel`` prints the default entry's kernel image."""
+        from wizard.lab.host import Result
+
+        if self.os.startswith("ubuntu"):
+            return Result(stderr="bash: line 1: grubby: command not found\n", exit_status=127)
+        if args == ["--default-kernel"]:
+            return Result(f"/boot/vmlinuz-{self.default_kernel}\n")
+        return Result(stderr="grubby: unsupported option in the lab\n", exit_status=1)
+
     def cmd_ls(self: LabHost, args: list[str]) -> Result:
         from wizard.lab.host import Result
 
         paths = [a for a in args if not a.startswith("-")]
+        if paths == ["/lib/modules"]:
+            return Result("".join(f"{k}\n" for k in sorted(self.kernels)))
+        if paths == ["/boot"]:
+            from wizard.lab.host.model import LEFTOVER_KERNEL
+
+            # An installed kernel's package owns /boot/vmlinuz-<release>; a removed one's
+            # /lib/modules tree may stay behind (leftover-module-tree), with no image.
+            files = ["grub2", "loader", *(f"vmlinuz-{k}" for k in self.kernels if k != LEFTOVER_KERNEL),
+                     *(f"config-{k}" for k in self.kernels if k != LEFTOVER_KERNEL)]  # fmt: skip
+            return Result("".join(f"{f}\n" for f in sorted(files)))
+        if paths == ["/sys/bus/auxiliary/devices"]:
+            return Result("".join(f"{d}\n" for d in self.aux_devices()))
         if paths == ["/dev/infiniband"]:
             devices = self.infiniband_devices()
             if not devices:

@@ -17,7 +17,8 @@ Formats follow ../shared/fixtures/nccl-log and nccl-tests (NCCL 2.2x wording).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import posixpath
+from collections.abc import Mapping, Sequence
 
 NCCL_VERSION = "2.27.5+cuda12.9"
 NVLINK_BUSBW = 781.4  # GB/s, all_reduce over 8 x B300 (NVLink 5)
@@ -150,3 +151,131 @@ def inter_node_log(
                  "commId 0x795b968dc454cfee - Init COMPLETE")  # fmt: skip
     lines += _table(busbw, ranks)
     return "\n".join(lines) + "\n"
+
+
+# -- the nccl-tests image and its launcher, as they are ------------------------------------
+
+# coreweave/nccl-tests Dockerfile (the site's default measurements.nccl_tests_image): HPC-X's
+# Open MPI under /opt/hpcx/ompi/bin and CUDA on the PATH (its "auto-generated paths" ENV),
+# the tests built by ``make MPI=1`` in ``WORKDIR /opt/nccl-tests`` (so under
+# /opt/nccl-tests/build, also reachable through the /opt/nccl_tests symlink), perftest built
+# with CUDA and installed under /usr/local/bin, and no USER: containers run as root.
+NCCL_TESTS_IMAGE_PATH = (
+    "/opt/hpcx/ompi/bin", "/usr/local/nvidia/bin", "/usr/local/cuda/bin", "/usr/local/sbin",
+    "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin",
+)  # fmt: skip
+NCCL_TESTS_IMAGE_FILES = frozenset(
+    {
+        *(f"{root}/build/{t}_perf" for root in ("/opt/nccl-tests", "/opt/nccl_tests")
+          for t in ("all_reduce", "all_gather", "alltoall", "broadcast", "reduce_scatter",
+                    "sendrecv")),
+        "/opt/hpcx/ompi/bin/mpirun", "/usr/local/bin/ib_write_bw", "/usr/local/bin/ib_read_bw",
+        "/usr/local/bin/ib_send_bw", "/usr/local/bin/ib_write_lat", "/usr/bin/sh", "/bin/sh",
+    }
+)  # fmt: skip
+
+
+def image_has(program: str) -> bool:
+    """Whether the nccl-tests image can exec ``program``: a path it holds, or a bare name
+    found on its PATH (execvp's rule)."""
+    if "/" in program:
+        return posixpath.normpath(program) in NCCL_TESTS_IMAGE_FILES
+    return any(f"{d}/{program}" in NCCL_TESTS_IMAGE_FILES for d in NCCL_TESTS_IMAGE_PATH)
+
+
+def is_nccl_tests_image(image: str) -> bool:
+    """The lab knows the layout of the nccl-tests image only (any tag, behind any mirror)."""
+    return "nccl-tests" in image.rsplit(":", 1)[0]
+
+
+# Open MPI 4.1's orterun options that take a value (orte/orted/orted_submit.c cmd_line_init):
+# what mpirun skips before it takes the first other word as the program.
+_MPIRUN_VALUED = frozenset(
+    {"-np", "-n", "-c", "--np", "--bind-to", "-bind-to", "--map-by", "-map-by", "-x", "-H",
+     "--host", "-host", "--hostfile", "-hostfile", "--rank-by", "-wdir", "--wdir", "--prefix"}
+)  # fmt: skip
+
+MPIRUN_ROOT_REFUSAL = """\
+--------------------------------------------------------------------------
+mpirun has detected an attempt to run as root.
+
+Running as root is *strongly* discouraged as any mistake (e.g., in
+defining TMPDIR) or bug can result in catastrophic damage to the OS
+file system, leaving your system in an unusable state.
+
+We strongly suggest that you run mpirun as a non-root user.
+
+You can override this protection by adding the --allow-run-as-root option
+to the cmd line or by setting two environment variables in the following way:
+the variable OMPI_ALLOW_RUN_AS_ROOT=1 to indicate the desire to override this
+protection, and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 to confirm the choice and
+add one more layer of certainty that you want to do so.
+We reiterate our advice against doing so - please proceed at your own risk.
+--------------------------------------------------------------------------
+"""
+
+
+def mpirun_program(argv: Sequence[str]) -> str | None:
+    """The program mpirun would launch: the first word that is neither an option nor an
+    option's value (``--mca`` takes two)."""
+    words = list(argv[1:])
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if word in ("--mca", "-mca", "--gmca", "-gmca"):
+            i += 3
+        elif word in _MPIRUN_VALUED:
+            i += 2
+        elif word.startswith("-"):
+            i += 1
+        else:
+            return word
+    return None
+
+
+def launcher_failure(argv: Sequence[str], env: Mapping[str, str | None], uid: int) -> str | None:
+    """What the MPIJob launcher's mpirun prints when it refuses to start, or None.
+
+    Open MPI (orte/tools/orterun/orterun.c, prte in 5.x): as root without
+    ``--allow-run-as-root`` and without both OMPI_ALLOW_RUN_AS_ROOT=1 and
+    OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 it exits 1 with MPIRUN_ROOT_REFUSAL; a program it
+    cannot find is "unable to find the specified executable file" (help-orterun.txt).
+    """
+    if not argv or posixpath.basename(argv[0]) not in ("mpirun", "mpiexec"):
+        return None
+    allowed = "--allow-run-as-root" in argv or (
+        env.get("OMPI_ALLOW_RUN_AS_ROOT") == "1"
+        and env.get("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM") == "1"
+    )
+    if uid == 0 and not allowed:
+        return MPIRUN_ROOT_REFUSAL
+    program = mpirun_program(argv)
+    if program is None or not image_has(program):
+        return (
+            "--------------------------------------------------------------------------\n"
+            "mpirun was unable to find the specified executable file, and therefore\n"
+            "did not launch the job.  This error was first reported for process\n"
+            "rank 0; it may have occurred for other processes as well.\n\n"
+            f"Executable: {program}\n"
+            "--------------------------------------------------------------------------\n"
+        )
+    return None
+
+
+def exec_failure(argv: Sequence[str]) -> str | None:
+    """A container of the nccl-tests image whose program it cannot exec, or None.
+
+    ``sh -c SCRIPT sh PROGRAM ...`` ending in ``exec "$@"`` (the exported forms): dash prints
+    ``exec: PROGRAM: not found`` and exits 127. A bare command: the runtime cannot start the
+    container (runc: ``exec: "PROGRAM": executable file not found in $PATH``).
+    """
+    if len(argv) >= 5 and argv[0] in ("sh", "/bin/sh") and argv[1] == "-c":
+        program = argv[4]
+        return None if image_has(program) else f"sh: 1: exec: {program}: not found\n"
+    if argv and not image_has(argv[0]):
+        return (
+            "failed to create containerd task: failed to create shim task: OCI runtime create "
+            f'failed: runc create failed: unable to start container process: exec: "{argv[0]}": '
+            "executable file not found in $PATH: unknown\n"
+        )
+    return None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from wizard.lab.host import LabHost
@@ -218,13 +219,47 @@ def _header(args: PerftestArgs, host: LabHost) -> list[str]:
     return lines
 
 
-def client_output(args: PerftestArgs, host: LabHost) -> str:
+def gpu_bus(gpu: int) -> str:
+    """The lab's GPU PCIe bus numbers (the nvidia-smi and NCCL outputs use the same)."""
+    return f"{0x18 + 0x10 * gpu:02x}"
+
+
+# The lab's adversarial variant of the topology (the "nic-on-cpu-root-port" fault): the E810
+# is an add-in card on a CPU root port, NODE from every GPU. That is the normal HGX B300 case
+# (the baseboard's PCIe switches carry the GPUs and the ConnectX NICs; an add-in NIC hangs
+# off the CPU), as in the real boards of ../shared/fixtures/nvidia-smi-topo (NICs NODE/SYS
+# from every GPU).
+NIC_ON_ROOT_PORT = "nic-on-cpu-root-port"
+
+
+def gpu_nic_link(gpu: int, gpus: int, faults: Collection[str] = ()) -> str:
+    """The lab's topology, as ``topo_output`` prints it: the E810 under GPU0-3's PCIe switch
+    (PXB), GPU4-7 on the other socket (SYS); NODE from every GPU under NIC_ON_ROOT_PORT."""
+    if NIC_ON_ROOT_PORT in faults:
+        return "NODE"
+    return "PXB" if gpu < gpus // 2 else "SYS"
+
+
+# GPUDirect RDMA across the CPU root complex and the SMP interconnect works but is slow
+# (NVIDIA's GPUDirect RDMA guide, "Supported Systems": peer-to-peer traffic through the
+# root complex performs poorly, and across CPU sockets worse). The guide gives no number:
+# the fraction below of a PXB GPU's bandwidth is the lab's adversarial choice, low enough
+# that measuring the wrong GPU is visible. NODE (NIC_ON_ROOT_PORT) gets no penalty, also a
+# choice: on a PCIe Gen5 root port a 100 Gb/s NIC is not the bottleneck.
+SYS_GPU_SHARE = 0.41
+
+
+def client_output(args: PerftestArgs, host: LabHost, *, visible: list[int] | None = None) -> str:
+    """The client's output; ``visible``: the host GPUs the container sees, in CUDA's order
+    (``--use_cuda=N`` takes the N-th), all of them in PCI order when None."""
     lines = []
+    order = list(range(host.gpus_present)) if visible is None else visible
+    gpu = order[args.cuda] if args.cuda is not None and args.cuda < len(order) else None
     if args.cuda is not None:
         lines += [
             "initializing CUDA",
             "Listing all CUDA devices in system:",
-            "CUDA device 0: PCIe address is 18:00",
+            *(f"CUDA device {i}: PCIe address is {gpu_bus(g)}:00" for i, g in enumerate(order)),
             f"Picking device No. {args.cuda}",
             f"[pid = 4242, dev = {args.cuda}] device name = [NVIDIA B300 SXM6 AC]",
             "creating CUDA Ctx",
@@ -258,6 +293,8 @@ def client_output(args: PerftestArgs, host: LabHost) -> str:
             bw *= 0.97
         if args.cuda is not None:
             bw *= 0.92 if args.dmabuf else 0.88
+            if gpu is not None and gpu_nic_link(gpu, host.gpus_present, host.faults) == "SYS":
+                bw *= SYS_GPU_SHARE
         units = "Gb/sec" if args.gbits else "MB/sec"
         value = bw if args.gbits else bw * 1000 / 8
         # Duration mode (-D) reports no peak (0.00) and many iterations; --cpu_util adds a
@@ -367,8 +404,10 @@ def iperf3_json(streams: int, reverse: bool) -> str:
     )
 
 
-def topo_output(gpus: int) -> str:
-    """nvidia-smi topo -m for a B300x8 node: the E810 (NIC0/NIC1) under GPU0-3's PCIe switch."""
+def topo_output(gpus: int, faults: Collection[str] = (), *,
+                nic_link: str | None = None) -> str:  # fmt: skip
+    """nvidia-smi topo -m for a B300x8 node: the E810 (NIC0/NIC1) where ``gpu_nic_link``
+    puts it (``nic_link``: every GPU at that link instead, for tests)."""
     labels = [f"GPU{i}" for i in range(gpus)] + ["NIC0", "NIC1"]
     header = "\t" + "\t".join(labels) + "\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID"
     rows = []
@@ -383,12 +422,12 @@ def topo_output(gpus: int) -> str:
                 cells.append("PIX")
             else:
                 gpu = i if row.startswith("GPU") else j
-                cells.append("PXB" if gpu < gpus // 2 else "SYS")
+                cells.append(nic_link or gpu_nic_link(gpu, gpus, faults))
         tail = ""
         if row.startswith("GPU"):
             tail = "\t0-63,128-191\t0\t\tN/A" if i < gpus // 2 else "\t64-127,192-255\t1\t\tN/A"
         rows.append(f"{row}\t" + "\t".join(cells) + tail)
-    legend = "\n\nLegend:\n\n  X    = Self\n  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)\n  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)\n  PIX  = Connection traversing at most a single PCIe bridge\n  NV#  = Connection traversing a bonded set of # NVLinks\n\nNIC Legend:\n\n  NIC0: irdma0\n  NIC1: irdma1\n"
+    legend = "\n\nLegend:\n\n  X    = Self\n  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)\n  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a NUMA node\n  PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)\n  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)\n  PIX  = Connection traversing at most a single PCIe bridge\n  NV#  = Connection traversing a bonded set of # NVLinks\n\nNIC Legend:\n\n  NIC0: irdma0\n  NIC1: irdma1\n"
     return header + "\n" + "\n".join(rows) + legend
 
 
@@ -402,6 +441,8 @@ async def run_perftest(argv: list[str], host: LabHost, broker: Broker) -> tuple[
     except PerftestUsageError as exc:
         # perftest's main(): a parser failure prints this and exits 1, before any traffic.
         return "", f"{exc}\n Parser function exited with Error\n", 1
+    if (refused := tos_refusal(args)) is not None:
+        return refused, "", 1
     if args.cuda is None and args.dmabuf:
         return (
             "",
@@ -437,16 +478,81 @@ async def run_perftest(argv: list[str], host: LabHost, broker: Broker) -> tuple[
         return "", (f"Couldn't connect to {args.server}:{args.port}\n"
                     "Unable to open file descriptor for socket connection Unable to init the socket connection\n"), 1  # fmt: skip
     listener.set_result(host.name)
+    tos_reset = "roce-tos-reset" in host.faults and not host.flags.get("roce-tos-reset")
+    if args.rdma_cm and args.tos is not None and tos_reset:
+        # The fault: LACP renegotiates under the load, bond1 re-forms, Intel's LAG
+        # re-registers the RDMA device (wizard/lab/network.py): default_roce_tos is 0.
+        host.flags["roce-tos-reset"] = True
+        host.reregister_rdma()
     congestion(host, args, receiver=False)
     if "port-drops" in host.faults:
         for port in host.ports:
             port.drops["rx_dropped.nic"] = port.drops.get("rx_dropped.nic", 0) + 37
-    if args.tos is not None:
-        for port in host.ports:  # with PFC on, a congested switch sends pause frames for prio 3
-            if 3 in port.pfc:
-                port.pause_rx[3] += 1187
-                port.pause_tx[3] += 12
+    tos = effective_tos(host, args)
+    received, sent = pause_frames(args)
+    for port in host.ports:
+        # With PFC on the packets' priority, a congested switch sends pause frames for it.
+        prio = traffic_priority(port, tos)
+        if prio in port.pfc:
+            port.pause_rx[prio] += received
+            port.pause_tx[prio] += sent
     return client_output(args, host), "", 0
+
+
+def pause_frames(args: PerftestArgs) -> tuple[int, int]:
+    """(XOFF received, XOFF sent) on the client's ports for one congested run. Direction
+    follows IEEE 802.1Qbb: the side whose ingress buffer fills sends PFC upstream, so a
+    client that writes or sends is paused by the switch (received), one that reads is the
+    receiver of the data and pauses the switch (sent). The magnitudes are the lab's
+    adversarial choice, not a measurement: they grow with QPs and duration so that a
+    comparison of runs of different shapes (which a real switch would also give) is wrong."""
+    load = args.qps * (args.duration or 5)
+    frames = 59 * load + 7 * args.qps * args.qps
+    if args.tool.startswith("ib_read"):
+        return 0, frames
+    return frames, load // 3
+
+
+def tos_refusal(args: PerftestArgs) -> str | None:
+    """perftest's parser on ``-T`` without ``-R`` (src/perftest_parameters.c,
+    force_dependecies: ``tos != DEF_TOS`` and not RawEth prints this on stdout and exits 1,
+    before any connection)."""
+    if args.tos is not None and not args.rdma_cm:
+        return " TOS only valid for rdma_cm based QP and RawEth QP \n"
+    return None
+
+
+def effective_tos(host: LabHost, args: PerftestArgs) -> int:
+    """The ToS a perftest QP's packets carry.
+
+    ``-T`` sets it, with ``-R`` only (perftest: rdma_set_option(RDMA_OPTION_ID_TOS); without
+    rdma_cm the parser refuses -T, ``tos_refusal``). Without ``-T`` an rdma_cm connection takes the device's
+    ``default_roce_tos`` (drivers/infiniband/core/cma.c: ``tos_set`` false ->
+    ``cma_dev->default_roce_tos[port]``, written through configfs
+    /sys/kernel/config/rdma_cm/<dev>/ports/1/default_roce_tos): what AIStor's clients get.
+    Without either, perftest's default traffic class: 0.
+    """
+    if args.tos is not None:
+        return args.tos
+    if args.rdma_cm:
+        value = host.configfs.get(
+            f"/sys/kernel/config/rdma_cm/{args.device}/ports/1/default_roce_tos", "0"
+        )
+        try:
+            return int(value.strip() or "0")
+        except ValueError:
+            return 0
+    return 0
+
+
+def traffic_priority(port, tos: int) -> int:
+    """The priority ice gives a RoCEv2 packet: in DSCP mode (after the first ``dcb app
+    dscp-prio`` entry, ice_dcb_nl.c) DSCP = ToS >> 2 looked up in the dscp-prio map,
+    unmapped DSCPs on priority 0; otherwise the VLAN PCP, 0 for untagged bond1 traffic."""
+    if not port.dcb.dscp_mode:
+        return 0
+    dscp = tos >> 2
+    return next((prio for code, prio in port.dcb.app if code == dscp), 0)
 
 
 CONGESTED_PACKETS = 2113  # ECN-marked packets per QoS run through the lab's switch

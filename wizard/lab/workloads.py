@@ -11,8 +11,20 @@ from typing import TYPE_CHECKING, Any
 
 from wizard.lab.host import LabHost
 from wizard.lab.kubeapi import owner_reference
-from wizard.lab.nccl import inter_node_log, single_node_log
-from wizard.lab.perf import PERFTEST, PerftestArgs, PerftestUsageError, client_output
+from wizard.lab.nccl import (
+    exec_failure,
+    inter_node_log,
+    is_nccl_tests_image,
+    launcher_failure,
+    single_node_log,
+)
+from wizard.lab.perf import (
+    PERFTEST,
+    PerftestArgs,
+    PerftestUsageError,
+    client_output,
+    tos_refusal,
+)
 
 if TYPE_CHECKING:
     from wizard.lab.lab import Lab
@@ -66,9 +78,13 @@ class WorkloadsMixin:
             return True
         container = containers[0]
         argv = list(container.get("command") or []) + list(container.get("args") or [])
+        key = (pod["metadata"].get("namespace", "default"), pod["metadata"]["name"])
+        failure = exec_failure(argv) if is_nccl_tests_image(container.get("image", "")) else None
+        if failure is not None:
+            self.pod_outputs[key] = failure
+            return False
         if not argv or argv[0] not in PERFTEST:
             return True
-        key = (pod["metadata"].get("namespace", "default"), pod["metadata"]["name"])
         output, ok = self._perftest_in_pod(host, container, argv)
         self.pod_outputs[key] = output
         return ok
@@ -84,6 +100,8 @@ class WorkloadsMixin:
             args = PerftestArgs.parse(argv)
         except PerftestUsageError as exc:
             return f"{exc}\n Parser function exited with Error\n", False
+        if (refused := tos_refusal(args)) is not None:
+            return refused, False
         if args.cuda is not None and "perftest-no-cuda" in self.faults:
             return (
                 "Perftest was built without CUDA support\n Parser function exited with Error\n",
@@ -105,19 +123,27 @@ class WorkloadsMixin:
         if "IPC_LOCK" not in capabilities:
             # perftest_resources.c create_mr(): ibv_reg_mr fails without locked memory.
             return " Couldn't allocate MR\n Failed to create MR\n", False
+        visible = None
+        if args.cuda is not None:
+            env = {e["name"]: e.get("value") for e in container.get("env", [])}
+            visible = visible_gpus(host.gpus_present, int(limits["nvidia.com/gpu"]), env)
+            if args.cuda >= len(visible):
+                # perftest src/cuda_memory.c init_gpu(): the id is checked against
+                # cuDeviceGetCount (wording as perftest prints it, approximately).
+                return (f"initializing CUDA\nThere are {len(visible)} devices supporting CUDA, "
+                        f"but device {args.cuda} was requested\n Couldn't init GPU context\n"), False  # fmt: skip
         if args.server is None or not self.broker.connect_threadsafe(
             args.server, args.port, host.name
         ):
             return (f"Couldn't connect to {args.server}:{args.port}\n"
                     "Unable to open file descriptor for socket connection Unable to init the socket connection\n"), False  # fmt: skip
-        return client_output(args, host), True
+        return client_output(args, host, visible=visible), True
 
     def _mpijob_launcher(self: Lab, job: dict[str, Any]) -> dict[str, Any]:
         """What the MPI Operator does with an MPIJob: a launcher pod (labelled with the job
         name and role, kubeflow/mpi-operator v2beta1) that runs mpirun across the workers;
         here the launcher's log is computed from where the workers would land."""
-        meta = job["metadata"]
-        name, namespace = meta["name"], meta.get("namespace", "default")
+        name = job["metadata"]["name"]
         labels = {
             "training.kubeflow.org/job-name": name,
             "training.kubeflow.org/job-role": "launcher",
@@ -136,6 +162,11 @@ class WorkloadsMixin:
             e["name"]: e.get("value")
             for e in (launcher.get("containers") or [{}])[0].get("env", [])
         }
+        pod_name = f"{name}-launcher-x7k2p"
+        refusal = _launcher_refusal(launcher)
+        if refusal is not None:
+            self._launcher_pod(job, pod_name, launcher, labels, refusal, failed=True)
+            return
         hosts = [self.hosts.get(n) for n in nodes]
         rdma_everywhere = all(h is not None and h.rdma_devices for h in hosts) and _asks_for_rdma(
             limits
@@ -146,7 +177,20 @@ class WorkloadsMixin:
             socket="nccl-socket" in self.faults or not rdma_everywhere,
             no_transport="nccl-no-transport" in self.faults,
         )  # fmt: skip
-        pod_name = f"{name}-launcher-x7k2p"
+        self._launcher_pod(job, pod_name, launcher, labels, log,
+                           failed="No transport found" in log)  # fmt: skip
+
+    def _launcher_pod(
+        self: Lab,
+        job: dict[str, Any],
+        pod_name: str,
+        launcher: dict[str, Any],
+        labels: dict[str, str],
+        log: str,
+        *,
+        failed: bool,
+    ) -> None:
+        namespace = job["metadata"].get("namespace", "default")
         self.pod_outputs[(namespace, pod_name)] = log
         pod = {
             # The MPI Operator owns what it creates: deleting the MPIJob removes it.
@@ -157,7 +201,7 @@ class WorkloadsMixin:
                 "ownerReferences": [owner_reference(job)],
             },
             "spec": {**launcher, "restartPolicy": "Never", "nodeName": "cpu-worker-1"},
-            "status": {"phase": "Failed" if "No transport found" in log else "Succeeded"},
+            "status": {"phase": "Failed" if failed else "Succeeded"},
         }
         return pod
 
@@ -243,6 +287,39 @@ class WorkloadsMixin:
                     result = host.execute(part.strip())
                 output.append(result.stdout + result.stderr)
         return "".join(output)
+
+
+def visible_gpus(present: int, asked: int, env: dict[str, str | None]) -> list[int]:
+    """The host GPUs a container given ``asked`` GPUs sees, in CUDA's device order.
+
+    NVIDIA's device plugin exposes only the GPUs the kubelet allocated (under GPU Operator
+    26.7's cdi.enabled: true as CDI devices, the same effect as NVIDIA_VISIBLE_DEVICES=<their
+    UUIDs>); which ones is the plugin's preferred allocation (k8s-device-plugin
+    internal/rm/nvml_manager.go alignedAlloc: gpuallocator's BestEffortPolicy, NVLink-aligned,
+    blind to NICs), so the lab hands out the highest-numbered free GPUs, an adversarial
+    choice the pod cannot rule out. CUDA numbers them in PCI bus order with
+    CUDA_DEVICE_ORDER=PCI_BUS_ID; its default, FASTEST_FIRST, leaves equal GPUs in an
+    unspecified order: reversed in the lab, an adversarial choice, not observed behaviour.
+    """
+    allocated = list(range(present))[-asked:] if 0 < asked < present else list(range(present))
+    if env.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID":
+        return allocated
+    return allocated[::-1]
+
+
+def _launcher_refusal(launcher: dict[str, Any]) -> str | None:
+    """What the launcher container's mpirun prints when it does not start (wizard.lab.nccl
+    launcher_failure: Open MPI's root check, the image's layout). It runs as the pod's or
+    container's runAsUser, else as the image's user: root (the nccl-tests image has no USER)."""
+    container = (launcher.get("containers") or [{}])[0]
+    if not is_nccl_tests_image(container.get("image", "")):
+        return None
+    argv = list(container.get("command") or []) + list(container.get("args") or [])
+    env = {e["name"]: e.get("value") for e in container.get("env", [])}
+    uid = container.get("securityContext", {}).get(
+        "runAsUser", launcher.get("securityContext", {}).get("runAsUser", 0)
+    )
+    return launcher_failure(argv, env, int(uid))
 
 
 def _asks_for_rdma(limits: dict[str, Any]) -> bool:

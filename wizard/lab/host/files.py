@@ -50,6 +50,8 @@ class FilesMixin:
             )
         if path == f"/proc/net/bonding/{self.bond_name}":
             return self._bonding()
+        if path == f"/sys/class/net/{self.bond_name}/mtu":
+            return f"{self.mtu}\n"
         if path.startswith("/sys/kernel/config/"):
             return self.configfs.get(path)
         return self.files.get(path)

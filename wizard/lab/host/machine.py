@@ -11,7 +11,15 @@ from typing import Any
 from wizard.artifacts import render
 from wizard.lab.host.dispatch import CommandDispatchMixin
 from wizard.lab.host.files import FilesMixin
-from wizard.lab.host.model import RHEL_KERNEL, RHEL_PACKAGES, UBUNTU_KERNEL, Port
+from wizard.lab.host.model import (
+    LEFTOVER_KERNEL,
+    RHEL_KERNEL,
+    RHEL_NEXT_KERNEL,
+    RHEL_PACKAGES,
+    UBUNTU_KERNEL,
+    UBUNTU_NEXT_KERNEL,
+    Port,
+)
 from wizard.lab.host.nic import NicMixin
 from wizard.lab.host.pci import PciMixin
 from wizard.lab.host.rdma import RdmaMixin
@@ -58,6 +66,8 @@ class LabHost(
     boot_log: list[dict[str, Any]] = field(default_factory=list)
     # Kernel messages since boot beyond the fixed boot lines (dmesg shows both).
     kernel_log: list[str] = field(default_factory=list)
+    # One-shot events a fault has already played (e.g. "roce-tos-reset").
+    flags: dict[str, bool] = field(default_factory=dict)
     # irdma's mode as loaded (module options are read when it loads), the options the
     # initramfs was built with (it loads irdma at boot), and whether Intel's LAG kept RDMA.
     irdma_roce: bool = False
@@ -98,6 +108,11 @@ class LabHost(
                 f"ice {self.ports[0].slot}: Found netdev {self.ports[1].name} with different DCB config"
             )
             self.lag_rdma_ok = False
+        if "headers-other-kernel" in self.faults:
+            # A repository's newest kernel-devel, not the running kernel's (dnf install
+            # kernel-devel takes the newest): the unversioned name is satisfied, the build not.
+            self.packages.discard(f"kernel-devel-{RHEL_KERNEL}")
+            self.packages.add(f"kernel-devel-{RHEL_NEXT_KERNEL}")
         if self.os.startswith("ubuntu"):
             self.packages = set()
 
@@ -106,6 +121,54 @@ class LabHost(
     @property
     def kernel(self) -> str:
         return UBUNTU_KERNEL if self.os.startswith("ubuntu") else RHEL_KERNEL
+
+    @property
+    def mtu(self) -> int:
+        """The bond's MTU: jumbo frames end to end, or 1500 on a peer left at the default."""
+        return 1500 if "peer-mtu-1500" in self.faults and self.role == "peer" else 9000
+
+    @property
+    def active_mtu(self) -> int:
+        """The RoCE port's active_mtu, as ib_core derives it from the netdev's MTU
+        (include/rdma/ib_addr.h ``iboe_get_mtu``: the largest IB MTU that fits the netdev MTU
+        less the RoCEv2 headers, GRH + UDP + BTH + DETH + ATOMICETH + ICRC = 100 bytes)."""
+        payload = self.mtu - 100
+        return next((m for m in (4096, 2048, 1024, 512) if payload >= m), 256)
+
+    @property
+    def kernels(self) -> dict[str, str]:
+        """Each installed kernel and where its ice/irdma come from: ``updates`` (Intel's,
+        built for it), ``weak-updates`` (Intel's kmod package linked by weak-modules for a
+        newer kernel of the same kABI) or ``kernel`` (the in-tree drivers only).
+
+        A kernel update (``dnf update``) installs a newer kernel with its own module tree,
+        which holds the in-tree ice only unless DKMS rebuilds Intel's or weak-modules links
+        it, and makes it the default boot entry (RHEL /etc/sysconfig/kernel UPDATEDEFAULT)."""
+        own = "kernel" if self.in_tree else "updates"
+        kernels = {LEFTOVER_KERNEL: "kernel"} if "leftover-module-tree" in self.faults else {}
+        kernels[self.kernel] = own
+        nxt = UBUNTU_NEXT_KERNEL if self.os.startswith("ubuntu") else RHEL_NEXT_KERNEL
+        if "kernel-update" in self.faults:
+            kernels[nxt] = "kernel"
+        elif "kernel-update-weak-modules" in self.faults:
+            kernels[nxt] = "weak-updates" if own == "updates" else "kernel"
+        return kernels
+
+    @property
+    def default_kernel(self) -> str:
+        """The default boot entry: the newest installed kernel (a kernel update makes it so)."""
+        return list(self.kernels)[-1]
+
+    def module_path(self, kernel: str, module: str) -> str:
+        """Where ``modinfo -k KERNEL MODULE`` finds the module (kmod's search order: updates/
+        and weak-updates/ before the kernel's own tree, depmod.d/dist.conf)."""
+        tree = self.kernels[kernel]
+        if tree == "kernel":
+            sub = "infiniband/hw/irdma" if module == "irdma" else "net/ethernet/intel/ice"
+            return f"/lib/modules/{kernel}/kernel/drivers/{sub}/{module}.ko.xz"
+        if tree == "weak-updates":
+            return f"/lib/modules/{kernel}/weak-updates/{module}/{module}.ko"
+        return f"/lib/modules/{kernel}/updates/drivers/net/ethernet/intel/{module}/{module}.ko"
 
     @property
     def in_tree(self) -> bool:
@@ -117,11 +180,46 @@ class LabHost(
         return not self.in_tree and self.irdma_roce
 
     @property
+    def ddp_package(self) -> tuple[str, str]:
+        """(name, version) of the DDP package ice loaded (its dmesg line, ice_main.c). Intel's
+        ice README, "Link Aggregation": "The default DDP package installed by the driver does
+        not support LAG"; the comms package extracts the lport LAG needs."""
+        if "ddp-default" in self.faults:
+            return "ICE OS Default Package", "1.3.36.0"
+        return "ICE COMMS Package", "1.3.46.0"
+
+    @property
+    def roce_lag(self) -> bool:
+        """ice's ICE_F_ROCE_LAG (src/ice_lag.c ``ice_lag_init_feature_support_flag``): the
+        NVM's roce_lag capability and a DDP package with lport extraction, both."""
+        lport_extract = self.ddp_package[0] != "ICE OS Default Package"
+        no_cap = {"nvm-no-roce-lag", "irdma-probe-pf1-failed"} & set(self.faults)
+        return lport_extract and not no_cap
+
+    @property
     def rdma_devices(self) -> list[tuple[str, Port]]:
-        """(ibdev, port) pairs that exist: Intel's LAG registers one device on the primary."""
+        """(ibdev, port) pairs that exist. With RoCE LAG, Intel's ice registers one device on
+        the primary port of the bond and forwards the secondary's RoCEv2 traffic to it.
+        Without ICE_F_ROCE_LAG (and SR-IOV LAG), ``ice_init_lag`` returns before setting up
+        any LAG handling: each PF keeps its own RDMA device, bonded or not, and RoCE the
+        switch hashes onto the second port reaches a device with no such QP."""
         if "irdma" not in self.modules or self.in_tree or not self.lag_rdma_ok:
             return []  # the in-tree ice drops RDMA from bonded ports
+        if "irdma-probe-pf1-failed" in self.faults:
+            return [("irdma0", self.ports[0])]  # irdma's probe of the second PF failed
+        if not self.roce_lag:
+            return [(f"irdma{i}", port) for i, port in enumerate(self.ports)]
         return [("irdma0", self.ports[0])]
+
+    def aux_devices(self) -> list[str]:
+        """/sys/bus/auxiliary/devices: ice's per-PF RDMA auxiliary device (ice_idc.c
+        ice_plug_aux_dev: "roce" or "iwarp", ice.<name>.<aux_idx>), the secondary's unplugged
+        under RoCE LAG (ice_lag.c); none where the in-tree ice cleared RDMA from bonded ports."""
+        if self.in_tree or not self.lag_rdma_ok:
+            return []
+        kind = "iwarp" if "iwarp" in self.faults else "roce"
+        count = 1 if self.roce_lag else len(self.ports)
+        return [f"ice.{kind}.{i}" for i in range(count)]
 
     @property
     def gpus_present(self) -> int:

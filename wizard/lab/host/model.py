@@ -9,6 +9,12 @@ from wizard.lab.dcb import PortDcb
 
 RHEL_KERNEL = "6.12.0-124.8.1.el10_2.x86_64"
 UBUNTU_KERNEL = "6.8.0-86-generic"
+# What `dnf update` / `apt upgrade` installs next (the "kernel-update" faults).
+RHEL_NEXT_KERNEL = "6.12.0-124.13.1.el10_2.x86_64"
+UBUNTU_NEXT_KERNEL = "6.8.0-90-generic"
+# A kernel removed long ago whose /lib/modules tree stayed (the "leftover-module-tree" fault:
+# files DKMS or a kmod put there are no package's, so removing the kernel leaves the tree).
+LEFTOVER_KERNEL = "6.12.0-55.9.1.el10_0.x86_64"
 OOT_ICE_VERSION = "2.3.10"
 OOT_IRDMA_VERSION = "2.0.11"
 E810_FIRMWARE = "4.80 0x80020543 1.3805.0"
@@ -37,7 +43,8 @@ RHEL_PACKAGES = {
     "ethtool": "ethtool-6.11-1.el10.x86_64",
     "iproute": "iproute-6.11.0-1.el10.x86_64",
     "iperf3": "iperf3-3.17.1-4.el10.x86_64",
-    "kernel-devel": "kernel-devel-6.12.0-124.8.1.el10_2.x86_64",
+    # rpm -q takes a name or a name-version-release.arch: the running kernel's headers.
+    f"kernel-devel-{RHEL_KERNEL}": f"kernel-devel-{RHEL_KERNEL}",
     "gcc": "gcc-14.2.1-7.el10.x86_64",
     "make": "make-4.4.1-9.el10.x86_64",
     "elfutils-libelf-devel": "elfutils-libelf-devel-0.192-5.el10.x86_64",

@@ -66,7 +66,7 @@ class NicMixin:
         """``ip -d link show bond1`` as iproute2 prints a bond (ip/iplink_bond.c)."""
         mac = self.ports[0].mac if self.ports else "00:00:00:00:00:00"
         return (
-            f"6: {self.bond_name}: <BROADCAST,MULTICAST,MASTER,UP,LOWER_UP> mtu 9000 qdisc noqueue "
+            f"6: {self.bond_name}: <BROADCAST,MULTICAST,MASTER,UP,LOWER_UP> mtu {self.mtu} qdisc noqueue "
             "state UP mode DEFAULT group default qlen 1000\n"
             f"    link/ether {mac} brd ff:ff:ff:ff:ff:ff promiscuity 0 allmulti 0 minmtu 68 "
             "maxmtu 65535 \n"

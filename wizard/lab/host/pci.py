@@ -82,6 +82,13 @@ class PciMixin:
             if "iommu-translated" in self.faults
             else "Passthrough (set via kernel command line)"
         )
+        if "dmesg-rotated" in self.faults:
+            # A long uptime: the ring buffer (CONFIG_LOG_BUF_SHIFT) kept only recent lines.
+            return Result(
+                "".join(
+                    f"[{860000.0 + i:12.6f}] {line}\n" for i, line in enumerate(self.kernel_log)
+                )
+            )
         return Result(
             "[    0.000000] Linux version "
             + self.kernel
@@ -91,12 +98,28 @@ class PciMixin:
             + (
                 "[    4.551230] ice 0000:3b:00.0: The DDP package could not be loaded. Entering Safe Mode\n"
                 if "ddp-safe-mode" in self.faults
-                else "[    4.551230] ice 0000:3b:00.0: The DDP package was successfully loaded: ICE OS "
-                "Default Package version 1.3.36.0\n"
+                else "[    4.551230] ice 0000:3b:00.0: The DDP package was successfully loaded: "
+                f"{self.ddp_package[0]} version {self.ddp_package[1]}\n"
             )
             + "[    9.118804] bond1: (slave ens5f0np0): Enslaving as a backup interface with an up link\n"
             + "".join(f"[{30.0 + i:12.6f}] {line}\n" for i, line in enumerate(self.kernel_log))
         )
+
+    def cmd_devlink(self: LabHost, args: list[str]) -> Result:
+        """``devlink dev info``: per E810 PF, the running versions ice reports
+        (ice_devlink.c ice_info_get_dsn / ice_info_ddp_pkg_name / ice_info_ddp_pkg_version;
+        in Safe Mode no package is active, so no fw.app.name)."""
+        if args[:2] != ["dev", "info"]:
+            return Result(stderr=f'Object "{args[0] if args else ""}" not found\n', exit_status=1)
+        name, version = self.ddp_package
+        out = []
+        for slot in ("0000:3b:00.0", "0000:3b:00.1"):
+            out += [f"pci/{slot}:", "  driver ice", "  serial_number 00-01-02-ff-ff-03-04-05",
+                    "  versions:", "      fixed:", "        board.id K91258-000",
+                    "      running:", "        fw.mgmt 7.4.13", "        fw.undi 1.3534.0"]  # fmt: skip
+            if "ddp-safe-mode" not in self.faults:
+                out += [f"        fw.app.name {name}", f"        fw.app {version}"]
+        return Result("\n".join(out) + "\n")
 
     def cmd_nvidia_smi(self: LabHost, args: list[str]) -> Result:
         """nvidia-smi on the host's own PATH: the GPU Operator's driver container keeps it in
@@ -112,7 +135,7 @@ class PciMixin:
         if args == ["topo", "-m"]:
             from wizard.lab.perf import topo_output
 
-            return Result(topo_output(self.gpus_present))
+            return Result(topo_output(self.gpus_present, self.faults))
         if args == ["-L"]:
             return Result(
                 "".join(

@@ -9,6 +9,9 @@ from typing import TYPE_CHECKING
 
 from wizard.lab.host.model import OOT_ICE_VERSION, OOT_IRDMA_VERSION, Result
 
+# libibverbs' enum ibv_mtu (verbs.h), which ibv_devinfo prints after the size.
+IB_MTU_ENUM = {256: 1, 512: 2, 1024: 3, 2048: 4, 4096: 5}
+
 if TYPE_CHECKING:
     from wizard.lab.host.machine import LabHost
 
@@ -68,18 +71,15 @@ class RdmaMixin:
         if not args:
             return Result(stderr="modinfo: ERROR: missing module or filename.\n", exit_status=1)
         name = args[-1]
+        # modinfo -k KERNEL: the module as modprobe would find it under that kernel.
+        kernel = args[args.index("-k") + 1] if "-k" in args[:-1] else self.kernel
         if name not in ("ice", "irdma"):
             return Result(stderr=f"modinfo: ERROR: Module {name} not found.\n", exit_status=1)
-        if self.in_tree:
-            path = (
-                f"/lib/modules/{self.kernel}/kernel/drivers/net/ethernet/intel/{name}/{name}.ko.xz"
-            )
-            if name == "irdma":
-                path = f"/lib/modules/{self.kernel}/kernel/drivers/infiniband/hw/irdma/irdma.ko.xz"
-            version = ""
-        else:
-            path = f"/lib/modules/{self.kernel}/updates/drivers/net/ethernet/intel/{name}/{name}.ko"
-            version = OOT_ICE_VERSION if name == "ice" else OOT_IRDMA_VERSION
+        if kernel not in self.kernels:
+            return Result(stderr=f"modinfo: ERROR: Module {name} not found.\n", exit_status=1)
+        path = self.module_path(kernel, name)
+        in_tree = self.kernels[kernel] == "kernel"
+        version = "" if in_tree else OOT_ICE_VERSION if name == "ice" else OOT_IRDMA_VERSION
         lines = [f"filename:       {path}"]
         if version:
             lines.append(f"version:        {version}")
@@ -90,7 +90,7 @@ class RdmaMixin:
             f"depends:        {'gnss' if name == 'ice' else 'ice,ib_uverbs,ib_core'}",
             "retpoline:      Y",
             f"name:           {name}",
-            f"vermagic:       {self.kernel} SMP preempt mod_unload modversions ",
+            f"vermagic:       {kernel} SMP preempt mod_unload modversions ",
         ]
         if name == "irdma":
             lines.append(
@@ -154,7 +154,7 @@ class RdmaMixin:
                 "\t\tport:\t1",
                 f"\t\t\tstate:\t\t\t{'PORT_ACTIVE (4)' if port.active else 'PORT_DOWN (1)'}",
                 "\t\t\tmax_mtu:\t\t4096 (5)",
-                "\t\t\tactive_mtu:\t\t4096 (5)",
+                f"\t\t\tactive_mtu:\t\t{self.active_mtu} ({IB_MTU_ENUM[self.active_mtu]})",
                 "\t\t\tsm_lid:\t\t\t0",
                 "\t\t\tport_lid:\t\t1",
                 "\t\t\tport_lmc:\t\t0x00",

@@ -32,6 +32,12 @@ class SystemMixin:
                 "containerd github.com/containerd/containerd v1.7.27 "
                 "05044ec0a9a75232cad458027ca83437aae3f4da\n"
             )
+        if "containerd-2.0.0" in self.faults:
+            # containerd 2.0.0's own `--version` line (its module path gained /v2 in 2.0).
+            return Result(
+                "containerd github.com/containerd/containerd/v2 v2.0.0 "
+                "207ad711eabd375a01713109a8a197d197ff6542\n"
+            )
         return Result(
             "containerd github.com/containerd/containerd/v2 v2.1.4 "
             "75cb2b7193e4e490e9fbdc236c0e811ccaba3376\n"
@@ -51,7 +57,11 @@ class SystemMixin:
         names = [a for a in args if not a.startswith("-")]
         out, status = [], 0
         for name in names:
-            if name in self.packages:
+            headers = sorted(p for p in self.packages if p.startswith("kernel-devel-"))
+            if name == "kernel-devel" and headers:
+                # rpm -q NAME: any installed version, the newest kernel's headers too.
+                out.append(headers[-1])
+            elif name in self.packages:
                 out.append(RHEL_PACKAGES.get(name, f"{name}-1.0-1.el10.x86_64"))
             else:
                 out.append(f"package {name} is not installed")
