@@ -116,3 +116,18 @@ async def test_without_the_flag_the_proof_fails_with_open_mpis_words(tmp_path, m
     assert nccl["T11.nccl-path"].severity is Severity.FAIL
     assert "refused to run as root" in nccl["T11.nccl-path"].message
     assert nccl["T12.gdr"].severity is Severity.FAIL
+
+
+def test_every_nccl_workload_keeps_nccls_own_ib_transport():
+    """The nccl-tests image registers HPC-X's nccl_rdma_sharp_plugin (libnccl-net.so) through
+    /etc/ld.so.conf.d/hpcx.conf and LD_LIBRARY_PATH (coreweave/nccl-tests Dockerfile), which
+    NCCL loads by default instead of its internal IB transport; CoreWeave's own B300 MPIJob
+    passes NCCL_NET_PLUGIN=none. So do ours, to every rank (mpirun -x)."""
+    job = mpijob(SITE, ["gpu-1", "gpu-2"], 8, "irdma0", qos_on=True)
+    launcher = _launcher(job)
+    assert {"name": "NCCL_NET_PLUGIN", "value": "none"} in launcher["env"]
+    command = " ".join(launcher["command"])
+    assert "-x NCCL_NET_PLUGIN" in command, command
+    for other in (diagnostic_job(SITE, SITE.nodes[0]), nvlink_job(SITE, SITE.nodes[0])):
+        container = other["spec"]["template"]["spec"]["containers"][0]
+        assert {"name": "NCCL_NET_PLUGIN", "value": "none"} in container["env"]

@@ -48,8 +48,16 @@ def image(site: Site, reference: str) -> str:
     return mirror_ref(reference, site.registry.mirror)
 
 
+# The nccl-tests image registers HPC-X's nccl_rdma_sharp_plugin (its libnccl-net.so) through
+# /etc/ld.so.conf.d/hpcx.conf and LD_LIBRARY_PATH (coreweave/nccl-tests Dockerfile), and NCCL
+# loads libnccl-net.so by default: the proof would measure the plugin's IB transport on the
+# E810, not NCCL's own. CoreWeave's B300 MPIJob example passes NCCL_NET_PLUGIN=none too.
+NO_NET_PLUGIN = {"name": "NCCL_NET_PLUGIN", "value": "none"}
+
+
 def nccl_env(site: Site, hca: str | None, qos_on: bool, *, subsys: str = "INIT,NET") -> list[dict]:
     env = [
+        NO_NET_PLUGIN,
         {"name": "NCCL_DEBUG", "value": "INFO"},
         {"name": "NCCL_DEBUG_SUBSYS", "value": subsys},
         *([{"name": "NCCL_IB_HCA", "value": hca}] if hca else []),
