@@ -105,7 +105,10 @@ def test_an_install_killed_mid_way_is_seen_said_and_resolved_by_the_next_run(tmp
         out = second.stdout + second.stderr
         assert second.returncode == 0, out[-4000:]
         assert "gpu-operator/gpu-operator is pending-install: this wizard's own" in out
-        assert "`helm uninstall gpu-operator -n gpu-operator` (it was never deployed)" in out
+        # The notice names the exact command the resolution runs (never deployed: uninstall).
+        assert (
+            "resolving it with `helm uninstall gpu-operator --namespace gpu-operator --wait`" in out
+        )
         # The journal: the interrupted install, the uninstall, the install again; no --force.
         journal = (tmp_path / "state" / "lab" / "journal.jsonl").read_text().splitlines()
         helm = [json.loads(line)["command"].split()[1] for line in journal
