@@ -24,6 +24,7 @@ from wizard.plan import CLUSTER, Change, Phase, Scope, Step, StepContext
 from wizard.probe import Report
 from wizard.site import Node, Site
 from wizard.support import support_for
+from wizard.transports.kube import CONFLICT_TRIES, KubeError
 
 _RUNTIME = re.compile(r"^containerd://v?(\d+)\.(\d+)\.(\d+)")
 
@@ -353,20 +354,31 @@ class LabelsAndTaint(Step):
         return [Change(self._artifact(ctx.site, ctx.node), current)]
 
     async def apply(self, ctx: StepContext, changes: list[Change]) -> None:
+        """The labels and the site's taint; the node's other taints kept. spec.taints has
+        no patch strategy (a merge patch replaces the whole list), so the patch names the
+        resourceVersion it was computed from: a taint another writer added in between
+        makes it a 409 Conflict, and the list is read and computed again."""
         assert ctx.node is not None
         kube = ctx.services.kube
-        live = await kube.node(ctx.node.name) or {}
-        others = [
-            t
-            for t in live.get("spec", {}).get("taints") or []
-            if t.get("key") != ctx.site.taint.key
-        ]
-        desired = desired_node_metadata(ctx.site)
-        patch = {
-            "metadata": {"labels": desired["labels"]},
-            "spec": {"taints": others + desired["taints"]},
-        }
-        await kube.patch_node(ctx.node.name, patch)
+        for attempt in range(CONFLICT_TRIES):
+            live = await kube.node(ctx.node.name) or {}
+            others = [
+                t
+                for t in live.get("spec", {}).get("taints") or []
+                if t.get("key") != ctx.site.taint.key
+            ]
+            desired = desired_node_metadata(ctx.site)
+            metadata: dict[str, Any] = {"labels": desired["labels"]}
+            version = (live.get("metadata") or {}).get("resourceVersion")
+            if version:
+                metadata["resourceVersion"] = version
+            patch = {"metadata": metadata, "spec": {"taints": others + desired["taints"]}}
+            try:
+                await kube.patch_node(ctx.node.name, patch)
+                return
+            except KubeError as exc:
+                if exc.status != 409 or attempt + 1 == CONFLICT_TRIES:
+                    raise
 
     async def verify(self, ctx: StepContext) -> list[Finding]:
         assert ctx.node is not None

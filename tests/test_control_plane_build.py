@@ -166,3 +166,58 @@ def test_without_the_module_proxy_the_build_says_so(tmp_path):
     assert f"{ETCD.module}@{ETCD.version}" in result.stderr
     assert "Traceback" not in result.stderr
     assert not build.built(ETCD, tmp_path / "cp")
+
+
+def test_a_stamp_from_before_the_recipe_is_kept_and_rewritten_with_it(tmp_path):
+    """The cache built before the stamp recorded its recipe is not thrown away (a rebuild
+    is ~40 min of CPU): it is taken as revision 1's and the stamp gains the recipe."""
+    _stamp_built(tmp_path)
+    stamp = build.bin_dir(HELM, tmp_path).parent / build.STAMP
+    assert "recipe" not in json.loads(stamp.read_text())
+    assert build.built(HELM, tmp_path)
+    assert json.loads(stamp.read_text())["recipe"] == build.recipe(HELM)
+
+
+def test_another_recipe_or_go_is_not_this_build(tmp_path):
+    _stamp_built(tmp_path)
+    stamp = build.bin_dir(ETCD, tmp_path).parent / build.STAMP
+    stamp.write_text(json.dumps({"version": ETCD.version, "go": "go1.26.8", "recipe": "0" * 16}))
+    assert not build.built(ETCD, tmp_path)
+    stamp.write_text(json.dumps({"version": ETCD.version, "go": "go1.26.8",
+                                 "recipe": build.recipe(ETCD)}))  # fmt: skip
+    assert build.built(ETCD, tmp_path)
+    assert build.built(ETCD, tmp_path, "go1.26.8")
+    assert not build.built(ETCD, tmp_path, "go1.27.0")
+    assert build.recipe(ETCD) != build.recipe(HELM)
+
+
+def test_a_go_older_than_the_modules_go_line_is_refused_before_building():
+    helm_mod = "module helm.sh/helm/v3\n\ngo 1.26.0\n\nrequire (\n)\n"
+    with pytest.raises(build.BuildError, match=r"needs Go 1\.26\.0 or newer.*go1\.25\.3"):
+        build._check_go(HELM, helm_mod, "go1.25.3")
+    build._check_go(HELM, helm_mod, "go1.26.8")
+    build._check_go(HELM, helm_mod, "devel go1.27-abc")  # not a release: go itself judges
+
+
+def test_a_second_build_waits_for_the_first_one(tmp_path):
+    """Two builds of one cache: the second waits on the lock file, then finds it built."""
+    import fcntl
+    import threading
+    import time
+
+    _stamp_built(tmp_path)
+    said: list[str] = []
+    builder = build.Builder(tmp_path, Path("/bin/false"), 1, said.append)
+    with (tmp_path / build.LOCK).open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        second = threading.Thread(target=builder.build_all)
+        second.start()
+        deadline = time.monotonic() + 10
+        while not said and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert said and "holds" in said[0] and "waiting" in said[0]
+        assert second.is_alive()
+        fcntl.flock(held, fcntl.LOCK_UN)
+    second.join(10)
+    assert not second.is_alive()
+    assert all("already built" in s for s in said[1:]) and len(said) == 1 + len(COMPONENTS)

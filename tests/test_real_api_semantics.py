@@ -1,7 +1,7 @@
 """The API semantics the wizard relies on, asked of both control planes with the same calls
-and compared: strategic merge patches of lists (spec.taints merge by key), optimistic
-concurrency (a stale resourceVersion is a 409 Conflict), and an eviction a
-PodDisruptionBudget refuses (429). Each divergence found here was fixed in the embedded
+and compared: strategic merge patches of lists (spec.taints has no patch strategy: the
+list is replaced whole, as by a JSON merge patch), optimistic concurrency (a stale
+resourceVersion is a 409 Conflict), and an eviction a PodDisruptionBudget refuses (429). Each divergence found here was fixed in the embedded
 server (wizard/lab/kubeapi.py)."""
 
 from __future__ import annotations

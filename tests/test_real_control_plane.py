@@ -107,12 +107,18 @@ def test_the_real_helm_installs_the_gpu_operator_chart_from_the_lab_repository(r
     assert [(r["name"], r["namespace"], r["chart"], r["status"]) for r in releases] == [
         ("gpu-operator", "gpu-operator", "gpu-operator-v26.7.0", "deployed")
     ]
-    # The chart's CRDs (crds/) were installed with it.
-    crds = subprocess.run(
-        [helm, "--kubeconfig", kubeconfig, "get", "manifest", "gpu-operator", "-n", "gpu-operator"],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert "kind: ClusterPolicy" in crds.stdout
+    # The chart's CRDs (crds/) were installed with it: helm applies crds/ before the
+    # templates and never lists them in the release's manifest, so the API server is
+    # asked for the CRD itself.
+    crd = asyncio.run(
+        KubeClient(kubeconfig).request(
+            "GET",
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/clusterpolicies.nvidia.com",
+        )
+    )
+    assert (crd["spec"]["group"], crd["spec"]["names"]["kind"]) == ("nvidia.com", "ClusterPolicy")
+    conditions = {c["type"]: c["status"] for c in crd.get("status", {}).get("conditions", [])}
+    assert conditions.get("Established") == "True"
 
 
 def test_a_killed_lab_leaves_no_control_plane_process(tmp_path):

@@ -4,6 +4,7 @@ says so, and resolves it (its own interrupted operation, by the journal), never 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -89,8 +90,8 @@ def test_an_install_killed_mid_way_is_seen_said_and_resolved_by_the_next_run(tmp
             )
             time.sleep(1)
         assert status == "pending-install"
-        # The wizard and its helm, as a lost jump host ends them (helm runs in a session of
-        # its own, so that a Ctrl-C reaches the wizard first: it is found by its argv).
+        # The wizard and its helm, as a lost jump host or a power cut ends both (helm is
+        # found by its argv).
         helms = _processes_running(str(build.binary(HELM, "helm")))
         os.killpg(first.pid, signal.SIGKILL)
         for pid in helms:
@@ -104,7 +105,10 @@ def test_an_install_killed_mid_way_is_seen_said_and_resolved_by_the_next_run(tmp
         out = second.stdout + second.stderr
         assert second.returncode == 0, out[-4000:]
         assert "gpu-operator/gpu-operator is pending-install: this wizard's own" in out
-        assert "`helm uninstall gpu-operator -n gpu-operator` (it was never deployed)" in out
+        # The notice names the exact command the resolution runs (never deployed: uninstall).
+        assert (
+            "resolving it with `helm uninstall gpu-operator --namespace gpu-operator --wait`" in out
+        )
         # The journal: the interrupted install, the uninstall, the install again; no --force.
         journal = (tmp_path / "state" / "lab" / "journal.jsonl").read_text().splitlines()
         helm = [json.loads(line)["command"].split()[1] for line in journal
@@ -114,4 +118,73 @@ def test_an_install_killed_mid_way_is_seen_said_and_resolved_by_the_next_run(tmp
         releases = [(r["name"], r["status"], r["chart"]) for r in _releases(lab)]
         assert releases == [("gpu-operator", "deployed", "gpu-operator-v26.7.0")]
     finally:
+        lab.stop()
+
+
+def _helm_commands(tmp_path) -> list[str]:
+    journal = (tmp_path / "state" / "lab" / "journal.jsonl").read_text().splitlines()
+    return [json.loads(line)["command"].split()[1] for line in journal
+            if '"target": "helm"' in line and '"command"' in line and '"intent"' in line]  # fmt: skip
+
+
+def test_a_killed_wizard_whose_helm_lives_on_is_waited_for_never_rolled_back_under_it(tmp_path):
+    """Only the wizard is killed (kill -9 of its pid): its helm upgrade --install --wait
+    lives on (here held by SIGSTOP, so that the kernel's PR_SET_PDEATHSIG SIGTERM waits
+    too, wizard/transports/children.py). The next run sees the journaled helm pid alive,
+    says so and waits; the release stays as helm left it (no uninstall, no rollback
+    beside the running helm). When helm goes on, it gets its SIGTERM and ends, and the
+    next run finishes the install."""
+    require_real()
+    lab = ServedLab(tmp_path / "lab")
+    state = str(tmp_path / "state")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    helms: list[int] = []
+    try:
+        _cordon(lab, True)
+        first = subprocess.Popen(_wizard(lab, state), cwd=REPO, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        deadline = time.monotonic() + 180
+        status = None
+        while time.monotonic() < deadline and status != "pending-install":
+            status = next(
+                (r["status"] for r in _releases(lab) if r["name"] == "gpu-operator"), None
+            )
+            time.sleep(1)
+        assert status == "pending-install"
+        helms = _processes_running(str(build.binary(HELM, "helm")))
+        assert helms, "the wizard's helm was not running"
+        for pid in helms:
+            os.kill(pid, signal.SIGSTOP)
+        os.kill(first.pid, signal.SIGKILL)  # the wizard only
+        first.wait(30)
+        _cordon(lab, False)
+        log = tmp_path / "second.log"
+        with log.open("w") as out:
+            second = subprocess.Popen(_wizard(lab, state), cwd=REPO, stdout=out,
+                                      stderr=subprocess.STDOUT, env=env)  # fmt: skip
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and "still runs: waiting" not in log.read_text():
+            assert second.poll() is None, log.read_text()[-4000:]
+            time.sleep(0.5)
+        assert f"pid {helms[0]} (`" in log.read_text()
+        time.sleep(3)  # the second run keeps waiting: nothing touches the release
+        assert second.poll() is None
+        assert [r["status"] for r in _releases(lab)] == ["pending-install"]
+        assert _helm_commands(tmp_path) == ["upgrade"]
+        for pid in helms:
+            os.kill(pid, signal.SIGCONT)  # its pending SIGTERM arrives: helm ends
+        assert second.wait(900) == 0, log.read_text()[-4000:]
+        commands = _helm_commands(tmp_path)
+        # helm cancels on SIGTERM and marks the install failed (pkg/cmd/install.go's
+        # signal handler, pkg/action/install.go failRelease), then the upgrade --install
+        # takes it over; had it died pending, the next run uninstalls first: either way
+        # only after the first helm ended.
+        assert commands in (["upgrade", "upgrade"], ["upgrade", "uninstall", "upgrade"])
+        assert "rollback" not in commands
+        releases = [(r["name"], r["status"], r["chart"]) for r in _releases(lab)]
+        assert releases == [("gpu-operator", "deployed", "gpu-operator-v26.7.0")]
+    finally:
+        for pid in helms:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
         lab.stop()

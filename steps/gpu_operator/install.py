@@ -9,6 +9,8 @@ with the blast radius spelled out, and nothing happens without the operator's co
 
 from __future__ import annotations
 
+import json
+import shlex
 import tempfile
 import textwrap
 from pathlib import Path
@@ -41,7 +43,7 @@ from wizard.model import Finding, StepKind
 from wizard.plan import Change, Scope, Step, StepContext
 from wizard.probe import Report
 from wizard.site import Node, Site
-from wizard.transports.helm import LIST_ARGS, get_values_args, helm_argv
+from wizard.transports.helm import LIST_ARGS, HelmError, get_values_args, helm_argv
 
 NVIDIADRIVERS = "/apis/nvidia.com/v1alpha1/nvidiadrivers"
 NVIDIADRIVER_PATH = "cluster/k8s/nvidiadriver.yaml"
@@ -273,23 +275,38 @@ class InstallGpuOperator(Step):
 
     async def _resolve_pending(self, ctx: StepContext, state: ReleaseState) -> None:
         """The release this wizard left pending when it was killed mid-upgrade: back to the
-        last revision that was deployed (helm rollback, its default: the previous one), or,
-        when nothing was ever deployed (pending-install), uninstalled so that the install
-        runs again; never a --force."""
+        newest revision that was deployed (helm rollback with that revision named: without
+        one, helm rolls back to current-1, pkg/action/rollback.go, which may be a failed
+        revision), or, when nothing was ever deployed (pending-install), uninstalled so
+        that the install runs again; never a --force."""
         helm = ctx.services.helm
+        ns = ["--namespace", state.namespace]
+        if state.status == "pending-install":
+            args = ["uninstall", state.name, *ns, "--wait"]
+        else:
+            listed = await helm.run("history", state.name, *ns, "-o", "json")
+            revision = last_deployed_revision(listed.stdout) if listed.exit_status == 0 else None
+            if revision is None:
+                why = (
+                    f"helm history failed: {listed.stderr.strip()[:300]}"
+                    if listed.exit_status != 0
+                    else "its history holds no deployed or superseded revision"
+                )
+                raise HelmError(
+                    f"release {state.label} is {state.status} after this wizard's interrupted "
+                    f"`{interrupted_helm(ctx, state)}`, and there is no revision to roll back "
+                    f"to ({why}); inspect `helm history {state.name} -n {state.namespace}` and "
+                    f"roll back to a good revision by hand (helm rollback {state.name} REVISION "
+                    f"-n {state.namespace}), then run this step again"
+                )
+            args = ["rollback", state.name, str(revision), *ns, "--wait"]
         ctx.engine.emit(
             Notice(
                 f"release {state.label} is {state.status}: this wizard's own "
                 f"`{interrupted_helm(ctx, state)}` was interrupted; resolving it with "
-                f"{_resolution(state)}",
+                f"`helm {shlex.join(args)}`",
                 ctx.target,
             )
-        )
-        ns = ["--namespace", state.namespace]
-        args = (
-            ["uninstall", state.name, *ns, "--wait"]
-            if state.status == "pending-install"
-            else ["rollback", state.name, *ns, "--wait"]
         )
         result = await helm.run(
             *args, on_line=lambda stream, line: ctx.engine.emit(_output(line, stream))
@@ -415,7 +432,30 @@ def interrupted_helm(ctx: StepContext, state: ReleaseState) -> str | None:
     return None
 
 
+def last_deployed_revision(history_json: str) -> int | None:
+    """The newest revision of ``helm history -o json`` that was deployed (status deployed,
+    or superseded: deployed, then replaced), or None."""
+    try:
+        entries = json.loads(history_json or "[]")
+    except ValueError:
+        return None
+    if not isinstance(entries, list):
+        return None
+    good = [
+        e["revision"]
+        for e in entries
+        if isinstance(e, dict)
+        and e.get("status") in ("deployed", "superseded")
+        and isinstance(e.get("revision"), int)
+        and not isinstance(e.get("revision"), bool)
+    ]
+    return max(good) if good else None
+
+
 def _resolution(state: ReleaseState) -> str:
     if state.status == "pending-install":
         return f"`helm uninstall {state.name} -n {state.namespace}` (it was never deployed), then the install"
-    return f"`helm rollback {state.name} -n {state.namespace}` to the last deployed revision, then the upgrade"
+    return (
+        f"`helm rollback {state.name} REVISION -n {state.namespace}` to the newest deployed "
+        "revision (from helm history), then the upgrade"
+    )

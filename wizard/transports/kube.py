@@ -28,8 +28,19 @@ TARGET = "cluster"
 class KubeError(TransportError):
     """The API server answered with an error."""
 
-    def __init__(self, message: str, status: int | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        status: int | None = None,
+        *,
+        causes: tuple[str, ...] = (),
+        retry_after: str | None = None,
+    ) -> None:
         self.status = status
+        #: The Status body's details.causes[].reason (e.g. NamespaceTerminating on a 403).
+        self.causes = causes
+        #: The answer's Retry-After header, when it carried one.
+        self.retry_after = retry_after
         super().__init__(TARGET, message)
 
 
@@ -125,8 +136,11 @@ class KubeClient:
                 )
                 # The API server asks to come back later (a CRD's storage initializing, a
                 # priority-and-fairness queue full): 429 or 5xx with Retry-After, which
-                # client-go obeys up to 10 times (rest/request.go checkWait). An eviction's
-                # 429 carries no Retry-After: it is the PodDisruptionBudget's answer.
+                # client-go obeys up to 10 times (rest/request.go checkWait). An eviction is
+                # not retried here: its 429 is the PodDisruptionBudget's answer (no
+                # Retry-After), or "still being processed" with Retry-After 10
+                # (pkg/registry/core/pod/storage/eviction.go); drain() decides when to ask
+                # again.
                 evicting = path.endswith("/eviction")
                 if retry_after is None or evicting or status not in (429, 500, 503, 504):
                     break
@@ -139,7 +153,12 @@ class KubeClient:
             ) from None
         journal.end(intent, {"status": status})
         if not 200 <= status < 300:
-            raise KubeError(f"{what}: {status} {_message(data)}", status)
+            raise KubeError(
+                f"{what}: {status} {_message(data)}",
+                status,
+                causes=_causes(data),
+                retry_after=retry_after,
+            )
         if text:
             return data.decode(errors="replace")
         return json.loads(data) if data else None
@@ -327,7 +346,14 @@ class KubeClient:
     ) -> list[str]:
         """Evict every non-DaemonSet pod from the node, respecting PodDisruptionBudgets: an
         eviction a budget refuses (429) is asked again until ``timeout``, never forced (no
-        delete); ``progress`` hears which pods wait, and for how long at most."""
+        delete); ``progress`` hears which pods wait, and for how long at most.
+
+        As kubectl's drain (staging/src/k8s.io/kubectl/pkg/drain/drain.go evictPods and
+        filters.go): mirror pods (the kubelet's static pods) are skipped, a pod already
+        terminating is not evicted again but waited for, a pod gone before its eviction
+        (404) counts as evicted, a 429 is asked again after 5 s (or the answer's
+        Retry-After), and a 403 NamespaceTerminating is asked again until the namespace's
+        deletion takes the pod."""
         await self.cordon(name)
         deadline = time.monotonic() + timeout
         evicted: list[str] = []
@@ -337,13 +363,19 @@ class KubeClient:
             pods = [
                 p
                 for p in await self.pods(field_selector=f"spec.nodeName={name}")
-                if not _daemonset_pod(p) and p.get("status", {}).get("phase") not in _FINISHED
+                if not _daemonset_pod(p)
+                and not _mirror_pod(p)
+                and p.get("status", {}).get("phase") not in _FINISHED
             ]
             if not pods:
                 return evicted
             refused = []
+            waits: list[float] = []
             for pod in pods:
                 meta = pod["metadata"]
+                who = f"{meta['namespace']}/{meta['name']}"
+                if meta.get("deletionTimestamp"):
+                    continue  # evicted already (by us or someone): wait for it to go
                 where = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
                 body = {
                     "apiVersion": "policy/v1",
@@ -351,17 +383,25 @@ class KubeClient:
                     "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
                 }
                 try:
-                    await self.request(
-                        "POST",
-                        f"{where}/eviction",
-                        body,
-                        what=f"evict {meta['namespace']}/{meta['name']}",
-                    )
-                    evicted.append(f"{meta['namespace']}/{meta['name']}")
+                    await self.request("POST", f"{where}/eviction", body, what=f"evict {who}")
                 except KubeError as exc:
-                    if exc.status != 429:  # 429: a PodDisruptionBudget says not yet
+                    if exc.status == 404:  # gone between the list and the eviction
+                        pass
+                    elif exc.status == 429 or (
+                        exc.status == 403 and "NamespaceTerminating" in exc.causes
+                    ):
+                        # 429: a PodDisruptionBudget says not yet (or the API server is
+                        # still processing an earlier eviction); 403 NamespaceTerminating:
+                        # the namespace's deletion will take the pod.
+                        refused.append(who)
+                        waits.append(
+                            _seconds(exc.retry_after) if exc.retry_after else DRAIN_RETRY_S
+                        )
+                        continue
+                    else:
                         raise
-                    refused.append(f"{meta['namespace']}/{meta['name']}")
+                if who not in evicted:
+                    evicted.append(who)
             left = deadline - time.monotonic()
             if refused and refused != told and progress is not None:
                 told = refused
@@ -384,13 +424,17 @@ class KubeClient:
                 raise KubeError(
                     f"drain of {name} timed out after {timeout:g}s; still running: {blocked}{why}"
                 )
-            await asyncio.sleep(2)
+            # kubectl waits 1 s between looks at a pod it evicted (waitForDelete) and 5 s
+            # before asking again after a refusal.
+            await asyncio.sleep(max(waits) if waits else DRAIN_POLL_S)
 
 
 _FINISHED = ("Succeeded", "Failed")
 RETRY_AFTER_TRIES = 10
 CONFLICT_TRIES = 5
 RETRY_AFTER_MAX_S = 10.0
+DRAIN_RETRY_S = 5.0
+DRAIN_POLL_S = 1.0
 
 
 def _seconds(retry_after: str) -> float:
@@ -404,6 +448,20 @@ def _seconds(retry_after: str) -> float:
 def _daemonset_pod(pod: dict[str, Any]) -> bool:
     owners = pod["metadata"].get("ownerReferences") or []
     return any(owner.get("kind") == "DaemonSet" for owner in owners)
+
+
+def _causes(data: bytes) -> tuple[str, ...]:
+    """A Status body's details.causes[].reason, or none."""
+    try:
+        causes = (json.loads(data).get("details") or {}).get("causes") or []
+        return tuple(str(c.get("reason", "")) for c in causes if isinstance(c, dict))
+    except (TypeError, ValueError, AttributeError):
+        return ()
+
+
+def _mirror_pod(pod: dict[str, Any]) -> bool:
+    """The kubelet's mirror of a static pod: the API cannot evict it (kubectl skips it)."""
+    return "kubernetes.io/config.mirror" in (pod["metadata"].get("annotations") or {})
 
 
 def _message(data: bytes) -> str:

@@ -12,6 +12,9 @@ so that an interrupted build is built again and a finished one never is.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import json
 import os
 import re
@@ -19,7 +22,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +33,10 @@ CACHE_ENV = "GNW_CONTROL_PLANE_CACHE"
 GO_ENV = "GNW_GO"  # the go binary, when it is not on PATH nor in /usr/local/go/bin
 JOBS_ENV = "GNW_GO_BUILD_JOBS"
 STAMP = "BUILT.json"
+LOCK = ".build.lock"
+# The newest `go` line of the pinned modules' go.mod files (helm v3.22.0 and etcd v3.5.35
+# declare go 1.26.0); each is checked again against the downloaded .mod before building.
+GO_NEEDED = "1.26"
 
 
 class BuildError(WizardError):
@@ -53,12 +60,59 @@ def bin_dir(component: Component, root: Path | None = None) -> Path:
     return (root or cache_root()) / component.key / "bin"
 
 
-def built(component: Component, root: Path | None = None) -> bool:
-    """True when this version's binaries are complete (the stamp is written after them)."""
+# Raised whenever the build itself changes (the generated go.mod, the go commands, the
+# environment): every cached build made by an older recipe is then built again.
+RECIPE_REVISION = 1
+
+
+def recipe(component: Component) -> str:
+    """A digest of what makes this component's binaries: its module, version, packages,
+    ldflags, sibling version, binary names and the build's own revision."""
+    parts = {
+        "revision": RECIPE_REVISION,
+        "module": component.module,
+        "version": component.version,
+        "packages": list(component.packages),
+        "ldflags": list(component.ldflags),
+        "sibling_version": component.sibling_version,
+        "binaries": list(component.binary_names()),
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def built(component: Component, root: Path | None = None, go: str | None = None) -> bool:
+    """True when this version's binaries are complete (the stamp is written after them)
+    and were made by this recipe (and, when ``go`` is given, by that Go version: the
+    builder asks so; a user of the binaries needs no Go).
+
+    A stamp from before the recipe was recorded (revision 1 is the recipe those builds
+    used) is taken as this recipe's and rewritten with it, so that the cached build is
+    not thrown away for a format change."""
     folder = bin_dir(component, root)
-    return (folder.parent / STAMP).is_file() and all(
+    stamp_path = folder.parent / STAMP
+    if not stamp_path.is_file() or not all(
         (folder / name).is_file() for name in component.binary_names()
-    )
+    ):
+        return False
+    try:
+        stamp = json.loads(stamp_path.read_text())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(stamp, dict) or stamp.get("version", component.version) != component.version:
+        return False
+    if "recipe" not in stamp and RECIPE_REVISION == 1:
+        stamp["recipe"] = recipe(component)
+        with contextlib.suppress(OSError):  # a read-only cache is still a built one
+            _write_stamp(stamp_path, stamp)
+    if stamp.get("recipe") != recipe(component):
+        return False
+    return go is None or stamp.get("go") == go
+
+
+def _write_stamp(path: Path, stamp: dict) -> None:
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(stamp, indent=2) + "\n")
+    partial.replace(path)
 
 
 def binary(component: Component, name: str, root: Path | None = None) -> Path | None:
@@ -79,7 +133,7 @@ def find_go() -> Path:
             return Path(candidate)
     where = f"${GO_ENV}={explicit}" if explicit else "PATH and /usr/local/go/bin"
     raise BuildError(
-        f"building the control plane needs Go (1.24 or newer); no go command in {where}. "
+        f"building the control plane needs Go ({GO_NEEDED} or newer); no go command in {where}. "
         "Install Go from your distribution or go.dev, or set GNW_GO to the go binary."
     )
 
@@ -116,11 +170,37 @@ class Builder:
 
     def build_all(self, components: tuple[Component, ...] = COMPONENTS) -> list[Path]:
         self.root.mkdir(parents=True, exist_ok=True)
+        with self._locked():
+            return self._build_all(components)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """One build at a time per cache: a second one waits (and then finds it built),
+        rather than both writing one bin.partial."""
+        with (self.root / LOCK).open("a") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                self.progress(
+                    f"another build of the control plane holds {self.root / LOCK}; waiting for it"
+                )
+                fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def _build_all(self, components: tuple[Component, ...]) -> list[Path]:
         version = ""
         folders = []
         for index, component in enumerate(components, 1):
             label = f"[{index}/{len(components)}] {component.module}@{component.version}"
-            if built(component, self.root):
+            # A build stamped with a Go version is current only for that Go (a stamp
+            # without one predates the record: its binaries are kept).
+            stamped = built(component, self.root) and _stamped_go(component, self.root)
+            if stamped:
+                version = version or self._go_version()
+            if built(component, self.root, version if stamped else None):
                 self.progress(f"{label}: already built in {bin_dir(component, self.root)}")
             else:
                 started = time.monotonic()
@@ -145,6 +225,7 @@ class Builder:
         self.progress(f"{label}: fetching the module from the Go module proxy")
         info = self._download(component, work)
         upstream = Path(info["GoMod"]).read_text()
+        _check_go(component, upstream, go_version)
         (work / "go.mod").write_text(build_module(component, upstream))
         (work / "go.sum").touch()
         self.progress(f"{label}: resolving its dependencies")
@@ -169,8 +250,8 @@ class Builder:
         target.parent.mkdir(parents=True, exist_ok=True)
         staging.rename(target)
         stamp = {"module": component.module, "version": component.version, "go": go_version,
-                 "binaries": list(names)}  # fmt: skip
-        (target.parent / STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
+                 "recipe": recipe(component), "binaries": list(names)}  # fmt: skip
+        _write_stamp(target.parent / STAMP, stamp)
 
     def _download(self, component: Component, work: Path) -> dict:
         ref = f"{component.module}@{component.version}"
@@ -228,6 +309,33 @@ class Builder:
         return result
 
 
+def _stamped_go(component: Component, root: Path) -> str | None:
+    try:
+        return json.loads((bin_dir(component, root).parent / STAMP).read_text()).get("go")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _go_tuple(text: str) -> tuple[int, ...] | None:
+    """go1.26.8 / 1.26.0 / 1.26 as numbers; None for a development or odd version."""
+    found = re.fullmatch(r"(?:go)?(\d+)\.(\d+)(?:\.(\d+))?\S*", text.strip())
+    return tuple(int(g or 0) for g in found.groups()) if found else None
+
+
+def _check_go(component: Component, upstream_go_mod: str, go_version: str) -> None:
+    """The module's go.mod `go` line is the oldest Go that builds it (GOTOOLCHAIN=local:
+    Go refuses, mid-way, rather than download a newer one): said before building."""
+    line = re.search(r"^go (\S+)", upstream_go_mod, re.M)
+    needed = _go_tuple(line.group(1)) if line else None
+    have = _go_tuple(go_version)
+    if needed and have and have < needed:
+        raise BuildError(
+            f"{component.module}@{component.version} needs Go {line.group(1)} or newer (its "
+            f"go.mod says `go {line.group(1)}`); this go is {go_version}. Install a newer Go "
+            "(go.dev/dl) or set GNW_GO to one."
+        )
+
+
 def build_module(component: Component, upstream_go_mod: str) -> str:
     """The generated go.mod: the component's module required at its version, and its own
     replace directives, with local paths turned into the published sibling modules."""
@@ -236,7 +344,7 @@ def build_module(component: Component, upstream_go_mod: str) -> str:
     for single in re.findall(r"^require (\S+) (v\S+)", upstream_go_mod, re.M):
         required[single[0]] = single[1]
     lines = [f"module gnw.local/build/{component.name}", ""]
-    lines += [f"go {go_line.group(1) if go_line else '1.24'}", ""]
+    lines += [f"go {go_line.group(1) if go_line else GO_NEEDED}", ""]
     lines += [f"require {component.module} {component.version}", "", "replace ("]
     for old, new in _replaces(upstream_go_mod):
         if new.startswith((".", "/")):  # a sibling in the module's own repository
