@@ -199,7 +199,7 @@ async def test_join_operator_and_plugin_pass_in_the_lab(tmp_path):
     assert release["version"] == "v26.7.0"
     assert release["values"]["driver"]["kernelModuleType"] == "open"
     assert release["values"]["operator"]["repository"] == "nexus.lab.internal:8443/nvidia/nvidia"
-    cm = lab.cluster.get("v1", "configmaps", "kube-system", "rdma-devices")
+    cm = lab.cluster.get("v1", "configmaps", "kube-system", "gnw-rdma-devices")
     selectors = json.loads(cm["data"]["config.json"])["configList"][0]["selectors"]
     assert selectors["ifNames"] == ["ens5f0np0"]  # what rdma link showed, not a guess
     # The test pods were cleaned up.

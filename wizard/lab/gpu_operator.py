@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Any
 
+from wizard.lab.existing import other_gpu_node
 from wizard.lab.host import LabHost
 
 if TYPE_CHECKING:
@@ -47,11 +48,7 @@ class GpuOperatorMixin:
     }
 
     def _preinstall_operator(self: Lab) -> None:
-        other = self._node_object("gpu-h100-01", "10.10.1.40", control_plane=False, gpu_host=None)
-        other["metadata"]["labels"]["nvidia.com/gpu.present"] = "true"
-        other["status"]["capacity"]["nvidia.com/gpu"] = "8"
-        other["status"]["allocatable"]["nvidia.com/gpu"] = "8"
-        self.cluster.put("v1", "nodes", other)
+        other_gpu_node(self)
         self._helm_upgrade(copy.deepcopy(self.PREINSTALLED))
 
     def _gpu_operator_objects(
