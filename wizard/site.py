@@ -191,7 +191,10 @@ class Versions(Strict):
     gpu_operator: Version3 = "v26.7.0"
     driver: Annotated[str, Field(pattern=r"^\d+\.\d+(\.\d+)?$")] = "595.91.07"
     kernel_module_type: Literal["auto", "open", "proprietary"] = Field(
-        "open", description="open is needed for DMA-BUF GPUDirect"
+        "auto",
+        description="auto (the chart's default) picks the open modules a B300 needs for "
+        "DMA-BUF GPUDirect; open or proprietary is set for every GPU node of the cluster "
+        "(without the NVIDIADriver CRD)",
     )
     nvidia_driver_crd: bool = Field(False, description="manage the driver with NVIDIADriver CRs")
     cdi: bool = True

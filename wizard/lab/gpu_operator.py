@@ -80,6 +80,17 @@ class GpuOperatorMixin:
             },
         }  # fmt: skip
         self.cluster.put("nvidia.com/v1", "clusterpolicies", policy)
+        crd_values = driver_values.get("nvidiaDriverCRD") or {}
+        if crd and crd_values.get("deployDefaultCR", True):
+            # templates/nvidiadriver.yaml: the chart's fallback NVIDIADriver (default: true,
+            # no nodeSelector) for every GPU node no other NVIDIADriver selects.
+            self.cluster.put("nvidia.com/v1alpha1", "nvidiadrivers", {
+                "apiVersion": "nvidia.com/v1alpha1", "kind": "NVIDIADriver",
+                "metadata": {"name": "default", "labels": {"app.kubernetes.io/instance": release}},
+                "spec": {"default": True, "driverType": "gpu", "image": "driver",
+                         "version": driver_values.get("version", "595.91.07"),
+                         "kernelModuleType": driver_values.get("kernelModuleType", "auto")},
+            })  # fmt: skip
         # The NFD subchart's fullname: the release name, suffixed with the chart name unless
         # it already contains it (node-feature-discovery templates/_helpers.tpl).
         chart = "node-feature-discovery"
