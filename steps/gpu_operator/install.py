@@ -121,7 +121,8 @@ class InstallGpuOperator(Step):
     kind = StepKind.APPLY
     gates = ("T01",)
     scope = Scope.CLUSTER
-    requires = ("gpu-operator.preflight",)
+    # The pull secret first: nothing the release deploys may pull before it exists.
+    requires = ("gpu-operator.preflight", "registry.pull-secrets")
     reads = ("versions", "registry", "cluster", "taint", "labels", "node.name")
     explain = (
         "The release state is read first (helm list -A, the chart version, helm get values, "

@@ -19,6 +19,7 @@ from steps.gpu_operator.values import (
     mirrored,
 )
 from steps.join import TOOLKIT_DROP_IN
+from steps.pull_secrets import PullSecrets
 from wizard.artifacts import Artifact, k8s_object
 from wizard.facts import ParseError, parse
 from wizard.model import Finding, StepKind
@@ -268,5 +269,5 @@ PHASE = Phase(
     number=8,
     title="GPU Operator 26.7",
     summary="Install the pinned GPU Operator with Helm and prove the GPUs are schedulable.",
-    steps=(OperatorPreflight(), InstallGpuOperator(), VerifyGpuOperator()),
+    steps=(OperatorPreflight(), PullSecrets(), InstallGpuOperator(), VerifyGpuOperator()),
 )

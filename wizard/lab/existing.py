@@ -13,6 +13,7 @@ newResourceServer), which the kubelet shows as 0.
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import TYPE_CHECKING
 
@@ -99,3 +100,24 @@ def seed_existing_rdma_plugin(lab: Lab) -> None:
             live = lab.cluster.node(name)
             live["status"]["capacity"][UPSTREAM_RESOURCE] = count
             live["status"]["allocatable"][UPSTREAM_RESOURCE] = count
+
+
+LAB_MIRROR_HOST = "nexus.lab.internal:8443"
+
+
+def seed_pull_secret(lab: Lab, name: str = "nexus-pull") -> None:
+    """The site's pull secret for its mirror, as a cluster that already pulls from it has it
+    in the namespaces its workloads use (kube-system, default), and nowhere else: the
+    kubelet reads a pod's imagePullSecrets in the pod's own namespace, so a new namespace
+    (gpu-operator) needs its own copy. Made as `kubectl create secret docker-registry` makes
+    it (type kubernetes.io/dockerconfigjson, an auths entry for the server)."""
+    auth = base64.b64encode(b"lab-puller:lab-pull-password").decode()
+    config = {"auths": {LAB_MIRROR_HOST: {"username": "lab-puller",
+                                          "password": "lab-pull-password", "auth": auth}}}  # fmt: skip
+    data = base64.b64encode(json.dumps(config).encode()).decode()
+    for namespace in ("kube-system", "default"):
+        lab.cluster.put("v1", "secrets", {
+            "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/dockerconfigjson",
+            "metadata": {"name": name, "namespace": namespace},
+            "data": {".dockerconfigjson": data},
+        })  # fmt: skip
