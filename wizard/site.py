@@ -207,6 +207,13 @@ class Registry(Strict):
     pull_secret: K8sName | None = Field(None, description="Kubernetes Secret for imagePullSecrets")
     username_env: EnvVarName | None = None
     password_env: EnvVarName | None = None
+    gpu_operator_chart: str = Field(
+        "nvidia/gpu-operator",
+        pattern=r"^(oci://[A-Za-z0-9.-]+(:\d+)?(/[A-Za-z0-9._-]+)+|[a-z0-9][a-z0-9._-]*/gpu-operator)$",
+        description="the GPU Operator chart as helm finds it: <repo>/gpu-operator of a "
+        "`helm repo add`ed repository (an air gap's own mirror of NVIDIA's) or "
+        "oci://<registry>/<path>/gpu-operator; checked with `helm show chart` before use",
+    )
 
 
 class Nic(Strict):

@@ -59,7 +59,7 @@ def upgrade_args(
         "upgrade",
         "--install",
         release,
-        CHART,
+        site.registry.gpu_operator_chart,
         "--namespace",
         namespace,
         "--create-namespace",
