@@ -147,10 +147,24 @@ class AIStorPeer(Strict):
     ssh: SshSettings = SshSettings()
     rdma_ip: IpAddress
     rdma_device: Annotated[str, _check(names.is_rdma_device_name, "RDMA device name")] | None = None
+    production: bool = Field(
+        True,
+        description="the peer serves production storage: every measurement that loads it "
+        "(line-rate perftest, iperf3 -P, the soak, the AIStor benchmarks) needs a typed "
+        "confirmation naming it (headless: --allow-storage-load NAME) and is capped at "
+        "aistor.load_max_seconds",
+    )
 
 
 class AIStor(Strict):
     peers: list[AIStorPeer] = Field(default_factory=list)
+    load_max_seconds: int = Field(
+        300,
+        ge=1,
+        le=7 * 86400,
+        description="the longest load run against a production peer (the soak included): "
+        "five minutes by default, which a production AIStor node rides out",
+    )
     support_confirmation: Annotated[str, Field(min_length=3, max_length=500)] | None = Field(
         None,
         description="who confirmed, and where (ticket, mail), that AIStor and NVIDIA support "
