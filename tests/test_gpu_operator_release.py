@@ -136,6 +136,16 @@ def test_blast_radius_names_every_gpu_node_when_the_driver_may_restart():
         state, site, {"driver": {"version": "580.126.20"}, "sandboxWorkloads": {"x": 1}}
     )
     assert "restarts every operand pods on EVERY GPU node" in text
+    # The live pods it restarts on existing nodes are named; the new node's are not.
+    state.pods = [
+        {"metadata": {"name": n, "ownerReferences": [{"kind": "DaemonSet"}]}, "spec": {"nodeName": node}}
+        for n, node in (("nvidia-dcgm-exporter-x1", "gpu-h100-01"), ("nvidia-dcgm-x2", "gpu-h100-01"),
+                        ("nvidia-dcgm-exporter-x3", "gpu-1"))
+    ]  # fmt: skip
+    text = blast_radius(
+        state, site, {"driver": {"version": "580.126.20"}, "dcgmExporter": {"x": 1}}
+    )
+    assert "(live): nvidia-dcgm-exporter-x1 on gpu-h100-01." in text
     # Nothing changed: no restart claimed.
     calm = blast_radius(state, site, {"driver": {"version": "580.126.20"}})
     assert "EVERY" not in calm and "no operand change" in calm
@@ -168,6 +178,10 @@ async def test_an_installed_older_operator_is_not_upgraded_unless_confirmed(tmp_
         in review.summary
     )
     assert "EVERY GPU node" in review.summary and "gpu-h100-01" in review.summary
+    # Which live pods on which existing node the upgrade replaces, read from the cluster.
+    assert "Pods restarted on existing nodes (live):" in review.summary
+    assert "nvidia-driver-daemonset-00001 on gpu-h100-01" in review.summary
+    assert "-00000 on gpu-b300-01" not in review.summary  # the new node is not "existing"
     diff = next(d for d in review.diffs if d.path == "cluster/helm/gpu-operator-values.yaml")
     added = {line[1:].strip() for line in diff.diff.splitlines() if line.startswith("+")}
     removed = {line[1:].strip() for line in diff.diff.splitlines() if line.startswith("-")}

@@ -50,6 +50,7 @@ class ReleaseState:
     nvidia_drivers: list[dict[str, Any]] = field(default_factory=list)
     gpu_nodes: list[str] = field(default_factory=list)  # nodes the operator's driver runs on
     nfd_workers: list[dict[str, Any]] = field(default_factory=list)  # the release's own
+    pods: list[dict[str, Any]] = field(default_factory=list)  # in the release's namespace
 
     @property
     def label(self) -> str:
@@ -100,6 +101,7 @@ async def read_state(ctx: Any) -> ReleaseState:
         state.nfd_workers = [
             d for d in nfd_workers(await kube.daemonsets()) if belongs_to(d, state)
         ]
+        state.pods = await kube.pods(state.namespace)
     return state
 
 
@@ -229,6 +231,27 @@ def restarted_operands(keys: list[str]) -> list[str]:
     return named
 
 
+def restarted_pods(state: ReleaseState, site: Site, operands: list[str]) -> list[str]:
+    """The live operand pods on existing (not new) nodes that the change replaces: a
+    DaemonSet's pods named after it (``<daemonset>-<hash>``); "every operand" means every
+    DaemonSet-owned pod of the release's namespace."""
+    new = {n.name for n in site.nodes}
+    every = "every operand" in operands
+    names = [o for o in operands if not o.startswith("the ")]
+    nfd = any(o.startswith("the NFD") for o in operands)
+    found = []
+    for pod in state.pods:
+        meta, node = pod.get("metadata", {}), pod.get("spec", {}).get("nodeName")
+        owners = {r.get("kind") for r in meta.get("ownerReferences") or []}
+        name = str(meta.get("name", ""))
+        if not node or node in new or "DaemonSet" not in owners:
+            continue
+        owner = name.rsplit("-", 1)[0]  # a DaemonSet's pod: <daemonset>-<5 characters>
+        if every or owner in names or (nfd and owner.endswith("node-feature-discovery-worker")):
+            found.append(f"{name} on {node}")
+    return sorted(found)
+
+
 def blast_radius(state: ReleaseState, site: Site, merged: dict[str, Any]) -> str:
     """What a change of the release touches, in the operator's words, naming the nodes."""
     pinned = site.versions.gpu_operator
@@ -262,6 +285,13 @@ def blast_radius(state: ReleaseState, site: Site, merged: dict[str, Any]) -> str
                 if driver
                 else " (the operands' DaemonSet templates change)"
             )
+        )
+        pods = restarted_pods(state, site, operands)
+        text += (
+            f". Pods restarted on existing nodes (live): {', '.join(pods[: _SHOWN * 2])}"
+            + (f" and {len(pods) - _SHOWN * 2} more" if len(pods) > _SHOWN * 2 else "")
+            if pods
+            else ". No operand pod runs on an existing node now"
         )
     else:
         text += f"; no operand change: GPU workloads on {', '.join(state.gpu_nodes)} keep running"

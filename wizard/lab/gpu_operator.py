@@ -134,6 +134,20 @@ class GpuOperatorMixin:
                     node["status"]["capacity"]["nvidia.com/gpu"] = count
                     node["status"]["allocatable"]["nvidia.com/gpu"] = count
                     node["metadata"]["labels"]["nvidia.com/gpu.present"] = "true"
+        # The operands run on every GPU node the operator manages, not only the lab's own
+        # (gpu-h100-01 of operator-preinstalled / existing-rdma-plugin): each DaemonSet
+        # selects nodes by the operator's nvidia.com/gpu.present label.
+        hosts = {h.name for h in self.gpu_hosts()}
+        others = [n["metadata"]["name"] for n in self.cluster.list("v1", "nodes", None)
+                  if n["metadata"].get("labels", {}).get("nvidia.com/gpu.present") == "true"
+                  and n["metadata"]["name"] not in hosts]  # fmt: skip
+        for index, name in enumerate(others, start=len(hosts)):
+            for component in ("nvidia-driver-daemonset", "nvidia-container-toolkit-daemonset",
+                              "nvidia-device-plugin-daemonset", "nvidia-dcgm", "nvidia-dcgm-exporter",
+                              "gpu-feature-discovery", "gpu-operator-node-feature-discovery-worker"):  # fmt: skip
+                self.cluster.put(
+                    "v1", "pods", self._pod(namespace, f"{component}-{index:05x}", name)
+                )
 
     def _toolkit_configures(self: Lab, host: LabHost) -> None:
         """containerd's config as Kubespray v2.29.1 templates it (version 3, no imports
