@@ -71,6 +71,8 @@ SessionOpener = Callable[[], Awaitable[Session]]
 DECISION_SCREENS = {
     DecisionKind.CONFIRM_APPLY: ReviewScreen,
     DecisionKind.MAINTENANCE_WINDOW: MaintenanceScreen,
+    # A typed confirmation too: the peer's name (what loads it is in the actions).
+    DecisionKind.STORAGE_LOAD: MaintenanceScreen,
     DecisionKind.MANUAL_DONE: ManualScreen,
     DecisionKind.RETRY_FAILED: FailedStepScreen,
     DecisionKind.ROLLBACK: RollbackScreen,

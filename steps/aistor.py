@@ -21,6 +21,7 @@ class _AIStorBenchmark(Step):
 
 class AIStorTcp(_AIStorBenchmark):
     id = "aistor.tcp"
+    loads_far_end = True  # an AIStor peer: gated when it is production
     title = "AIStor over TCP (S3 benchmark)"
     kind = StepKind.MEASURE
     gates = ("T13",)
@@ -40,6 +41,7 @@ class AIStorTcp(_AIStorBenchmark):
 
 class AIStorDirect(_AIStorBenchmark):
     id = "aistor.direct"
+    loads_far_end = True  # an AIStor peer: gated when it is production
     title = "AIStor over the RDMA / direct path"
     kind = StepKind.MEASURE
     gates = ("T14",)

@@ -23,6 +23,7 @@ from wizard.site import Node, Site
 
 class TcpBaseline(Step):
     id = "baseline.tcp"
+    loads_far_end = True  # an AIStor peer: gated when it is production
     title = "TCP baseline (iperf3)"
     kind = StepKind.MEASURE
     one_node_at_a_time = True  # against the shared AIStor peer
@@ -58,6 +59,7 @@ class TcpBaseline(Step):
 
 class RdmaBaseline(Step):
     id = "baseline.rdma"
+    loads_far_end = True  # an AIStor peer: gated when it is production
     title = "RDMA bandwidth and QP scaling, PFC and ECN off"
     kind = StepKind.MEASURE
     one_node_at_a_time = True  # against the shared AIStor peer
@@ -80,6 +82,7 @@ class RdmaBaseline(Step):
 
 class CiliumCoexistence(Step):
     id = "baseline.coexistence"
+    loads_far_end = True  # an AIStor peer: gated when it is production
     title = "RDMA load and TCP traffic at the same time"
     kind = StepKind.MEASURE
     one_node_at_a_time = True  # against the shared AIStor peer

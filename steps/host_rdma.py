@@ -11,6 +11,7 @@ from wizard.site import Node, Site
 
 class HostPerftest(Step):
     id = "host-rdma.perftest"
+    loads_far_end = True  # an AIStor peer: gated when it is production
     title = "perftest between the GPU node and an AIStor node"
     kind = StepKind.MEASURE
     one_node_at_a_time = True  # against the shared AIStor peer

@@ -24,6 +24,11 @@ from wizard.site import Site
 IMAGES_PATH = "cluster/mirror/images.txt"
 COPY_SCRIPT_PATH = "cluster/mirror/copy-images.sh"
 _WORKLOADS = ("Deployment", "DaemonSet", "StatefulSet", "ReplicaSet", "Job")
+# What the plan needs in the cluster but does not install itself: the inter-node NCCL run is
+# an MPIJob (kubeflow.org/v2beta1), which only the Kubeflow MPI Operator runs; an air-gapped
+# site installs it from the mirror too (kubeflow/mpi-operator v0.8.0
+# deploy/v2beta1/mpi-operator.yaml: image mpioperator/mpi-operator:0.8.0, on Docker Hub).
+OPERATOR_IMAGES = ("docker.io/mpioperator/mpi-operator:0.8.0",)
 
 
 def object_images(obj: Any, site: Site) -> set[str]:
@@ -77,7 +82,7 @@ def source_images(site: Site) -> list[str]:
     """Every public image the site pulls: the plan's objects (rendered without the mirror)
     and the GPU Operator chart's images."""
     public = site.model_copy(update={"registry": site.registry.model_copy(update={"mirror": None})})
-    images = set(image_list(public))
+    images = set(image_list(public)) | set(OPERATOR_IMAGES)
     for obj in plan_objects(public):
         images |= object_images(obj, public)
     return sorted(images)

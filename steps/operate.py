@@ -11,7 +11,7 @@ from steps.common import bonding_command, q, read_lines, shown, stats_command
 from steps.kernel_modules import kernel_findings, kernel_reads, module_reads
 from wizard.artifacts import Artifact, Target
 from wizard.model import Finding, StepKind
-from wizard.plan import Change, Phase, Step, StepContext
+from wizard.plan import Change, Phase, Step, StepContext, capped_load_seconds
 from wizard.probe import Report
 from wizard.site import Node, Site
 from wizard.transports.base import TransportError, read_file_command
@@ -45,12 +45,14 @@ class Vllm(Step):
 
 class Soak(Step):
     id = "operate.soak"
+    loads_far_end = True  # an AIStor peer: gated when it is production
     title = "Soak: repeated RDMA load"
     kind = StepKind.MEASURE
     gates = ("T16",)
     reads = ("measurements", "aistor")
     explain = (
-        "Repeated RDMA load (ib_write_bw, 4 QPs) for measurements.soak_seconds while error, "
+        "Repeated RDMA load (ib_write_bw, 4 QPs) for measurements.soak_seconds (against a "
+        "production AIStor peer at most aistor.load_max_seconds) while error, "
         "link-flap and pause counters are sampled; a pass needs stable bandwidth (spread under "
         "10%) and no new errors or link failures."
     )
@@ -100,7 +102,9 @@ class Soak(Step):
         before = await counters()
         samples: list[float] = []
         failures = 0
-        deadline = time.monotonic() + ctx.site.measurements.soak_seconds
+        # Against a production AIStor peer, never longer than aistor.load_max_seconds.
+        seconds = capped_load_seconds(ctx.site, ctx.target, ctx.site.measurements.soak_seconds)
+        deadline = time.monotonic() + seconds
         while time.monotonic() < deadline or not samples:
             fact, problem = await perftest_pair(ctx, "ib_write_bw", client, server, qps=BW_QPS)
             if fact is None or problem or fact.best_bw_gbps is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 from typing import Any
@@ -17,8 +18,19 @@ from wizard.plan import Change, NotAutomated, Phase, Scope, Step, StepContext
 from wizard.probe import Report
 from wizard.site import Node, Site
 
-CONFIGMAP = "rdma-devices"
-DAEMONSET = "rdma-shared-dp-ds"
+# The wizard's own names, never the upstream ones: Mellanox/k8s-rdma-shared-dev-plugin
+# deployment/k8s/base names its ConfigMap kube-system/rdma-devices and its DaemonSet
+# rdma-shared-dp-ds, so a site that already runs the plugin (rdma/hca on ConnectX nodes) has
+# objects of exactly those names. Replacing them would drop that site's configList entries and
+# restart its plugin on every node it runs on; the wizard's plugin runs beside it instead.
+CONFIGMAP = "gnw-rdma-devices"
+DAEMONSET = "gnw-rdma-shared-dp-ds"
+PLUGIN_IMAGE_NAME = "k8s-rdma-shared-dev-plugin"
+# The pod template carries the config's digest: a changed config changes the template, so the
+# DaemonSet controller replaces this DaemonSet's pods (only on the nodes its nodeSelector
+# picks) and the plugin reads config.json again (it reads it once, at start:
+# cmd/k8s-rdma-shared-dp/main.go rm.ReadConfig()). No pod is deleted by hand.
+CONFIG_DIGEST = "gpu-node-wizard/config-sha256"
 # How long verify waits for the plugin's rollout and its resource on the nodes: the
 # DaemonSet controller starts a pod per node, the plugin registers with the kubelet
 # (deviceplugin v1beta1 Register), and the kubelet's next node status carries the resource.
@@ -60,7 +72,13 @@ def configmap(site: Site, netdevs: list[str]) -> dict[str, Any]:
     }
 
 
-def daemonset(site: Site) -> dict[str, Any]:
+def config_digest(cm: dict[str, Any]) -> str:
+    return hashlib.sha256(cm["data"]["config.json"].encode()).hexdigest()[:16]
+
+
+def daemonset(site: Site, digest: str = "") -> dict[str, Any]:
+    """The wizard's plugin DaemonSet: its nodeSelector is the site's labels, which the wizard
+    puts on the new nodes only, so it never schedules a pod on an existing node."""
     plugin = site.device_plugin
     # device_plugin.image behind the site's mirror; the default is where Mellanox publishes
     # the plugin (the Network Operator's example NicClusterPolicy: repository
@@ -103,7 +121,13 @@ def daemonset(site: Site) -> dict[str, Any]:
         "metadata": {"name": DAEMONSET, "namespace": plugin.namespace},
         "spec": {
             "selector": {"matchLabels": {"name": DAEMONSET}},
-            "template": {"metadata": {"labels": {"name": DAEMONSET}}, "spec": spec},
+            "template": {
+                "metadata": {
+                    "labels": {"name": DAEMONSET},
+                    **({"annotations": {CONFIG_DIGEST: digest}} if digest else {}),
+                },
+                "spec": spec,
+            },
         },
     }
 
@@ -175,12 +199,15 @@ class InstallRdmaPlugin(Step):
     # allocatable, so a node added to the site resets this step.
     reads = ("device_plugin", "registry", "labels", "nic", "node.name")
     explain = (
-        "ConfigMap rdma-devices (config.json) with the site's resource name and rdmaHcaMax; "
+        f"ConfigMap {CONFIGMAP} (config.json) with the site's resource name and rdmaHcaMax; "
         "selectors vendor 8086 and driver ice plus the netdevs `rdma link` showed on the nodes "
-        "(never a hard-coded interface); a DaemonSet (plugin >= 1.5.2: older versions reject "
-        "Intel NICs) with a nodeSelector on the GPU label. The plugin pods restart when the "
-        "config changes; node allocatable then shows the resource. No Network Operator on an "
-        "E810 (ConnectX/BlueField only)."
+        f"(never a hard-coded interface); a DaemonSet {DAEMONSET} (plugin >= 1.5.2: older "
+        "versions reject Intel NICs) with a nodeSelector on the site's labels, which only the "
+        "new nodes carry. Its own names, beside any plugin the cluster already runs (upstream "
+        "rdma-devices / rdma-shared-dp-ds are never touched); refused if an existing plugin "
+        "already serves the same resource name. A config change rolls only this DaemonSet's "
+        "pods (the template carries the config's digest); node allocatable then shows the "
+        "resource. No Network Operator on an E810 (ConnectX/BlueField only)."
     )
 
     def artifacts(self, site: Site, node: Node | None) -> list[Artifact]:
@@ -203,7 +230,7 @@ class InstallRdmaPlugin(Step):
             ),
             k8s_object(
                 "cluster/k8s/rdma-plugin-daemonset.yaml",
-                daemonset(site),
+                daemonset(site, config_digest(configmap(site, []))),
                 f"DaemonSet {ns}/{DAEMONSET}",
                 "the shared RDMA device plugin",
             ),
@@ -214,11 +241,35 @@ class InstallRdmaPlugin(Step):
         return [
             f"kubectl -n {ns} get configmap {CONFIGMAP} -o yaml",
             f"kubectl -n {ns} apply -f rdma-devices-configmap.yaml -f rdma-plugin-daemonset.yaml",
-            f"kubectl -n {ns} delete pod -l name={DAEMONSET}  # only when the config changed",
+            f"kubectl -n {ns} rollout status daemonset/{DAEMONSET} --timeout=300s",
         ]
 
     def _desired(self, ctx: StepContext) -> tuple[dict[str, Any], dict[str, Any]]:
-        return configmap(ctx.site, discovered_netdevs(ctx)), daemonset(ctx.site)
+        cm = configmap(ctx.site, discovered_netdevs(ctx))
+        return cm, daemonset(ctx.site, config_digest(cm))
+
+    async def preconditions(self, ctx: StepContext) -> list[Finding]:
+        """An existing plugin that already serves our resource name refuses the step: the
+        plugin's socket is ``<resourceName>.sock`` in the kubelet's device-plugins folder
+        (pkg/resources/server.go newResourceServer), so two plugins with one resourceName on
+        a node replace each other's registration whatever their prefixes."""
+        if ctx.site.nic.profile != "intel-e810":
+            return []
+        report = Report("T03")
+        ours = ctx.site.device_plugin.resource_name.partition("/")[2]
+        existing = await existing_plugins(ctx.services.kube)
+        clash = [p for p in existing if ours in p.resource_names]
+        if clash:
+            where = ", ".join(p.label for p in clash)
+            report.fail(
+                "existing-plugin",
+                f"resource name {ours!r} is already served by the RDMA device plugin {where}: "
+                "two plugins with one resourceName on a node take over each other's kubelet "
+                "socket",
+                "set device_plugin.resource_name to a name the existing plugin does not use "
+                "(e.g. rdma/e810)",
+            )
+        return report.findings
 
     async def changes(self, ctx: StepContext) -> list[Change]:
         if ctx.site.nic.profile != "intel-e810":
@@ -255,12 +306,8 @@ class InstallRdmaPlugin(Step):
         kube = ctx.services.kube
         cm, ds = self._desired(ctx)
         ns = ctx.site.device_plugin.namespace
-        config_changed = any(c.artifact.destination.startswith("ConfigMap") for c in changes)
         await kube.apply_configmap(ns, cm)
         await kube.apply_daemonset(ns, ds)
-        if config_changed:
-            for pod in await kube.pods(ns, label_selector=f"name={DAEMONSET}"):
-                await kube.delete_pod(ns, pod["metadata"]["name"])
 
     async def verify(self, ctx: StepContext) -> list[Finding]:
         report = Report("T03")
@@ -273,6 +320,14 @@ class InstallRdmaPlugin(Step):
                 "config",
                 f"ConfigMap {CONFIGMAP} differs from the desired config",
                 "apply this step again",
+            )
+        existing = await existing_plugins(kube)
+        if existing:
+            report.ok(
+                "existing-plugin",
+                "existing RDMA device plugin(s) left as they are: "
+                + "; ".join(p.label for p in existing)
+                + f"; {DAEMONSET} runs beside them on the new nodes only",
             )
         counts = await self._advertised(ctx, resource)
         for node in ctx.site.nodes:
@@ -335,6 +390,51 @@ class InstallRdmaPlugin(Step):
                     deadline - now,
                 )
             await asyncio.sleep(1)
+
+
+class ExistingPlugin:
+    """An RDMA shared device plugin DaemonSet that is not the wizard's, with the resource
+    names its ConfigMap's configList serves."""
+
+    def __init__(self, namespace: str, name: str, configmap: str, resource_names: list[str]):
+        self.namespace, self.name, self.configmap = namespace, name, configmap
+        self.resource_names = resource_names
+
+    @property
+    def label(self) -> str:
+        names = ", ".join(self.resource_names) or "no readable configList"
+        return f"DaemonSet {self.namespace}/{self.name} (ConfigMap {self.configmap}: {names})"
+
+
+async def existing_plugins(kube: Any) -> list[ExistingPlugin]:
+    """Every DaemonSet in the cluster running the shared RDMA device plugin's image, other
+    than the wizard's, with the resource names of the config.json it mounts."""
+    found = []
+    for ds in await kube.daemonsets(None):
+        meta = ds.get("metadata", {})
+        spec = ds.get("spec", {}).get("template", {}).get("spec", {})
+        images = [c.get("image", "") for c in spec.get("containers", [])]
+        if meta.get("name") == DAEMONSET or not any(PLUGIN_IMAGE_NAME in i for i in images):
+            continue
+        namespace = meta.get("namespace", "default")
+        volumes = [v["configMap"]["name"] for v in spec.get("volumes", []) if "configMap" in v]
+        names: list[str] = []
+        for cm_name in volumes:
+            live = await kube.configmap(namespace, cm_name) or {}
+            try:
+                config = json.loads((live.get("data") or {}).get("config.json") or "{}")
+            except ValueError:
+                continue
+            entries = config.get("configList") if isinstance(config, dict) else None
+            names += [
+                str(e["resourceName"])
+                for e in entries or []
+                if isinstance(e, dict) and "resourceName" in e
+            ]
+        found.append(
+            ExistingPlugin(namespace, meta.get("name", "?"), ", ".join(volumes) or "-", names)
+        )
+    return found
 
 
 def evaluate_pod_rdma(logs: str, node: Node, report: Report) -> None:

@@ -166,13 +166,16 @@ def test_nvidia_driver_resource_is_valid_and_carries_what_the_policy_leaves_out(
     policy = one(objects, "ClusterPolicy")
     # With the CRD on the chart puts no driver settings in the ClusterPolicy ...
     assert "kernelModuleType" not in policy["spec"]["driver"]
-    assert not [o for o in objects if o.get("kind") == "NVIDIADriver"]  # deployDefaultCR off
+    # deployDefaultCR on: the chart's default NVIDIADriver, the fallback for every GPU node
+    # no other NVIDIADriver selects (the CRD's `default`), so the existing ones keep theirs.
+    (default,) = [o for o in objects if o.get("kind") == "NVIDIADriver"]
+    assert default["spec"]["default"] is True and not default["spec"].get("nodeSelector")
     # ... so the wizard's NVIDIADriver must carry them.
     resource = nvidia_driver_resource(site)
     schema = crd_schema("nvidia.com_nvidiadrivers.yaml", "v1alpha1")
     assert schema_errors(resource, schema) == []
     spec = resource["spec"]
-    assert spec["kernelModuleType"] == "open"
+    assert spec["kernelModuleType"] == "auto"  # the site's default: open on a B300
     assert SITE_TOLERATION in spec["tolerations"]
     assert spec["imagePullSecrets"] == ["nexus-pull"]
     assert spec["repository"].startswith(MIRROR + "/")

@@ -122,12 +122,33 @@ def test_blast_radius_names_every_gpu_node_when_the_driver_may_restart():
     text = blast_radius(state, site, {"driver": {"version": "595.91.07"}})
     assert "from chart v26.3.3 to v26.7.0" in text and "changes driver.version" in text
     assert "EVERY GPU node" in text and "gpu-a100-07, gpu-h100-01" in text
-    # Same version, a value that does not touch the driver: no restart claimed.
+    # Same version, an operand value that is not the driver's: that operand's pods restart
+    # on every GPU node (its DaemonSet template changes), the driver does not roll.
     state.chart_version = "v26.7.0"
-    calm = blast_radius(
+    for key, operand in (("dcgmExporter", "nvidia-dcgm-exporter"),
+                         ("devicePlugin", "nvidia-device-plugin-daemonset"),
+                         ("gfd", "gpu-feature-discovery")):  # fmt: skip
+        text = blast_radius(state, site, {"driver": {"version": "580.126.20"}, key: {"x": 1}})
+        assert f"restarts {operand} pods on EVERY GPU node" in text, text
+        assert "gpu-a100-07, gpu-h100-01" in text and "autoUpgrade" not in text
+    # A key of no known operand counts as all of them.
+    text = blast_radius(
+        state, site, {"driver": {"version": "580.126.20"}, "sandboxWorkloads": {"x": 1}}
+    )
+    assert "restarts every operand pods on EVERY GPU node" in text
+    # The live pods it restarts on existing nodes are named; the new node's are not.
+    state.pods = [
+        {"metadata": {"name": n, "ownerReferences": [{"kind": "DaemonSet"}]}, "spec": {"nodeName": node}}
+        for n, node in (("nvidia-dcgm-exporter-x1", "gpu-h100-01"), ("nvidia-dcgm-x2", "gpu-h100-01"),
+                        ("nvidia-dcgm-exporter-x3", "gpu-1"))
+    ]  # fmt: skip
+    text = blast_radius(
         state, site, {"driver": {"version": "580.126.20"}, "dcgmExporter": {"x": 1}}
     )
-    assert "EVERY" not in calm and "no driver change" in calm
+    assert "(live): nvidia-dcgm-exporter-x1 on gpu-h100-01." in text
+    # Nothing changed: no restart claimed.
+    calm = blast_radius(state, site, {"driver": {"version": "580.126.20"}})
+    assert "EVERY" not in calm and "no operand change" in calm
 
 
 def test_nfd_workers_are_found_under_any_name():
@@ -157,11 +178,17 @@ async def test_an_installed_older_operator_is_not_upgraded_unless_confirmed(tmp_
         in review.summary
     )
     assert "EVERY GPU node" in review.summary and "gpu-h100-01" in review.summary
+    # Which live pods on which existing node the upgrade replaces, read from the cluster.
+    assert "Pods restarted on existing nodes (live):" in review.summary
+    assert "nvidia-driver-daemonset-00001 on gpu-h100-01" in review.summary
+    assert "-00000 on gpu-b300-01" not in review.summary  # the new node is not "existing"
     diff = next(d for d in review.diffs if d.path == "cluster/helm/gpu-operator-values.yaml")
     added = {line[1:].strip() for line in diff.diff.splitlines() if line.startswith("+")}
     removed = {line[1:].strip() for line in diff.diff.splitlines() if line.startswith("-")}
-    assert "kernelModuleType: open" in added  # what the wizard needs ...
-    # ... merged into the user's values, none of which is removed:
+    assert "enabled: false" in added  # what the wizard needs (driver.rdma) ...
+    assert not [line for line in added if "kernelModuleType" in line]  # the chart's auto
+    # ... merged into the user's values, none of which is removed (their driver pin included):
+    assert not [line for line in removed if "580.126.20" in line]
     assert not [line for line in removed if "time-slicing" in line or "site-gpu-critical" in line]
     assert "name: time-slicing" in diff.diff and "priorityClassName: site-gpu-critical" in diff.diff
     # The blast radius is in the diff too (a front end may show only the diffs in full).
@@ -179,8 +206,9 @@ async def test_a_confirmed_upgrade_keeps_the_user_values_on_the_live_release(tmp
     values = release["values"]
     assert values["devicePlugin"]["config"] == {"name": "time-slicing", "default": "any"}
     assert values["daemonsets"]["priorityClassName"] == "site-gpu-critical"
-    assert values["driver"]["kernelModuleType"] == "open"
-    assert values["driver"]["version"] == "595.91.07"
+    # The user's driver pin stays (it runs on every GPU node); no kernelModuleType forced.
+    assert "kernelModuleType" not in values["driver"]
+    assert values["driver"]["version"] == "580.126.20"
     checks = findings_of(outcome, STEP)
     assert checks["T01.release"].severity is Severity.PASS
     assert "user value(s) of its own, kept" in checks["T01.release"].message
@@ -313,8 +341,13 @@ async def test_with_the_driver_crd_the_nvidiadriver_is_applied_and_covers_the_no
     outcome, lab = await run_in_lab(tmp_path, frontend, phases=K8S_PHASES, prepare=crd_and_taint)
     paths = [d.path for d in frontend.reviews[0].diffs]
     assert paths == ["cluster/helm/gpu-operator-values.yaml", "cluster/k8s/nvidiadriver.yaml"]
-    (driver,) = lab.cluster.list("nvidia.com/v1alpha1", "nvidiadrivers", None)
-    assert driver["spec"]["kernelModuleType"] == "open"
+    drivers = {
+        d["metadata"]["name"]: d
+        for d in lab.cluster.list("nvidia.com/v1alpha1", "nvidiadrivers", None)
+    }
+    assert drivers.pop("default")["spec"]["default"] is True  # the rest of the GPU nodes
+    (driver,) = drivers.values()
+    assert driver["spec"]["kernelModuleType"] == "auto"
     assert driver["spec"]["nodeSelector"] == {"accelerator": "nvidia-b300"}
     checks = findings_of(outcome, STEP)
     assert checks["T01.covers-node"].severity is Severity.PASS, checks["T01.covers-node"].message

@@ -71,7 +71,8 @@ def test_every_values_key_exists_in_the_pinned_chart(site_text, prometheus):
         for part in parts:
             assert isinstance(node, dict) and part in node, f"{path} is not a key of the chart"
             node = node[part]
-    assert values["driver"]["kernelModuleType"] == "open"
+    # Left to the chart (auto, 595.91.07): the ClusterPolicy's driver runs on every GPU node.
+    assert "kernelModuleType" not in values["driver"] and "version" not in values["driver"]
     assert values["driver"]["rdma"]["enabled"] is False
     assert values["nfd"]["enabled"] is True
     assert values["dcgmExporter"]["serviceMonitor"]["enabled"] is prometheus
@@ -91,7 +92,8 @@ def test_mirror_secrets_containerd_paths_and_driver_crd():
         {"name": "CONTAINERD_CONFIG", "value": "/etc/containerd/custom.toml"},
         {"name": "CONTAINERD_SOCKET", "value": "/run/k/containerd.sock"},
     ]
-    assert values["driver"]["nvidiaDriverCRD"] == {"enabled": True, "deployDefaultCR": False}
+    # The chart's default NVIDIADriver keeps managing every other GPU node.
+    assert values["driver"]["nvidiaDriverCRD"] == {"enabled": True, "deployDefaultCR": True}
 
 
 def test_image_table_matches_the_chart():
@@ -197,9 +199,9 @@ async def test_join_operator_and_plugin_pass_in_the_lab(tmp_path):
     assert node["status"]["allocatable"]["rdma/e810"] == "64"
     release = lab.releases["gpu-operator/gpu-operator"]
     assert release["version"] == "v26.7.0"
-    assert release["values"]["driver"]["kernelModuleType"] == "open"
+    assert "kernelModuleType" not in release["values"]["driver"]  # the chart's auto
     assert release["values"]["operator"]["repository"] == "nexus.lab.internal:8443/nvidia/nvidia"
-    cm = lab.cluster.get("v1", "configmaps", "kube-system", "rdma-devices")
+    cm = lab.cluster.get("v1", "configmaps", "kube-system", "gnw-rdma-devices")
     selectors = json.loads(cm["data"]["config.json"])["configList"][0]["selectors"]
     assert selectors["ifNames"] == ["ens5f0np0"]  # what rdma link showed, not a guess
     # The test pods were cleaned up.

@@ -12,7 +12,7 @@ import yaml
 
 from steps import build_plan
 from steps.gpu_operator import build_values, mirror_ref
-from steps.mirror import object_images
+from steps.mirror import OPERATOR_IMAGES, object_images
 from tests.chart import container_images, one, packaged_chart, pod_specs, render
 from tests.conftest import MINIMAL_SITE, with_nodes
 from tests.test_gpu_operator_chart import component_images
@@ -57,7 +57,9 @@ def test_images_txt_is_every_image_the_export_and_the_chart_pull(tmp_path, chart
     for needed in ("k8s-rdma-shared-dev-plugin", "nccl-tests", "/cuda:", "rping-test"):
         assert any(needed in image for image in from_objects), needed
     assert images == sorted(images) and len(set(images)) == len(images)
-    assert set(images) == from_objects | chart_images(chart, site)
+    assert set(images) == from_objects | chart_images(chart, site) | set(OPERATOR_IMAGES)
+    # The MPI Operator the NCCL MPIJob needs, pinned (kubeflow/mpi-operator v0.8.0).
+    assert "docker.io/mpioperator/mpi-operator:0.8.0" in images
 
 
 def test_every_mirrored_object_pulls_a_copied_image(tmp_path, chart):

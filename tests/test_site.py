@@ -23,7 +23,7 @@ def test_defaults_follow_the_domain_brief():
     assert node.bond.mode == "802.3ad" and node.bond.xmit_hash_policy == "layer3+4"
     assert site.cluster.kubernetes_version == "1.33"
     assert site.versions.gpu_operator == "v26.7.0" and site.versions.driver == "595.91.07"
-    assert site.versions.kernel_module_type == "open"
+    assert site.versions.kernel_module_type == "auto"
     assert site.nic.profile == "intel-e810"
     assert site.device_plugin.resource_name == "rdma/e810"
     qos = site.qos

@@ -131,6 +131,15 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="headless: the maintenance window is open (maintenance steps may run)",
     )
+    p.add_argument(
+        "--allow-storage-load",
+        action="append",
+        default=[],
+        metavar="PEER",
+        help="headless: allow measurements to load this production AIStor peer (line-rate "
+        "perftest, iperf3, the soak; each run capped at aistor.load_max_seconds); repeat per "
+        "peer; never implied by --yes",
+    )
     p.add_argument("--phase", help="run only this phase (id or number)")
     p.add_argument("--step", help="run only this step (id)")
     p.add_argument(
@@ -474,6 +483,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     frontend = HeadlessFrontEnd(
         yes=args.yes,
         window_open=args.maintenance_window_open,
+        allow_storage_load=frozenset(args.allow_storage_load),
         verbose=args.verbose,
         compact=is_fleet(len(site.nodes)),
     )

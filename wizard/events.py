@@ -95,6 +95,8 @@ class DecisionKind(StrEnum):
     MANUAL_DONE = "manual-done"
     RETRY_FAILED = "retry-failed"
     ROLLBACK = "rollback"
+    # Load on a production AIStor peer: a typed confirmation naming the peer.
+    STORAGE_LOAD = "storage-load"
 
 
 class Answer(StrEnum):

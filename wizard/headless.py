@@ -38,6 +38,7 @@ class HeadlessFrontEnd:
         *,
         yes: bool = False,
         window_open: bool = False,
+        allow_storage_load: frozenset[str] | set[str] = frozenset(),
         verbose: bool = False,
         show_findings: bool = True,
         compact: bool = False,
@@ -50,6 +51,8 @@ class HeadlessFrontEnd:
         self._held_notices: dict[str, list[str]] = {}  # compact: message -> targets
         self.yes = yes
         self.window_open = window_open
+        # The production AIStor peers the operator named for load (--allow-storage-load).
+        self.allow_storage_load = frozenset(allow_storage_load)
         self.verbose = verbose
         self.wants_output_lines = verbose  # lines are printed only with --verbose
         self.out = out or sys.stdout
@@ -130,6 +133,13 @@ class HeadlessFrontEnd:
         if decision.kind is DecisionKind.MAINTENANCE_WINDOW:
             if not self.window_open:
                 raise DecisionRequired(decision, "pass --maintenance-window-open")
+            return Reply(Answer.PROCEED, typed=decision.confirm_text or "")
+        if decision.kind is DecisionKind.STORAGE_LOAD:
+            # Never implied by --yes: the operator names each production peer.
+            if decision.confirm_text not in self.allow_storage_load:
+                raise DecisionRequired(
+                    decision, f"pass --allow-storage-load {decision.confirm_text}"
+                )
             return Reply(Answer.PROCEED, typed=decision.confirm_text or "")
         if not self.yes:
             raise DecisionRequired(decision, "review the diff, then pass --yes")

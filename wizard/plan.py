@@ -104,6 +104,10 @@ class Step:
     # that each number is the node's own rather than a share of the peer's link. With one
     # peer the nodes take turns; with several, as many run at once as there are peers.
     one_node_at_a_time: ClassVar[bool] = False
+    # A measurement that loads its far end (perftest at line rate, iperf3 -P, the soak, a
+    # storage benchmark): against a production AIStor peer the engine asks first for a typed
+    # confirmation naming the peer (wizard/engine/storage_gate.py).
+    loads_far_end: ClassVar[bool] = False
 
     def measured_with(self, site: Site, target: str) -> frozenset[str]:
         """What a run of this step on ``target`` holds exclusively (``one_node_at_a_time``):
@@ -238,6 +242,15 @@ def measurement_far_end(site: Site, node: str) -> FarEnd | None:
     if peer is None:
         return None
     return FarEnd(peer.name, peer.rdma_ip, peer.rdma_device, is_node=False)
+
+
+def capped_load_seconds(site: Site, node: str, seconds: int) -> int:
+    """``seconds`` of load, capped at ``aistor.load_max_seconds`` when the far end of
+    ``node``'s measurements is a production AIStor peer."""
+    far, peer = measurement_far_end(site, node), measurement_peer(site, node)
+    if far is None or far.is_node or peer is None or not peer.production:
+        return seconds
+    return min(seconds, site.aistor.load_max_seconds)
 
 
 def measurement_waves(

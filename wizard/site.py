@@ -147,10 +147,24 @@ class AIStorPeer(Strict):
     ssh: SshSettings = SshSettings()
     rdma_ip: IpAddress
     rdma_device: Annotated[str, _check(names.is_rdma_device_name, "RDMA device name")] | None = None
+    production: bool = Field(
+        True,
+        description="the peer serves production storage: every measurement that loads it "
+        "(line-rate perftest, iperf3 -P, the soak, the AIStor benchmarks) needs a typed "
+        "confirmation naming it (headless: --allow-storage-load NAME) and is capped at "
+        "aistor.load_max_seconds",
+    )
 
 
 class AIStor(Strict):
     peers: list[AIStorPeer] = Field(default_factory=list)
+    load_max_seconds: int = Field(
+        300,
+        ge=1,
+        le=7 * 86400,
+        description="the longest load run against a production peer (the soak included): "
+        "five minutes by default, which a production AIStor node rides out",
+    )
     support_confirmation: Annotated[str, Field(min_length=3, max_length=500)] | None = Field(
         None,
         description="who confirmed, and where (ticket, mail), that AIStor and NVIDIA support "
@@ -191,7 +205,10 @@ class Versions(Strict):
     gpu_operator: Version3 = "v26.7.0"
     driver: Annotated[str, Field(pattern=r"^\d+\.\d+(\.\d+)?$")] = "595.91.07"
     kernel_module_type: Literal["auto", "open", "proprietary"] = Field(
-        "open", description="open is needed for DMA-BUF GPUDirect"
+        "auto",
+        description="auto (the chart's default) picks the open modules a B300 needs for "
+        "DMA-BUF GPUDirect; open or proprietary is set for every GPU node of the cluster "
+        "(without the NVIDIADriver CRD)",
     )
     nvidia_driver_crd: bool = Field(False, description="manage the driver with NVIDIADriver CRs")
     cdi: bool = True
@@ -204,6 +221,13 @@ class Registry(Strict):
     pull_secret: K8sName | None = Field(None, description="Kubernetes Secret for imagePullSecrets")
     username_env: EnvVarName | None = None
     password_env: EnvVarName | None = None
+    gpu_operator_chart: str = Field(
+        "nvidia/gpu-operator",
+        pattern=r"^(oci://[A-Za-z0-9.-]+(:\d+)?(/[A-Za-z0-9._-]+)+|[a-z0-9][a-z0-9._-]*/gpu-operator)$",
+        description="the GPU Operator chart as helm finds it: <repo>/gpu-operator of a "
+        "`helm repo add`ed repository (an air gap's own mirror of NVIDIA's) or "
+        "oci://<registry>/<path>/gpu-operator; checked with `helm show chart` before use",
+    )
 
 
 class Nic(Strict):

@@ -62,7 +62,7 @@ def upgrade_args(
         "upgrade",
         "--install",
         release,
-        CHART,
+        site.registry.gpu_operator_chart,
         "--namespace",
         namespace,
         "--create-namespace",
@@ -124,7 +124,8 @@ class InstallGpuOperator(Step):
     kind = StepKind.APPLY
     gates = ("T01",)
     scope = Scope.CLUSTER
-    requires = ("gpu-operator.preflight",)
+    # The pull secret first: nothing the release deploys may pull before it exists.
+    requires = ("gpu-operator.preflight", "registry.pull-secrets")
     reads = ("versions", "registry", "cluster", "taint", "labels", "node.name")
     explain = (
         "The release state is read first (helm list -A, the chart version, helm get values, "

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import yaml
+
 from steps.common import node_pod, q
 from steps.gpu_operator.install import InstallGpuOperator, helm_line
 from steps.gpu_operator.release import belongs_to, nfd_workers, read_state
@@ -19,6 +21,7 @@ from steps.gpu_operator.values import (
     mirrored,
 )
 from steps.join import TOOLKIT_DROP_IN
+from steps.pull_secrets import PullSecrets
 from wizard.artifacts import Artifact, k8s_object
 from wizard.facts import ParseError, parse
 from wizard.model import Finding, StepKind
@@ -32,15 +35,58 @@ from wizard.transports.helm import LIST_ARGS
 NFD_API_GROUP = "nfd.k8s-sigs.io"
 
 
+def chart_check_args(site: Site) -> list[str]:
+    return [
+        "show",
+        "chart",
+        site.registry.gpu_operator_chart,
+        "--version",
+        site.versions.gpu_operator,
+    ]
+
+
+async def check_chart(ctx: StepContext, report: Report) -> None:
+    """The chart reference resolves to the GPU Operator chart at the pinned version: an air
+    gap's helm has no NVIDIA repository, and a wrong reference would otherwise fail only in
+    the middle of the install."""
+    site = ctx.site
+    chart, version = site.registry.gpu_operator_chart, site.versions.gpu_operator
+    result = await ctx.services.helm.run(*chart_check_args(site), timeout=120)
+    try:
+        meta = yaml.safe_load(result.stdout) if result.exit_status == 0 else None
+    except yaml.YAMLError:
+        meta = None
+    if not isinstance(meta, dict):
+        problem = (result.stderr.strip() or result.stdout.strip() or "no output")[:300]
+        report.fail(
+            "chart",
+            f"helm cannot find chart {chart} version {version}: {problem}",
+            "set registry.gpu_operator_chart to where this jump host's helm finds the chart "
+            "(`helm repo add nvidia https://helm.ngc.nvidia.com/nvidia`, your mirror's "
+            "repository, or oci://...), then `helm repo update`",
+        )
+    elif meta.get("name") != "gpu-operator" or str(meta.get("version")) != version:
+        report.fail(
+            "chart",
+            f"{chart} --version {version} is chart {meta.get('name')} {meta.get('version')}, "
+            f"not gpu-operator {version}",
+            "point registry.gpu_operator_chart at the GPU Operator chart",
+        )
+    else:
+        report.ok("chart", f"chart {chart} {version} found (appVersion {meta.get('appVersion')})")
+
+
 class OperatorPreflight(Step):
     id = "gpu-operator.preflight"
     title = "Cluster ready for the GPU Operator (one NFD, monitoring CRDs, NIC profile)"
     kind = StepKind.CHECK
     gates = ("T01",)
     scope = Scope.CLUSTER
-    reads = ("versions", "nic")
+    reads = ("versions", "nic", "registry")
     explain = (
-        "Exactly one NFD: the GPU Operator's bundled one; a node-feature-discovery already "
+        "The chart (registry.gpu_operator_chart) at the pinned version is where helm finds it "
+        "(`helm show chart`), before anything is decided. Exactly one NFD: the GPU Operator's "
+        "bundled one; a node-feature-discovery already "
         "running elsewhere fails the check (never two). The Prometheus Operator CRDs decide "
         "dcgmExporter.serviceMonitor. For an E810 the Network Operator is not installed: its "
         "NICs are ConnectX/BlueField only and its DOCA-OFED driver must never target an E810."
@@ -48,6 +94,7 @@ class OperatorPreflight(Step):
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
         return [
+            helm_line(site, *chart_check_args(site)) + "; the chart helm will install",
             helm_line(site, *LIST_ARGS) + "; a release of chart gpu-operator, any name",
             "kubectl get daemonsets -A -o wide  # from the jump host; any nfd-worker, any name",
             "kubectl get crd | grep -e nfd.k8s-sigs.io -e monitoring.coreos.com  # from the jump host",
@@ -56,6 +103,7 @@ class OperatorPreflight(Step):
     async def verify(self, ctx: StepContext) -> list[Finding]:
         report = Report("T01")
         kube = ctx.services.kube
+        await check_chart(ctx, report)
         state = await read_state(ctx)
         crds = await kube.crd_names()
         # Any NFD worker, under any name and in any namespace, that is not the GPU
@@ -268,5 +316,5 @@ PHASE = Phase(
     number=8,
     title="GPU Operator 26.7",
     summary="Install the pinned GPU Operator with Helm and prove the GPUs are schedulable.",
-    steps=(OperatorPreflight(), InstallGpuOperator(), VerifyGpuOperator()),
+    steps=(OperatorPreflight(), PullSecrets(), InstallGpuOperator(), VerifyGpuOperator()),
 )

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from steps.gpu_operator.values import NAMESPACE, RELEASE
+from steps.gpu_operator.values import CHART_DEFAULTS, NAMESPACE, RELEASE
 from wizard.site import Site
 
 CHART_NAME = "gpu-operator"
@@ -50,6 +50,7 @@ class ReleaseState:
     nvidia_drivers: list[dict[str, Any]] = field(default_factory=list)
     gpu_nodes: list[str] = field(default_factory=list)  # nodes the operator's driver runs on
     nfd_workers: list[dict[str, Any]] = field(default_factory=list)  # the release's own
+    pods: list[dict[str, Any]] = field(default_factory=list)  # in the release's namespace
 
     @property
     def label(self) -> str:
@@ -100,6 +101,7 @@ async def read_state(ctx: Any) -> ReleaseState:
         state.nfd_workers = [
             d for d in nfd_workers(await kube.daemonsets()) if belongs_to(d, state)
         ]
+        state.pods = await kube.pods(state.namespace)
     return state
 
 
@@ -180,15 +182,74 @@ def changed_keys(live: dict[str, Any], merged: dict[str, Any], prefix: str = "")
         current = live.get(key)
         if isinstance(value, dict) and value and isinstance(current, dict | None):
             keys += changed_keys(current or {}, value, path)
-        elif current != value:
+        elif current != value and not (key not in live and CHART_DEFAULTS.get(path, ...) == value):
             keys.append(path)
     return keys
 
 
-# Values under these keys change the driver DaemonSet (and so restart the driver pod on
-# every node it runs on) or the container toolkit (which restarts containerd's config).
-_DRIVER_KEYS = ("driver.", "toolkit.", "daemonsets.")
+# Every value of the chart ends up in the ClusterPolicy (templates/clusterpolicy.yaml) or the
+# NFD subchart, whose DaemonSets the operator renders from it; a changed operand spec is a
+# changed DaemonSet template, and the DaemonSet controller replaces that operand's pod on
+# every node it selects. So any changed key restarts operand pods on every GPU node (the NFD
+# worker's on every node); the operands named here are those whose pods a key restarts.
+_OPERANDS = {
+    "driver": "nvidia-driver-daemonset",
+    "toolkit": "nvidia-container-toolkit-daemonset",
+    "devicePlugin": "nvidia-device-plugin-daemonset",
+    "gfd": "gpu-feature-discovery",
+    "dcgm": "nvidia-dcgm",
+    "dcgmExporter": "nvidia-dcgm-exporter",
+    "migManager": "nvidia-mig-manager",
+    "validator": "nvidia-operator-validator",
+    "nodeStatusExporter": "nvidia-node-status-exporter",
+    "node-feature-discovery": "the NFD worker (on every node)",
+    "nfd": "the NFD worker (on every node)",
+}
 _SHOWN = 8  # changed keys named in the summary (the diff shows them all)
+
+
+# Keys that change an object beside the operand's DaemonSet, not its pod template: the
+# operator renders dcgmExporter.serviceMonitor into a ServiceMonitor
+# (assets/state-dcgm-exporter/0500_service_monitor.yaml), not into 0800_daemonset.yaml.
+_NO_POD_KEYS = ("dcgmExporter.serviceMonitor.",)
+
+
+def restarted_operands(keys: list[str]) -> list[str]:
+    """The operand DaemonSets whose pods the changed keys restart; ``daemonsets.*`` (common
+    to every operand), ``cdi.*`` or ``operator.*`` (the operator re-renders every operand
+    from them) and any key not known here count as all operands."""
+    named: list[str] = []
+    for key in keys:
+        if key.startswith(_NO_POD_KEYS):
+            continue
+        top = key.split(".", 1)[0]
+        operand = _OPERANDS.get(top)
+        if operand is None:
+            return ["every operand"]
+        if operand not in named:
+            named.append(operand)
+    return named
+
+
+def restarted_pods(state: ReleaseState, site: Site, operands: list[str]) -> list[str]:
+    """The live operand pods on existing (not new) nodes that the change replaces: a
+    DaemonSet's pods named after it (``<daemonset>-<hash>``); "every operand" means every
+    DaemonSet-owned pod of the release's namespace."""
+    new = {n.name for n in site.nodes}
+    every = "every operand" in operands
+    names = [o for o in operands if not o.startswith("the ")]
+    nfd = any(o.startswith("the NFD") for o in operands)
+    found = []
+    for pod in state.pods:
+        meta, node = pod.get("metadata", {}), pod.get("spec", {}).get("nodeName")
+        owners = {r.get("kind") for r in meta.get("ownerReferences") or []}
+        name = str(meta.get("name", ""))
+        if not node or node in new or "DaemonSet" not in owners:
+            continue
+        owner = name.rsplit("-", 1)[0]  # a DaemonSet's pod: <daemonset>-<5 characters>
+        if every or owner in names or (nfd and owner.endswith("node-feature-discovery-worker")):
+            found.append(f"{name} on {node}")
+    return sorted(found)
 
 
 def blast_radius(state: ReleaseState, site: Site, merged: dict[str, Any]) -> str:
@@ -203,7 +264,8 @@ def blast_radius(state: ReleaseState, site: Site, merged: dict[str, Any]) -> str
         )
     keys = changed_keys(state.user_values, merged)
     version_change = state.chart_version != pinned
-    restarts = version_change or any(k.startswith(_DRIVER_KEYS) for k in keys)
+    operands = ["every operand"] if version_change else restarted_operands(keys)
+    restarts = bool(operands)
     parts = []
     if version_change:
         parts.append(f"upgrades {state.label} from chart {state.chart_version} to {pinned}")
@@ -213,13 +275,26 @@ def blast_radius(state: ReleaseState, site: Site, merged: dict[str, Any]) -> str
     text = "; ".join(parts) or f"re-applies {state.label}"
     if restarts:
         nodes = ", ".join(others) if others else "none besides the new ones"
+        driver = "every operand" in operands or "nvidia-driver-daemonset" in operands
         text += (
-            f". BLAST RADIUS: the driver and operands may restart on EVERY GPU node, not only "
-            f"{new}: also {nodes} (driver.upgradePolicy.autoUpgrade rolls the driver "
-            f"{_parallel(merged)}; GPU workloads there are evicted)"
+            f". BLAST RADIUS: restarts {', '.join(operands)} pods on EVERY GPU node, not only "
+            f"{new}: also {nodes}"
+            + (
+                f" (driver.upgradePolicy.autoUpgrade rolls the driver {_parallel(merged)}; "
+                "GPU workloads there are evicted)"
+                if driver
+                else " (the operands' DaemonSet templates change)"
+            )
+        )
+        pods = restarted_pods(state, site, operands)
+        text += (
+            f". Pods restarted on existing nodes (live): {', '.join(pods[: _SHOWN * 2])}"
+            + (f" and {len(pods) - _SHOWN * 2} more" if len(pods) > _SHOWN * 2 else "")
+            if pods
+            else ". No operand pod runs on an existing node now"
         )
     else:
-        text += f"; no driver change: GPU workloads on {', '.join(state.gpu_nodes)} keep running"
+        text += f"; no operand change: GPU workloads on {', '.join(state.gpu_nodes)} keep running"
     return text + ". Every live user value is kept (see the diff)."
 
 

@@ -129,6 +129,52 @@ def tolerations(site: Site, defaults: tuple[dict[str, str], ...]) -> list[dict[s
     return [dict(t) for t in defaults] + ([extra] if extra else [])
 
 
+# The driver the v26.7.0 chart deploys when the values name none (values.yaml driver.version)
+# and its kernel module type (driver.kernelModuleType "auto": "the recommended kernel module
+# type is chosen based on the GPU devices on the host and the driver branch",
+# gpu-operator api/nvidia/v1alpha1/nvidiadriver_types.go; a B300 gets the open modules).
+CHART_DRIVER_VERSION = "595.91.07"
+CHART_KERNEL_MODULE_TYPE = "auto"
+# The v26.7.0 defaults (values.yaml) of the other keys the wizard sets: a key a release's
+# user values lack has its chart default, so setting that very value changes nothing
+# (tests/test_brownfield_driver.py checks each against the chart's values.yaml).
+CHART_DEFAULTS: dict[str, Any] = {
+    "driver.version": CHART_DRIVER_VERSION,
+    "driver.kernelModuleType": CHART_KERNEL_MODULE_TYPE,
+    "driver.rdma.enabled": False,
+    "driver.nvidiaDriverCRD.enabled": False,
+    "driver.nvidiaDriverCRD.deployDefaultCR": True,
+    "nfd.enabled": True,
+    "cdi.enabled": True,
+    "dcgmExporter.serviceMonitor.enabled": True,
+}
+
+
+def driver_values(site: Site) -> dict[str, Any]:
+    """The driver keys, scoped to the new nodes: the ClusterPolicy's driver runs on EVERY GPU
+    node of the cluster, and ``driver.upgradePolicy.autoUpgrade`` (true in values.yaml) rolls
+    a changed one over all of them. So the ClusterPolicy gets a driver version or kernel
+    module type only when the site asks for one other than the chart's (a cluster-wide
+    change the blast radius then names). With the NVIDIADriver CRD the new nodes' driver is
+    the wizard's NVIDIADriver (``nvidia_driver_resource``) and the chart's default CR
+    (``deployDefaultCR``; ``default: true``, "the fallback driver daemon set manager for GPU
+    nodes that do not match any non-default NVIDIADriver nodeSelector",
+    crds/nvidia.com_nvidiadrivers.yaml) keeps managing every other GPU node: without it
+    they would have none (controllers/state_manager.go deletes the ClusterPolicy's driver
+    DaemonSets, orphaning their pods, once the CRD is on)."""
+    versions = site.versions
+    driver: dict[str, Any] = {"rdma": {"enabled": False}}
+    if versions.nvidia_driver_crd:
+        driver["nvidiaDriverCRD"] = {"enabled": True, "deployDefaultCR": True}
+        return driver
+    driver["nvidiaDriverCRD"] = {"enabled": False}
+    if versions.driver != CHART_DRIVER_VERSION:
+        driver["version"] = versions.driver
+    if versions.kernel_module_type != CHART_KERNEL_MODULE_TYPE:
+        driver["kernelModuleType"] = versions.kernel_module_type
+    return driver
+
+
 def build_values(site: Site, *, prometheus_crds: bool) -> dict[str, Any]:
     """The chart values the wizard sets (each a key of the chart's values.yaml or one its
     templates read): a site taint is tolerated by every operand and by the NFD worker, or
@@ -137,15 +183,7 @@ def build_values(site: Site, *, prometheus_crds: bool) -> dict[str, Any]:
     values: dict[str, Any] = {
         "nfd": {"enabled": True},
         "cdi": {"enabled": versions.cdi},
-        "driver": {
-            "version": versions.driver,
-            "kernelModuleType": versions.kernel_module_type,
-            "rdma": {"enabled": False},
-            "nvidiaDriverCRD": {
-                "enabled": versions.nvidia_driver_crd,
-                "deployDefaultCR": not versions.nvidia_driver_crd,
-            },
-        },
+        "driver": driver_values(site),
         "dcgmExporter": {"serviceMonitor": {"enabled": prometheus_crds}},
     }
     mirror = site.registry.mirror

@@ -156,6 +156,7 @@ def _pod_name(kind: str, node: str) -> str:
 
 class CudaPerftest(Step):
     id = "nccl.cuda-perftest"
+    loads_far_end = True  # an AIStor peer: gated when it is production
     title = "perftest from GPU memory, in a pod (--use_cuda, DMA-BUF)"
     kind = StepKind.MEASURE
     one_node_at_a_time = True  # against the shared AIStor peer

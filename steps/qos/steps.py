@@ -679,6 +679,7 @@ class BootPersistence(Step):
 
 class QosMeasure(Step):
     id = "qos.measure"
+    loads_far_end = True  # an AIStor peer: gated when it is production
     title = "RDMA with QoS on, against the baseline; PFC counters before and after"
     kind = StepKind.MEASURE
     one_node_at_a_time = True  # against the shared AIStor peer

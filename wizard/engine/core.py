@@ -28,6 +28,7 @@ from wizard.engine.results import (
     state_for,
     transport_finding,
 )
+from wizard.engine.storage_gate import confirm_peer_load
 from wizard.errors import CheckpointWriteError, WizardError
 from wizard.events import (
     Answer,
@@ -546,6 +547,10 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
         if kind == StepKind.CHECK:
             return await self._check(step, ctx)
         if kind == StepKind.MEASURE:
+            if not await confirm_peer_load(self, step, ctx):
+                return self._skipped(
+                    step, ctx, "skipped by the operator: no load on the production storage peer"
+                )
             self.checkpoint.set_step(step.id, ctx.target, StepState.RUNNING)
             try:
                 findings = self._waive(await step.measure(ctx))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from wizard.lab.existing import seed_existing_rdma_plugin, seed_pull_secret
 from wizard.lab.host import LabHost
 
 if TYPE_CHECKING:
@@ -78,6 +79,9 @@ class ClusterMixin:
                 "nodes",
                 self._node_object(host.name, host.rdma_ip, control_plane=False, gpu_host=host),
             )
+        seed_pull_secret(self)
+        if "existing-rdma-plugin" in self.faults:
+            seed_existing_rdma_plugin(self)
         if "no-mpi-operator" not in self.faults:
             # kubeflow/mpi-operator manifests/base/kubeflow.org_mpijobs.yaml (v2beta1).
             self.cluster.put("apiextensions.k8s.io/v1", "customresourcedefinitions", {

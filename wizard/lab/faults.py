@@ -22,6 +22,9 @@ FAULTS: dict[str, str] = {
     "Kubespray checkout and the wizard runs the join with ansible-playbook",
     "operator-preinstalled": "GPU Operator v26.3.3 already runs (release gpu-operator-1764547200, "
     "user values) with another GPU node, gpu-h100-01, in the cluster",
+    "existing-rdma-plugin": "the cluster already runs the upstream RDMA shared device plugin "
+    "(kube-system/rdma-devices, rdma-shared-dp-ds) serving rdma/hca on an H100 ConnectX node, "
+    "gpu-h100-01",
     "containerd-imports-dropped": "a later Kubespray run re-templated config.toml without the "
     "toolkit's imports line: the nvidia runtime drop-in is ignored",
     "operator-crashloop": "the gpu-operator controller pod is in CrashLoopBackOff",

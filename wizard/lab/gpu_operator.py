@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Any
 
+from wizard.lab.existing import other_gpu_node
 from wizard.lab.host import LabHost
 
 if TYPE_CHECKING:
@@ -47,11 +48,7 @@ class GpuOperatorMixin:
     }
 
     def _preinstall_operator(self: Lab) -> None:
-        other = self._node_object("gpu-h100-01", "10.10.1.40", control_plane=False, gpu_host=None)
-        other["metadata"]["labels"]["nvidia.com/gpu.present"] = "true"
-        other["status"]["capacity"]["nvidia.com/gpu"] = "8"
-        other["status"]["allocatable"]["nvidia.com/gpu"] = "8"
-        self.cluster.put("v1", "nodes", other)
+        other_gpu_node(self)
         self._helm_upgrade(copy.deepcopy(self.PREINSTALLED))
 
     def _gpu_operator_objects(
@@ -83,6 +80,17 @@ class GpuOperatorMixin:
             },
         }  # fmt: skip
         self.cluster.put("nvidia.com/v1", "clusterpolicies", policy)
+        crd_values = driver_values.get("nvidiaDriverCRD") or {}
+        if crd and crd_values.get("deployDefaultCR", True):
+            # templates/nvidiadriver.yaml: the chart's fallback NVIDIADriver (default: true,
+            # no nodeSelector) for every GPU node no other NVIDIADriver selects.
+            self.cluster.put("nvidia.com/v1alpha1", "nvidiadrivers", {
+                "apiVersion": "nvidia.com/v1alpha1", "kind": "NVIDIADriver",
+                "metadata": {"name": "default", "labels": {"app.kubernetes.io/instance": release}},
+                "spec": {"default": True, "driverType": "gpu", "image": "driver",
+                         "version": driver_values.get("version", "595.91.07"),
+                         "kernelModuleType": driver_values.get("kernelModuleType", "auto")},
+            })  # fmt: skip
         # The NFD subchart's fullname: the release name, suffixed with the chart name unless
         # it already contains it (node-feature-discovery templates/_helpers.tpl).
         chart = "node-feature-discovery"
@@ -126,6 +134,20 @@ class GpuOperatorMixin:
                     node["status"]["capacity"]["nvidia.com/gpu"] = count
                     node["status"]["allocatable"]["nvidia.com/gpu"] = count
                     node["metadata"]["labels"]["nvidia.com/gpu.present"] = "true"
+        # The operands run on every GPU node the operator manages, not only the lab's own
+        # (gpu-h100-01 of operator-preinstalled / existing-rdma-plugin): each DaemonSet
+        # selects nodes by the operator's nvidia.com/gpu.present label.
+        hosts = {h.name for h in self.gpu_hosts()}
+        others = [n["metadata"]["name"] for n in self.cluster.list("v1", "nodes", None)
+                  if n["metadata"].get("labels", {}).get("nvidia.com/gpu.present") == "true"
+                  and n["metadata"]["name"] not in hosts]  # fmt: skip
+        for index, name in enumerate(others, start=len(hosts)):
+            for component in ("nvidia-driver-daemonset", "nvidia-container-toolkit-daemonset",
+                              "nvidia-device-plugin-daemonset", "nvidia-dcgm", "nvidia-dcgm-exporter",
+                              "gpu-feature-discovery", "gpu-operator-node-feature-discovery-worker"):  # fmt: skip
+                self.cluster.put(
+                    "v1", "pods", self._pod(namespace, f"{component}-{index:05x}", name)
+                )
 
     def _toolkit_configures(self: Lab, host: LabHost) -> None:
         """containerd's config as Kubespray v2.29.1 templates it (version 3, no imports

@@ -70,6 +70,27 @@ def _request(server: str, path: str, body: Any = None) -> Any:
         return json.loads(response.read() or b"null")
 
 
+# The charts the lab's helm repository "nvidia" holds: the GPU Operator's releases the lab
+# knows (its Chart.yaml name, version, appVersion).
+LAB_CHARTS = {("nvidia/gpu-operator", "v26.7.0"), ("nvidia/gpu-operator", "v26.3.3")}
+
+
+def _show_chart(chart: list[str], version: str | None) -> int:
+    """`helm show chart REF --version V`: the chart's Chart.yaml, or helm 3's error for a
+    repository without that chart or version."""
+    ref = chart[0] if chart else ""
+    repo, _, name = ref.partition("/")
+    if repo != "nvidia":
+        print(f"Error: repo {repo} not found", file=sys.stderr)
+        return 1
+    if (ref, version) not in LAB_CHARTS:
+        print(f'Error: chart "{name}" matching {version} not found in {repo} index. '
+              "(try 'helm repo update')", file=sys.stderr)  # fmt: skip
+        return 1
+    print(f"apiVersion: v2\nappVersion: {version}\nname: {name}\nversion: {version}")
+    return 0
+
+
 def main(args: list[str]) -> int:
     if not args:
         print("The Kubernetes package manager (lab stand-in)")
@@ -77,6 +98,8 @@ def main(args: list[str]) -> int:
     if args[0] == "version":
         print(VERSION if "--short" in args else f'version.BuildInfo{{Version:"{VERSION}"}}')
         return 0
+    if args[:2] == ["show", "chart"]:
+        return _show_chart(_positional(args[2:])[:1], _option(args, "--version"))
     try:
         server = _server(args)
         releases = _request(server, "/lab/v1/helm/releases")

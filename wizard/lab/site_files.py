@@ -66,8 +66,10 @@ class SiteFilesMixin:
                 }
             )
         peers = [
+            # The lab's peers are stand-ins that serve nobody: no production storage to
+            # gate (tests/test_storage_load_gate.py turns it on).
             {"name": name, "host": server.address, "ssh": {"port": server.port},
-             "rdma_ip": self.hosts[name].rdma_ip}
+             "rdma_ip": self.hosts[name].rdma_ip, "production": False}
             for name, server in self.servers.items()
             if self.hosts[name].role == "peer"
         ]  # fmt: skip

@@ -209,7 +209,15 @@ class WorkloadsMixin:
         if "plugin-missing-resource" in self.faults:
             return
         namespace = daemonset["metadata"]["namespace"]
-        configmap = self.cluster.get("v1", "configmaps", namespace, "rdma-devices")
+        # The plugin reads the config.json of the ConfigMap its DaemonSet mounts at
+        # /k8s-rdma-shared-dev-plugin (deployment/k8s/base/daemonset.yaml).
+        template = daemonset.get("spec", {}).get("template", {}).get("spec", {})
+        mounted = [v["configMap"].get("name") for v in template.get("volumes", [])
+                   if isinstance(v.get("configMap"), dict)]  # fmt: skip
+        configmap = next(
+            (cm for n in mounted if (cm := self.cluster.get("v1", "configmaps", namespace, n))),
+            None,
+        )
         if configmap is None:
             return
         try:

@@ -1,0 +1,259 @@
+"""The registry pull secret, present in every namespace that pulls, before anything pulls.
+
+The chart values, the plugin's DaemonSet and the measurement pods name
+``registry.pull_secret`` in imagePullSecrets, and the kubelet looks a pod's pull secret up in
+the pod's own namespace: a secret that is missing there means an anonymous pull, refused by
+an authenticated mirror (ErrImagePull), after the release or DaemonSet is already in place.
+``helm --create-namespace`` creates gpu-operator empty. So this step runs before the GPU
+Operator's release: in each namespace it verifies the secret (type
+kubernetes.io/dockerconfigjson with an entry for the mirror's host) or creates it, from the
+credentials in ``registry.username_env`` / ``password_env``, else as a copy of the same
+secret found in another namespace. No credential is ever put into an artifact, the export
+or the journal: the review shows where each secret comes from, not its data, and the
+exported script reads the variables at run time.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from typing import Any
+
+from steps.common import q
+from steps.gpu_operator.values import NAMESPACE
+from wizard.artifacts import Artifact, Target
+from wizard.model import Finding, StepKind
+from wizard.plan import Change, Scope, Step, StepContext
+from wizard.probe import Report
+from wizard.site import Node, Site
+from wizard.transports.kube import KubeError
+
+SCRIPT_PATH = "cluster/k8s/pull-secrets.sh"
+DOCKERCONFIG = "kubernetes.io/dockerconfigjson"
+# Where the measurement pods run (steps.rdma_plugin.TEST_NAMESPACE, steps.nccl.manifests
+# NAMESPACE; not imported: those modules import the GPU Operator phase this step is in).
+MEASUREMENT_NAMESPACES = ("default",)
+
+
+def pull_namespaces(site: Site) -> list[str]:
+    """Every namespace whose pods pull from the mirror: the GPU Operator's, the RDMA device
+    plugin's and the measurement pods'."""
+    return sorted({NAMESPACE, site.device_plugin.namespace, *MEASUREMENT_NAMESPACES})
+
+
+def mirror_host(site: Site) -> str:
+    return (site.registry.mirror or "").split("/", 1)[0]
+
+
+def credentials(site: Site) -> tuple[str, str] | None:
+    """The user and password from the environment variables the site names, or None."""
+    user_var, password_var = site.registry.username_env, site.registry.password_env
+    user = os.environ.get(user_var or "") if user_var else None
+    password = os.environ.get(password_var or "") if password_var else None
+    return (user, password) if user and password else None
+
+
+def dockerconfig_secret(site: Site, namespace: str, user: str, password: str) -> dict[str, Any]:
+    """The Secret ``kubectl create secret docker-registry`` makes (built in memory only)."""
+    auth = base64.b64encode(f"{user}:{password}".encode()).decode()
+    config = {"auths": {mirror_host(site): {"username": user, "password": password, "auth": auth}}}
+    data = base64.b64encode(json.dumps(config).encode()).decode()
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": DOCKERCONFIG,
+        "metadata": {"name": site.registry.pull_secret, "namespace": namespace},
+        "data": {".dockerconfigjson": data},
+    }
+
+
+def serves_mirror(secret: dict[str, Any] | None, host: str) -> bool:
+    """Whether a live Secret is a dockerconfigjson with an entry for the mirror's host."""
+    if not secret or secret.get("type") != DOCKERCONFIG:
+        return False
+    try:
+        raw = base64.b64decode((secret.get("data") or {}).get(".dockerconfigjson", ""))
+        auths = json.loads(raw).get("auths") or {}
+    except (ValueError, AttributeError):
+        return False
+    return any(key.removeprefix("https://").split("/", 1)[0] == host for key in auths)
+
+
+async def live_secret(kube: Any, namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        return await kube.request(
+            "GET",
+            f"/api/v1/namespaces/{namespace}/secrets/{name}",
+            what=f"get secret {namespace}/{name}",
+        )
+    except KubeError as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+class PullSecrets(Step):
+    id = "registry.pull-secrets"
+    title = "Registry pull secret in every namespace that pulls"
+    kind = StepKind.APPLY
+    gates = ("T01",)
+    scope = Scope.CLUSTER
+    requires = ("gpu-operator.preflight",)
+    reads = ("registry", "device_plugin")
+    explain = (
+        "registry.pull_secret must exist in gpu-operator, the plugin's namespace and the "
+        "measurement pods' namespace before anything pulls (the kubelet reads a pod's pull "
+        "secret in its own namespace; helm --create-namespace creates gpu-operator empty). "
+        "Verified where present (a dockerconfigjson for the mirror's host); created from the "
+        "variables registry.username_env / password_env, or copied from another namespace "
+        "that has it. Credentials never reach the export, the review or the journal."
+    )
+
+    def _needed(self, site: Site) -> bool:
+        return bool(site.registry.pull_secret and site.registry.mirror)
+
+    def artifacts(self, site: Site, node: Node | None) -> list[Artifact]:
+        if not self._needed(site):
+            return []
+        name, host = q(site.registry.pull_secret or ""), q(mirror_host(site))
+        user, password = site.registry.username_env, site.registry.password_env
+        lines = ["#!/bin/sh", "# gpu-node-wizard: the pull secret in every namespace that pulls.",
+                 "# Reads the credentials from the environment; writes none to disk.", "set -eu"]  # fmt: skip
+        if not (user and password):
+            lines.append("# The site names no registry.username_env/password_env: set them, or")
+            lines.append("# copy the secret from a namespace that has it.")
+            user, password = "REGISTRY_USER", "REGISTRY_PASSWORD"
+        for ns in pull_namespaces(site):
+            lines.append(
+                f"kubectl create namespace {q(ns)} --dry-run=client -o yaml | kubectl apply -f -"
+            )
+            # An existing secret is left as it is (the live step verifies it).
+            lines.append(
+                f"kubectl -n {q(ns)} get secret {name} >/dev/null 2>&1 || "
+                f"kubectl -n {q(ns)} create secret docker-registry {name} --docker-server={host} "
+                f'--docker-username="${user}" --docker-password="${password}"'
+            )
+        return [
+            Artifact(
+                SCRIPT_PATH,
+                "\n".join(lines) + "\n",
+                Target.SCRIPT,
+                "run with kubectl against the cluster, before the GPU Operator",
+                f"Secret {site.registry.pull_secret} in {', '.join(pull_namespaces(site))}",
+                mode=0o755,
+            )
+        ]
+
+    def commands(self, site: Site, node: Node | None) -> list[str]:
+        if not self._needed(site):
+            return []
+        return [
+            f"kubectl -n {q(ns)} get secret {q(site.registry.pull_secret or '')}"
+            for ns in pull_namespaces(site)
+        ] + [f"sh {SCRIPT_PATH}  # only for the namespaces without it"]
+
+    async def _sources(self, ctx: StepContext) -> tuple[dict[str, dict | None], dict | None]:
+        """Each namespace's live secret, and one that serves the mirror (to copy)."""
+        kube, site = ctx.services.kube, ctx.site
+        live = {
+            ns: await live_secret(kube, ns, site.registry.pull_secret or "")
+            for ns in pull_namespaces(site)
+        }
+        source = next((s for s in live.values() if serves_mirror(s, mirror_host(site))), None)
+        return live, source
+
+    async def preconditions(self, ctx: StepContext) -> list[Finding]:
+        if not self._needed(ctx.site):
+            return []
+        report = Report("T01")
+        live, source = await self._sources(ctx)
+        missing = [ns for ns, s in live.items() if not serves_mirror(s, mirror_host(ctx.site))]
+        if missing and source is None and credentials(ctx.site) is None:
+            registry = ctx.site.registry
+            named = " and ".join(v for v in (registry.username_env, registry.password_env) if v)
+            report.fail(
+                "pull-secret",
+                f"Secret {registry.pull_secret} for {mirror_host(ctx.site)} is missing in "
+                f"{', '.join(missing)} and cannot be made: "
+                + (f"{named} not set in the environment" if named
+                   else "registry.username_env / password_env are not set in the site"),
+                "export the registry credentials in the variables the site names "
+                "(registry.username_env, registry.password_env), or create the secret in one "
+                "namespace; nothing pulls before it exists",
+            )  # fmt: skip
+        return report.findings
+
+    async def changes(self, ctx: StepContext) -> list[Change]:
+        if not self._needed(ctx.site):
+            return []
+        site = ctx.site
+        live, source = await self._sources(ctx)
+        origin = (
+            f"from ${site.registry.username_env} / ${site.registry.password_env}"
+            if credentials(site)
+            else f"copied from {source['metadata']['namespace']}/{site.registry.pull_secret}"
+            if source
+            else "no source"
+        )
+        result = []
+        for ns, secret in live.items():
+            ok = serves_mirror(secret, mirror_host(site))
+            # What the review shows: where the data comes from, never the data.
+            shown = f"Secret {ns}/{site.registry.pull_secret} ({DOCKERCONFIG}) for {mirror_host(site)}\n"
+            artifact = Artifact(
+                f"cluster/k8s/pull-secret-{ns}.txt",
+                shown + f"data: {origin} (not shown)\n",
+                Target.DOCUMENT,
+                f"Secret {ns}/{site.registry.pull_secret}",
+                "the registry pull secret",
+            )
+            result.append(Change(artifact, artifact.content if ok else (shown if secret else None)))
+        return result
+
+    async def apply(self, ctx: StepContext, changes: list[Change]) -> None:
+        site, kube = ctx.site, ctx.services.kube
+        live, source = await self._sources(ctx)
+        creds = credentials(site)
+        for ns, secret in live.items():
+            if serves_mirror(secret, mirror_host(site)):
+                continue
+            if creds is not None:
+                body = dockerconfig_secret(site, ns, *creds)
+            else:
+                assert source is not None  # preconditions refused otherwise
+                body = {"apiVersion": "v1", "kind": "Secret", "type": DOCKERCONFIG,
+                        "metadata": {"name": site.registry.pull_secret, "namespace": ns},
+                        "data": dict(source.get("data") or {})}  # fmt: skip
+            try:
+                namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+                await kube.request(
+                    "POST", "/api/v1/namespaces", namespace, what=f"create namespace {ns}"
+                )
+            except KubeError as exc:
+                if exc.status != 409:
+                    raise
+            await kube.apply(f"/api/v1/namespaces/{ns}/secrets", body)
+
+    async def verify(self, ctx: StepContext) -> list[Finding]:
+        report = Report("T01")
+        site = ctx.site
+        if not self._needed(site):
+            report.ok("pull-secret", "no registry.pull_secret with a mirror: nothing to verify")
+            return report.findings
+        live, _ = await self._sources(ctx)
+        missing = [ns for ns, s in live.items() if not serves_mirror(s, mirror_host(site))]
+        if missing:
+            report.fail(
+                "pull-secret",
+                f"Secret {site.registry.pull_secret} for {mirror_host(site)} is missing or not "
+                f"a dockerconfigjson for that host in {', '.join(missing)}",
+                f"apply this step again, or run {SCRIPT_PATH}",
+            )
+        else:
+            report.ok(
+                "pull-secret",
+                f"Secret {site.registry.pull_secret} for {mirror_host(site)} present in "
+                f"{', '.join(live)}",
+            )
+        return report.findings
