@@ -165,8 +165,7 @@ class WorkloadsMixin:
         pod_name = f"{name}-launcher-x7k2p"
         refusal = _launcher_refusal(launcher)
         if refusal is not None:
-            self._launcher_pod(job, pod_name, launcher, labels, refusal, failed=True)
-            return
+            return self._launcher_pod(job, pod_name, launcher, labels, refusal, failed=True)
         hosts = [self.hosts.get(n) for n in nodes]
         rdma_everywhere = all(h is not None and h.rdma_devices for h in hosts) and _asks_for_rdma(
             limits
@@ -177,8 +176,8 @@ class WorkloadsMixin:
             socket="nccl-socket" in self.faults or not rdma_everywhere,
             no_transport="nccl-no-transport" in self.faults,
         )  # fmt: skip
-        self._launcher_pod(job, pod_name, launcher, labels, log,
-                           failed="No transport found" in log)  # fmt: skip
+        return self._launcher_pod(job, pod_name, launcher, labels, log,
+                                  failed="No transport found" in log)  # fmt: skip
 
     def _launcher_pod(
         self: Lab,
@@ -189,7 +188,7 @@ class WorkloadsMixin:
         log: str,
         *,
         failed: bool,
-    ) -> None:
+    ) -> dict[str, Any]:
         namespace = job["metadata"].get("namespace", "default")
         self.pod_outputs[(namespace, pod_name)] = log
         pod = {
