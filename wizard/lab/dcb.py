@@ -23,9 +23,12 @@ ENOENT = "Attribute write: No such file or directory\n"
 # Intel's out-of-tree ice (2.6.6, src/ice_dcb_nl.c ice_dcbnl_setets / ice_dcbnl_setpfc)
 # checks ice_dcb_need_recfg() first and, when the new config equals the live one, returns
 # ICE_DCB_NO_HW_CHG (1) past the translation to 0 that mainline does; dcbnl hands the 1
-# back in DCB_ATTR_IEEE and iproute2 (dcb/dcb.c dcb_set_attribute_attr_cb) prints
-# strerror(1) and fails: a `set` that changes nothing is an error on these hosts.
-NO_HW_CHG = "Error when attempting to set attribute: Operation not permitted\n"
+# back in DCB_ATTR_IEEE (dcbnl_ieee_set: nla_put_u8(skb, DCB_ATTR_IEEE, err)). iproute2
+# since commit 1b5c7414 (v5.17, "dcb: Fix error reporting when accessing dcb app") reads
+# that byte as int8_t in dcb/dcb.c dcb_set_attribute_attr_cb, sets errno = -err (-1) and
+# __dcb_set_attribute prints perror("Attribute write") -> glibc's "Unknown error -1", exit
+# 1: a `set` that changes nothing is an error on these hosts.
+NO_HW_CHG = "Attribute write: Unknown error -1\n"
 
 # lib/rt_names.c + /etc/iproute2/rt_dsfield: the names `dcb app show` prints without -N.
 _DSCP_NAMES = (
