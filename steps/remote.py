@@ -43,5 +43,12 @@ def ssh_command(site: Site, node: Node, *, oob: bool = False) -> list[str]:
     return [*argv, f"{ssh.user}@{host}"]
 
 
+def remote_shell(node: Node) -> str:
+    """The remote command that reads a script on stdin (``ssh ... CMD < script``): as root
+    through ``sudo -n`` when the site's ssh.sudo says so (the wizard's own runs do the
+    same), since a non-root shell cannot change DCB, links or configfs."""
+    return "sudo -n sh -s" if node.ssh.use_sudo else "sh -s"
+
+
 def quoted(argv: list[str]) -> str:
     return shlex.join(argv)
