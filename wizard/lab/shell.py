@@ -40,9 +40,8 @@ from typing import TYPE_CHECKING, Protocol
 
 import asyncssh
 
-from wizard.lab.shim import RUNAS, install_shims
-
 from wizard.lab.scratch import scratch_dir
+from wizard.lab.shim import RUNAS, install_shims
 
 if TYPE_CHECKING:
     from wizard.lab.host import LabHost
@@ -150,6 +149,7 @@ class LabShell:
         # crash mid-script leaves, for the exported scripts' kill tests.
         self.calls: list[tuple[str, list[str]]] = []
         self.kill_at: int | None = None
+        self.kill_signal: int = signal.SIGKILL  # or SIGTERM / SIGHUP: a kill the shell sees
         self._groups: dict[str, int] = {}
         self._server: asyncio.AbstractServer | None = None
 
@@ -195,7 +195,7 @@ class LabShell:
             self.calls.append((host_name, argv))
             if self.kill_at is not None and len(self.calls) == self.kill_at:
                 with contextlib.suppress(KeyError, ProcessLookupError, PermissionError):
-                    os.killpg(self._groups[host_name], signal.SIGKILL)
+                    os.killpg(self._groups[host_name], self.kill_signal)
                 writer.close()
                 return
             wants = reads_stdin(argv)
