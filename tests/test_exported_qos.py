@@ -250,3 +250,29 @@ async def test_a_signal_mid_run_still_re_forms_the_bond(shell, signum, script):
     assert result.exit_status == 128 + signum, result.stderr
     assert "rejoining" in result.stderr
     assert all(p.enslaved and p.admin_up for p in host.ports)
+
+
+LEAVES = (("nmcli", "down"), ("ip", "nomaster"))
+
+
+async def test_a_rollback_with_nothing_to_restore_leaves_the_bond_up(shell):
+    """'Safe to run again' means no flap: the second rollback (and one on a node never
+    changed) takes no port out of the bond and changes nothing."""
+    host = fresh(shell)
+    assert (await shell.run(host, procedure(SITE, NODE))).exit_status == 0
+    script = rollback_script(SITE, NODE, None, "0")
+    first = await shell.run(host, script)
+    assert first.exit_status == 0, first.stderr
+    after = state(host)
+    for _ in range(2):
+        shell.calls.clear()
+        again = await shell.run(host, script)
+        assert again.exit_status == 0, again.stderr
+        assert changes(shell.calls) == [], changes(shell.calls)
+        assert not [a for _, a in shell.calls if any(a[0] == t and w in a for t, w in LEAVES)]
+        assert state(host) == after
+    shell.calls.clear()
+    untouched = fresh(shell)
+    assert (await shell.run(untouched, script)).exit_status == 0
+    # Only the ToS is written there (its configfs entry did not exist): no DCB, no bond.
+    assert {a[0] for a in changes(shell.calls)} <= {"mkdir", "tee"}, changes(shell.calls)
