@@ -173,7 +173,10 @@ class LabShell:
             # nobody reaches the tools and the socket, nothing else of the lab's folder.
             os.chmod(self.folder, 0o711)
             os.chmod(self.homes, 0o711)
-            os.chmod(self.socket, 0o666)
+            # The socket is the shells' user's alone (not 0666: any local user could
+            # otherwise ask a host's model to answer).
+            os.chown(self.socket, _NOBODY, -1)
+            os.chmod(self.socket, 0o600)
 
     async def stop(self) -> None:
         if self._server is not None:
