@@ -17,21 +17,34 @@ import yaml
 from steps.irdma import REBUILD_INITRAMFS, irdma_artifacts
 from steps.packages import ANSIBLE_KERNEL, node_packages
 from steps.qos import DCB_UNIT, TOS_UNIT, BootPersistence, procedure
-from steps.remote import site_path, ssh_options
+from steps.remote import site_path, ssh_config, ssh_options
 from wizard.artifacts import Artifact, Target, render
 from wizard.site import Node, Site, SshSettings
+
+# The export's ssh_config (steps/remote.py ssh_config), found from the inventory's folder
+# whatever the folder ansible-playbook runs in (inventory_dir is Ansible's magic variable;
+# connection variables are templated).
+SSH_CONFIG = "{{ inventory_dir }}/ssh_config"
 
 
 def ssh_vars(site: Site, ssh: SshSettings) -> dict:
     """How Ansible reaches a node the way the wizard does (steps/remote.py): the site's
     user, port, key, known_hosts, proxy jump and ssh_config, and sudo only when the site
     uses it. Ansible hands ``ansible_ssh_common_args`` to ssh, scp and sftp, split as a
-    shell would: each word is shell-quoted."""
+    shell would: each word is shell-quoted. ``-F ssh_config`` carries the same settings to
+    a jump hop, which ``-o`` options never reach; the site's own ssh_config is included
+    from there. ``ansible_host_key_checking`` is set so that a global
+    ``host_key_checking = False`` cannot put ``StrictHostKeyChecking=no`` first (ssh keeps
+    the first value)."""
+    options = ssh_options(site, ssh)
+    if options[:1] == ["-F"]:
+        options = options[2:]  # included by the export's ssh_config instead
     found = {
         "ansible_port": ssh.port,
         "ansible_user": ssh.user,
         "ansible_become": ssh.use_sudo,
-        "ansible_ssh_common_args": " ".join(shlex.quote(w) for w in ssh_options(site, ssh)),
+        "ansible_host_key_checking": True,
+        "ansible_ssh_common_args": " ".join(shlex.quote(w) for w in ["-F", SSH_CONFIG, *options]),
     }
     if ssh.key is not None:
         found["ansible_ssh_private_key_file"] = site_path(site, ssh.key)
@@ -94,6 +107,15 @@ def ansible_artifacts(site: Site) -> list[Artifact]:
             "the host-level phases for a fleet (packages, irdma, QoS in serial batches, boot unit, verify)",
         ),
     ]
+    files.append(
+        Artifact(
+            "ansible/ssh_config",
+            ssh_config(site),
+            Target.INVENTORY,
+            "ssh -F ansible/ssh_config (the inventory passes it)",
+            "how to reach each node and its jump host: user, port, key, known_hosts",
+        )
+    )
     for node in site.nodes:
         files.append(
             Artifact(

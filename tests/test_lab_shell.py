@@ -121,3 +121,19 @@ async def test_both_shims_speak_the_same_protocol(monkeypatch, kind):
         assert ran.stdout == host.kernel + "\n"
     finally:
         await shell.stop()
+
+
+async def test_the_tools_socket_is_only_for_the_shells_user():
+    """Under root the lab's shells run as nobody; the socket that answers their tool calls
+    is nobody's, mode 0600, not open to every local user."""
+    from wizard.lab.shell import LabShell
+
+    if os.geteuid() != 0:
+        pytest.skip("the lab drops to nobody only when it runs as root")
+    shell = LabShell({})
+    await shell.start()
+    try:
+        info = os.stat(shell.socket)
+        assert (info.st_mode & 0o777, info.st_uid) == (0o600, 65534)
+    finally:
+        await shell.stop()

@@ -351,3 +351,18 @@ async def test_a_failed_change_rejoins_the_bond_even_when_the_rollback_is_declin
     assert host.commands.index("nmcli connection up bond1-port1") > host.commands.index(
         "nmcli connection down bond1-port1"
     )
+
+
+def test_the_runbooks_rollback_runs_as_root_through_sudo_when_the_site_says_so():
+    """`ssh ... 'sh -s' < rollback-qos.sh` as a non-root user cannot touch DCB: the
+    runbook's line takes `sudo -n` exactly when the wizard itself would (ssh.sudo)."""
+    from steps.qos.steps import ApplyQos
+
+    def rollback(ssh: str) -> str:
+        site = parse_site(MINIMAL_SITE.replace("name: lab\n", f"name: lab\nssh: {ssh}\n"))
+        return ApplyQos().rollback(site, site.nodes[0]) or ""
+
+    assert "'sudo -n sh -s' < nodes/gpu-1/qos/rollback-qos.sh" in rollback("{user: ops}")
+    assert "'sh -s' < nodes/gpu-1/qos/rollback-qos.sh" in rollback("{user: root}")
+    assert "sudo" not in rollback("{user: root}")
+    assert "sudo" not in rollback("{user: ops, sudo: false}")

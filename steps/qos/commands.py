@@ -5,6 +5,8 @@ time (the RDMA device Intel's LAG registers, the NetworkManager port profiles)."
 
 from __future__ import annotations
 
+import shlex
+
 from steps.common import shown
 from steps.qos.model import FACTORY, PortQos, desired_bandwidth, desired_port
 from wizard.artifacts import render
@@ -228,7 +230,7 @@ def rollback_script(
 ) -> str:
     """Restore ``previous`` (the capture; None: a port in factory state, for the export)."""
     wanted = desired_port(site)
-    restore = {}
+    restore, checks = {}, {}
     for port in node.bond.ports:
         before = (previous or {}).get(port, FACTORY)
         name = shown([port])
@@ -246,10 +248,18 @@ def rollback_script(
         if before.lldp_agent:
             lines.append(f"lldp_on {name}")
         restore[port] = lines
+        # The same target as one check, so that a rerun with nothing to restore leaves
+        # the bond up (lib.sh restore_differs).
+        absent = " ".join(f"{d}:{p}" for d, p in wanted.dscp_prio if (d, p) not in before.dscp_prio)
+        present = " ".join(f"{d}:{p}" for d, p in before.dscp_prio)
+        check = [port, "on" if before.lldp_agent else "off", absent, present,
+                 " ".join(_pfc_map(before.pfc)), bw, " ".join(_bw_map(prio_tc)) if prio_tc else ""]  # fmt: skip
+        checks[port] = "restore_differs " + " ".join(shlex.quote(w) for w in check)
     return render(
         "host/qos/rollback.sh.j2",
         **_context(site, node),
         restore=restore,
+        checks=checks,
         previous_tos=tos or "0",
         captured=previous is not None,
     )

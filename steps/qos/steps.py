@@ -53,7 +53,7 @@ from steps.qos.commands import (
 )
 from steps.qos.model import FACTORY, PortQos, desired_port
 from steps.qos.probes import bond_manager, dcb_show, rdma_device, read_port, read_tos
-from steps.remote import ssh_command
+from steps.remote import remote_shell, ssh_command
 from wizard.artifacts import Artifact, Target, host_file, render
 from wizard.model import Finding, StepKind
 from wizard.plan import Change, Scope, Step, StepContext
@@ -277,7 +277,7 @@ class ApplyQos(Step):
             "# down): both ports back to a port's factory state (LLDP agent on, no DSCP entry,\n"
             "# no PFC, TC0 100 %), the ToS to 0. At the window gate the wizard shows and runs\n"
             "# the rollback computed from the node's live state instead.\n"
-            f"{shlex.join([*ssh, 'sh -s'])} < nodes/{node.name}/qos/rollback-qos.sh"
+            f"{shlex.join([*ssh, remote_shell(node)])} < nodes/{node.name}/qos/rollback-qos.sh"
         )
 
     async def preconditions(self, ctx: StepContext) -> list[Finding]:

@@ -23,9 +23,12 @@ ENOENT = "Attribute write: No such file or directory\n"
 # Intel's out-of-tree ice (2.6.6, src/ice_dcb_nl.c ice_dcbnl_setets / ice_dcbnl_setpfc)
 # checks ice_dcb_need_recfg() first and, when the new config equals the live one, returns
 # ICE_DCB_NO_HW_CHG (1) past the translation to 0 that mainline does; dcbnl hands the 1
-# back in DCB_ATTR_IEEE and iproute2 (dcb/dcb.c dcb_set_attribute_attr_cb) prints
-# strerror(1) and fails: a `set` that changes nothing is an error on these hosts.
-NO_HW_CHG = "Error when attempting to set attribute: Operation not permitted\n"
+# back in DCB_ATTR_IEEE (dcbnl_ieee_set: nla_put_u8(skb, DCB_ATTR_IEEE, err)). iproute2
+# since commit 1b5c7414 (v5.17, "dcb: Fix error reporting when accessing dcb app") reads
+# that byte as int8_t in dcb/dcb.c dcb_set_attribute_attr_cb, sets errno = -err (-1) and
+# __dcb_set_attribute prints perror("Attribute write") -> glibc's "Unknown error -1", exit
+# 1: a `set` that changes nothing is an error on these hosts.
+NO_HW_CHG = "Attribute write: Unknown error -1\n"
 
 # lib/rt_names.c + /etc/iproute2/rt_dsfield: the names `dcb app show` prints without -N.
 _DSCP_NAMES = (
@@ -33,6 +36,13 @@ _DSCP_NAMES = (
     | {8 * x + 2 * y: f"AF{x}{y}" for x in range(1, 5) for y in range(1, 4)}
     | {46: "EF"}
 )
+
+
+def _named(name: str, values: list) -> str:
+    """iproute2's dcb/dcb.c dcb_print_named_array ("%s ") with dcb_print_array_u8 /
+    _on_off / _kw ("%zd:" then "%d " or "%s "): a space after the name and after every
+    value, then print_nl(). Same in v6.1.0 and at HEAD."""
+    return f"{name} " + "".join(f"{i}:{v} " for i, v in enumerate(values)) + "\n"
 
 
 def default_bw() -> list[int]:
@@ -48,6 +58,10 @@ class PortDcb:
     prio_tc: list[int] = field(default_factory=lambda: [0] * 8)
     tc_bw: list[int] = field(default_factory=default_bw)
     tc_tsa: list[str] = field(default_factory=lambda: ["ets"] * 8)
+    # etsrec, the recommended ETS (ice_dcbnl_getets hands it out as reco-tc-bw /
+    # reco-tc-tsa; `dcb ets set` sends back what it read, so it changes only when named).
+    reco_bw: list[int] = field(default_factory=default_bw)
+    reco_tsa: list[str] = field(default_factory=lambda: ["ets"] * 8)
     dscp_mode: bool = False  # ICE_QOS_MODE_DSCP after the first DSCP app entry
 
     def reset(self) -> None:
@@ -57,6 +71,7 @@ class PortDcb:
         self.prio_tc = [0] * 8
         self.tc_bw = default_bw()
         self.tc_tsa = ["ets"] * 8
+        self.reco_bw, self.reco_tsa = default_bw(), ["ets"] * 8
         self.dscp_mode = False
 
     def config(self) -> tuple:
@@ -241,18 +256,23 @@ class DcbTool:
             if json_out:
                 return Answer(json.dumps({"pfc_cap": 4, "macsec_bypass": False, "delay": 0,
                                           "prio_pfc": [p in dcb.pfc for p in range(8)]}) + "\n")  # fmt: skip
-            pairs = " ".join(f"{p}:{'on' if p in dcb.pfc else 'off'}" for p in range(8))
-            return Answer(f"pfc-cap 4 macsec-bypass off delay 0\nprio-pfc {pairs}\n")
+            # dcb_pfc.c dcb_pfc_print: "pfc-cap %d ", "macsec-bypass %s ", "delay %d ".
+            pfc = ["on" if p in dcb.pfc else "off" for p in range(8)]
+            return Answer("pfc-cap 4 macsec-bypass off delay 0 \n" + _named("prio-pfc", pfc))
         if obj == "ets":
+            # ice_dcbnl_getets: tc_rx_bw (pg-bw) is the same tcbwtable as tc_tx_bw and
+            # reco_prio_tc the same prio_table as prio_tc; reco bw / tsa come from etsrec.
+            fields = {"tc_bw": dcb.tc_bw, "pg_bw": dcb.tc_bw, "tc_tsa": dcb.tc_tsa,
+                      "prio_tc": dcb.prio_tc, "reco_tc_bw": dcb.reco_bw,
+                      "reco_tc_tsa": dcb.reco_tsa, "reco_prio_tc": dcb.prio_tc}  # fmt: skip
             if json_out:
-                return Answer(json.dumps({"willing": False, "ets_cap": 8, "cbs": False,
-                                          "tc_bw": dcb.tc_bw, "tc_tsa": dcb.tc_tsa,
-                                          "prio_tc": dcb.prio_tc}) + "\n")  # fmt: skip
+                head = {"willing": False, "ets_cap": 8, "cbs": False}
+                return Answer(json.dumps(head | fields) + "\n")
+            # dcb_ets.c dcb_ets_print: "willing %s ", "ets-cap %d ", "cbs %s ", print_nl(),
+            # then each array on its own line in this order.
             return Answer(
-                "willing off ets-cap 8 cbs off\n"
-                "tc-bw " + " ".join(f"{i}:{b}" for i, b in enumerate(dcb.tc_bw)) + "\n"
-                "tc-tsa " + " ".join(f"{i}:{t}" for i, t in enumerate(dcb.tc_tsa)) + "\n"
-                "prio-tc " + " ".join(f"{i}:{t}" for i, t in enumerate(dcb.prio_tc)) + "\n"
+                "willing off ets-cap 8 cbs off \n"
+                + "".join(_named(name.replace("_", "-"), values) for name, values in fields.items())
             )
         if obj == "app":
             if json_out:
@@ -260,6 +280,8 @@ class DcbTool:
                 return Answer(json.dumps({"dscp_prio": [[d, p, " "] for d, p in dcb.app]}) + "\n")
             if not dcb.app:
                 return Answer()  # no line at all when there are no entries
-            names = [f"{d if numeric else _DSCP_NAMES.get(d, d)}:{p}" for d, p in dcb.app]
-            return Answer("dscp-prio " + " ".join(names) + "\n")
+            # dcb_app.c dcb_app_print_filtered: "%s " (the selector), then "%s:" "%d " per
+            # entry: a space after each.
+            names = [f"{d if numeric else _DSCP_NAMES.get(d, d)}:{p} " for d, p in dcb.app]
+            return Answer("dscp-prio " + "".join(names) + "\n")
         return Answer(stderr=f'Object "{obj}" is unknown\n', exit_status=1)

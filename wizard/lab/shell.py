@@ -149,6 +149,7 @@ class LabShell:
         # crash mid-script leaves, for the exported scripts' kill tests.
         self.calls: list[tuple[str, list[str]]] = []
         self.kill_at: int | None = None
+        self.kill_signal: int = signal.SIGKILL  # or SIGTERM / SIGHUP: a kill the shell sees
         self._groups: dict[str, int] = {}
         self._server: asyncio.AbstractServer | None = None
 
@@ -172,7 +173,10 @@ class LabShell:
             # nobody reaches the tools and the socket, nothing else of the lab's folder.
             os.chmod(self.folder, 0o711)
             os.chmod(self.homes, 0o711)
-            os.chmod(self.socket, 0o666)
+            # The socket is the shells' user's alone (not 0666: any local user could
+            # otherwise ask a host's model to answer).
+            os.chown(self.socket, _NOBODY, -1)
+            os.chmod(self.socket, 0o600)
 
     async def stop(self) -> None:
         if self._server is not None:
@@ -194,7 +198,7 @@ class LabShell:
             self.calls.append((host_name, argv))
             if self.kill_at is not None and len(self.calls) == self.kill_at:
                 with contextlib.suppress(KeyError, ProcessLookupError, PermissionError):
-                    os.killpg(self._groups[host_name], signal.SIGKILL)
+                    os.killpg(self._groups[host_name], self.kill_signal)
                 writer.close()
                 return
             wants = reads_stdin(argv)
