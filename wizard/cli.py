@@ -52,6 +52,18 @@ exit codes: 0 ok, 1 a check failed, 2 usage/site/connection error, 70 internal e
 """
 
 
+def _control_plane_option(p: argparse.ArgumentParser) -> None:
+    """``--control-plane`` for ``demo`` and ``lab``: which cluster the lab serves."""
+    p.add_argument(
+        "--control-plane",
+        choices=("embedded", "real"),
+        default="embedded",
+        help="embedded (default): the lab's own small API server and a helm stand-in, pip "
+        "alone; real: etcd, kube-apiserver, controller-manager, scheduler and helm built from "
+        "their Go modules (build them once with `lab --build-control-plane`)",
+    )
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--state-dir",
@@ -106,14 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--report", type=Path, metavar="DIR", help="with --headless: write the run's report here"
     )
-    p.add_argument(
-        "--control-plane",
-        choices=("embedded", "real"),
-        default="embedded",
-        help="embedded (default): the lab's own small API server and a helm stand-in, pip "
-        "alone; real: etcd, kube-apiserver, controller-manager, scheduler and helm built from "
-        "their Go modules (build them once with `lab --build-control-plane`)",
-    )
+    _control_plane_option(p)
     _common(p)
 
     p = sub.add_parser(
@@ -186,14 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nodes", type=int, default=1, help="simulated GPU nodes (default 1)")
     p.add_argument("--fault", action="append", default=[], metavar="NAME", help="inject a fault")
     p.add_argument("--list-faults", action="store_true", help="list the faults and exit")
-    p.add_argument(
-        "--control-plane",
-        choices=("embedded", "real"),
-        default="embedded",
-        help="embedded (default): the lab's own small API server and a helm stand-in, pip "
-        "alone; real: etcd, kube-apiserver, controller-manager, scheduler and helm built from "
-        "their Go modules (build them once with `lab --build-control-plane`)",
-    )
+    _control_plane_option(p)
     p.add_argument(
         "--build-control-plane",
         action="store_true",
