@@ -128,3 +128,89 @@ def test_a_stale_lease_is_taken_over_and_a_live_one_is_not(tmp_path, why):
         note = asyncio.run(scenario())
     assert note and note.startswith(f"took over the lease of {NODE}"), note
     assert ("expired" in note) if why == "expired" else ("no longer runs" in note), note
+
+
+def test_a_lease_lost_during_a_stall_is_noticed_and_refuses_further_effects(tmp_path):
+    """A stalls (its renewals fail) longer than the lease; B takes over; A's network comes
+    back: A's renewal meets 409, A knows it lost the node (naming B) and makes no effect."""
+    from wizard import journal
+    from wizard.engine.leases import LeaseLostError
+    from wizard.transports.base import TransportError
+
+    site_path = tmp_path / "lab" / "site.yaml"
+    with served_lab(site_path):
+        site = load_site(site_path)
+
+        async def scenario() -> None:
+            services = build_services(site)
+            try:
+                a = NodeLeases(services, "lab", duration_s=2)
+                a.host = "jump-1"
+                b = NodeLeases(services, "lab", duration_s=2)
+                b.host, b.identity = "jump-2", "gpu-node-wizard bob@jump-2 pid 4242 site lab"
+                await a.acquire(NODE)
+                real = a._renew
+
+                async def partitioned(node: str) -> None:
+                    raise TransportError("cluster", "API unreachable (partition)")
+
+                a._renew = partitioned
+                await asyncio.sleep(2.6)
+                # A's own clock says its lease lapsed: it refuses before B even comes.
+                with pytest.raises(LeaseLostError, match="not renewed within"):
+                    a.check(NODE)
+                assert any("could not renew" in f for f in a.failures())
+                assert (await b.acquire(NODE) or "").startswith("took over")
+                a._renew = real
+                await asyncio.sleep(1.0)
+                assert NODE not in a.held()
+                with pytest.raises(LeaseLostError):
+                    await a.acquire(NODE)
+                intents: list[dict] = []
+
+                class Recorder:
+                    def intent(self, entry: dict) -> str:
+                        intents.append(entry)
+                        return "1"
+
+                guard = lambda: a.check(NODE)  # noqa: E731
+                with (
+                    journal.scope(Recorder(), "operate.reboot", NODE, guard),
+                    pytest.raises(LeaseLostError),
+                ):
+                    journal.begin({"target": NODE, "command": "systemctl reboot"})
+                assert not intents, "an effect was journaled (and made) without the lease"
+                await b.release_all()
+                await a.release_all()
+            finally:
+                await services.close()
+
+        asyncio.run(scenario())
+
+
+def test_a_renewal_that_meets_another_holder_loses_the_node_naming_it(tmp_path):
+    site_path = tmp_path / "lab" / "site.yaml"
+    with served_lab(site_path):
+        site = load_site(site_path)
+
+        async def scenario() -> None:
+            services = build_services(site)
+            try:
+                a = NodeLeases(services, "lab", duration_s=60)
+                await a.acquire(NODE)
+                a._renewer.cancel()
+                path = f"{COLLECTION}/{PREFIX}{NODE}"
+                current = await services.kube.request("GET", path, what="read")
+                current["spec"]["holderIdentity"] = "gpu-node-wizard bob@jump-2 pid 1 site lab"
+                await services.kube.request("PUT", path, current, what="steal")
+                await a._renew_or_lose(NODE)
+                assert NODE not in a.held()
+                assert "bob@jump-2" in a.lost()[NODE], a.lost()
+                assert any("lost the lease" in f for f in a.failures())
+                await a.release_all()
+                lease = await services.kube.request("GET", path, what="read")
+                assert "bob@jump-2" in lease["spec"]["holderIdentity"], "A deleted B's lease"
+            finally:
+                await services.close()
+
+        asyncio.run(scenario())

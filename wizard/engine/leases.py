@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import os
 import socket
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -43,6 +44,20 @@ class LeaseHeldError(WizardError):
     """Another wizard holds the node's lease: it is changing that node now."""
 
     exit_code = 1
+
+
+class LeaseLostError(TransportError):
+    """This run held the node's lease and lost it (another wizard took it over, or it could
+    not be renewed within its duration): no further change to the node may be made.
+
+    A TransportError, so that an effect refused by it fails its step's target like a
+    host that cannot be used, wherever in a step it is met."""
+
+
+# A lease is trusted locally until its last successful renewal + duration - this margin
+# (a fraction of the duration): the other side judges staleness on its own clock, so this
+# side stops a little before the lease can be judged expired there.
+MARGIN_FRACTION = 0.2
 
 
 def _micro(when: datetime) -> str:
@@ -72,6 +87,13 @@ class NodeLeases:
         self.pid = os.getpid()
         self.identity = f"gpu-node-wizard {who_am_i()} pid {self.pid} site {site_name}"
         self._held: dict[str, dict[str, Any]] = {}
+        # Local monotonic time until which each held lease is certainly still ours: its
+        # last successful write + duration - margin (never the other host's clock).
+        self._valid_until: dict[str, float] = {}
+        # Nodes whose lease this run lost, and why (naming the new holder when known).
+        self._lost: dict[str, str] = {}
+        # Renewal failures not yet shown to the operator (the engine drains them).
+        self._failures: list[str] = []
         self._lock = asyncio.Lock()
         self._renewer: asyncio.Task[None] | None = None
 
@@ -87,14 +109,62 @@ class NodeLeases:
     def held(self) -> list[str]:
         return sorted(self._held)
 
+    def lost(self) -> dict[str, str]:
+        return dict(self._lost)
+
+    def failures(self) -> list[str]:
+        """Renewal failures since the last call (to be shown and journaled, never silent)."""
+        out, self._failures = self._failures, []
+        return out
+
+    def _margin(self) -> float:
+        return self.duration_s * MARGIN_FRACTION
+
+    def _wrote(self, node: str, lease: dict[str, Any], at: float) -> None:
+        """A write of ours succeeded at monotonic ``at`` (taken before it was sent)."""
+        self._held[node] = lease
+        self._valid_until[node] = at + self.duration_s - self._margin()
+        self._lost.pop(node, None)
+
+    def _lose(self, node: str, why: str) -> None:
+        self._held.pop(node, None)
+        self._valid_until.pop(node, None)
+        self._lost[node] = why
+
+    def check(self, node: str) -> None:
+        """Before an effect on ``node``: LeaseLostError when this run held its lease and
+        lost it (taken over, or not renewed in time on this side's own clock). A node
+        whose lease this run never took is not judged here (``acquire`` takes it)."""
+        if node in self._lost:
+            raise LeaseLostError(node, self._lost[node])
+        until = self._valid_until.get(node)
+        if until is not None and time.monotonic() >= until:
+            self._lose(
+                node,
+                f"the lease {NAMESPACE}/{PREFIX}{node} was not renewed within its "
+                f"{self.duration_s}s (less a {self._margin():.0f}s margin): another wizard may "
+                "hold it now, so no further change is made to the node by this run",
+            )
+            raise LeaseLostError(node, self._lost[node])
+
     async def acquire(self, node: str) -> str | None:
-        """Hold ``node``'s lease (a no-op when already held); a notice when a stale one was
-        taken over. LeaseHeldError when another live wizard holds it."""
-        if not self.enabled or node in self._held:
+        """Hold ``node``'s lease (a no-op when held and still valid); a notice when a stale
+        one was taken over. LeaseHeldError when another live wizard holds it;
+        LeaseLostError when this run held it and lost it."""
+        if not self.enabled:
+            return None
+        if node in self._held and self._fresh(node):
             return None
         async with self._lock:
             if node in self._held:
+                if not self._fresh(node):
+                    # Expired on this side: renewed with the resourceVersion last written,
+                    # it is still ours only if nobody wrote it since (optimistic concurrency).
+                    await self._renew_or_lose(node)
+                self.check(node)
                 return None
+            if node in self._lost:
+                raise LeaseLostError(node, self._lost[node])
             note = await self._take(node)
             if self._renewer is None:
                 self._renewer = asyncio.ensure_future(self._renew_forever())
@@ -106,9 +176,11 @@ class NodeLeases:
             current = await self._get(path)
             if current is None:
                 try:
-                    self._held[node] = await self.kube.request(
+                    at = time.monotonic()
+                    lease = await self.kube.request(
                         "POST", COLLECTION, self._body(node), what=f"take the lease of {node}"
                     )
+                    self._wrote(node, lease, at)
                     return None
                 except TransportError as exc:
                     if getattr(exc, "status", None) != 409:
@@ -120,9 +192,11 @@ class NodeLeases:
             body = self._body(node)
             body["metadata"]["resourceVersion"] = current["metadata"].get("resourceVersion")
             try:
-                self._held[node] = await self.kube.request(
+                at = time.monotonic()
+                lease = await self.kube.request(
                     "PUT", path, body, what=f"take over the stale lease of {node}"
                 )
+                self._wrote(node, lease, at)
             except TransportError as exc:
                 if getattr(exc, "status", None) != 409:
                     raise
@@ -198,19 +272,51 @@ class NodeLeases:
             f"({until}) or `kubectl -n {NAMESPACE} delete lease {PREFIX}{node}` frees it"
         )
 
+    def _fresh(self, node: str) -> bool:
+        return time.monotonic() < self._valid_until.get(node, 0.0)
+
     async def _renew_forever(self) -> None:
         while True:
             await asyncio.sleep(max(self.duration_s / 3, 0.05))
             for node in list(self._held):
-                with contextlib.suppress(TransportError):
-                    await self._renew(node)
+                await self._renew_or_lose(node)
+
+    async def _renew_or_lose(self, node: str) -> None:
+        """Renew; a 409 (another holder wrote it) or a lapse of local validity loses it;
+        any other failure is recorded for the operator and retried at the next tick."""
+        try:
+            await self._renew(node)
+        except TransportError as exc:
+            if getattr(exc, "status", None) == 409:
+                self._lose(node, await self._taken_by(node))
+                self._failures.append(f"lost the lease of {node}: {self._lost[node]}")
+                return
+            self._failures.append(f"could not renew the lease of {node}: {exc}")
+            if not self._fresh(node):
+                with contextlib.suppress(LeaseLostError):
+                    self.check(node)
+                self._failures.append(f"lost the lease of {node}: {self._lost[node]}")
+
+    async def _taken_by(self, node: str) -> str:
+        """Why a renewal met 409, naming the lease's holder now."""
+        holder = "?"
+        with contextlib.suppress(TransportError):
+            current = await self._get(f"{COLLECTION}/{PREFIX}{node}")
+            holder = ((current or {}).get("spec") or {}).get("holderIdentity") or "nobody"
+        return (
+            f"another wizard took over the lease {NAMESPACE}/{PREFIX}{node} (held now by "
+            f"{holder}) while this run could not renew it: no further change is made to the "
+            "node by this run"
+        )
 
     async def _renew(self, node: str) -> None:
         lease = self._held[node]
         body = {**lease, "spec": {**lease.get("spec", {}), "renewTime": _micro(datetime.now(UTC))}}
-        self._held[node] = await self.kube.request(
+        at = time.monotonic()
+        renewed = await self.kube.request(
             "PUT", f"{COLLECTION}/{PREFIX}{node}", body, what=f"renew the lease of {node}"
         )
+        self._wrote(node, renewed, at)
 
     async def release_all(self) -> None:
         """Give back every lease still ours (not one another wizard took over)."""
@@ -226,3 +332,4 @@ class NodeLeases:
                 if current and current.get("spec", {}).get("holderIdentity") == self.identity:
                     await self.kube.request("DELETE", path, what=f"release the lease of {node}")
             self._held.pop(node, None)
+            self._valid_until.pop(node, None)
