@@ -586,11 +586,19 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
     async def _hold_node(self, step: Step, ctx: StepContext) -> tuple[StepState, list] | None:
         """Take the node's lease before the first change to it (wizard/engine/leases.py);
         the target's failed result when another wizard is changing the node."""
-        if step.scope is not Scope.NODE or ctx.node is None:
+        if step.scope is Scope.NODE:
+            nodes: tuple[str, ...] = (ctx.target,) if ctx.node is not None else ()
+        else:
+            # A cluster-scoped step that changes nodes (the join): every one of their leases.
+            nodes = step.leased_nodes(self.site)
+        if not nodes:
             return None
-        self._lease_nodes[(step.id, ctx.target)] = (ctx.target,)
+        self._lease_nodes[(step.id, ctx.target)] = nodes
+        notes: list[tuple[str, str]] = []
         try:
-            note = await self._leases.acquire(ctx.target)
+            for node in nodes:
+                if note := await self._leases.acquire(node):
+                    notes.append((node, note))
         except (LeaseHeldError, LeaseLostError) as exc:
             finding = Finding(
                 f"{step.gates[0] if step.gates else 'T00'}.lease",
@@ -604,9 +612,9 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
             )
         finally:
             self._lease_failures()
-        if note:
-            self.emit(Notice(note, ctx.target))
-            self.journal({"event": "lease-taken-over", "target": ctx.target, "detail": note})
+        for node, note in notes:
+            self.emit(Notice(note, node))
+            self.journal({"event": "lease-taken-over", "target": node, "detail": note})
         return None
 
     def _lease_failures(self) -> None:
