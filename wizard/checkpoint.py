@@ -335,6 +335,9 @@ class Checkpoint:
         self.state = state
         self._lock_fd = lock_fd
         self.redactor = redactor
+        # The command that finishes a change in flight (set by ``open``, which knows the
+        # site file and state folder), for refusals such as a start over.
+        self.finish = "`gpu-node-wizard run SITE`"
         self._pending = False  # read-only results not yet on disk
         self._last_save = time.monotonic()
         self._save_seconds = 0.0  # how long the last state write took
@@ -399,6 +402,7 @@ class Checkpoint:
                 set_aside(directory)
                 state = None
             if state is not None and start_over:
+                refuse_start_over(state, finish_command(site, state_dir))
                 state["steps"] = {}
                 state["identity"] = {"nodes": {}, "cluster": None}
             if state is None and not start_over and _journal_has_work(directory):
@@ -409,6 +413,7 @@ class Checkpoint:
                 )
             state = state or _empty_state(site)
             checkpoint = cls(directory, state, lock_fd, redactor or Redactor(site.secret_values()))
+            checkpoint.finish = finish_command(site, state_dir)
             try:
                 if start_over:
                     checkpoint.journal({"event": "start over: every step result was reset"})
@@ -518,7 +523,9 @@ class Checkpoint:
         self.save()
 
     def reset_all(self) -> None:
-        """Start over: forget every step result (the journal keeps the history)."""
+        """Start over: forget every step result (the journal keeps the history); refused
+        while a change is in flight (its capture is what finishes or rolls it back)."""
+        refuse_start_over(self.state, self.finish)
         self.state["steps"] = {}
         self.state["identity"] = {"nodes": {}, "cluster": None}
         self.journal({"event": "start over: every step result was reset"})
@@ -712,6 +719,23 @@ def in_flight_changes(state: dict[str, Any]) -> list[tuple[str, str, dict[str, A
             if isinstance(inflight, dict) and record.get("state") in IN_FLIGHT_STATES:
                 found.append((step, target, inflight))
     return found
+
+
+def refuse_start_over(state: dict[str, Any], finish: str) -> None:
+    """Starting over forgets every result, the persisted capture of a change in flight
+    with them: the node would stay cordoned and half changed with nothing to roll it back
+    from. A CheckpointError naming each change and the command that finishes it."""
+    changes = in_flight_changes(state)
+    if changes:
+        named = "; ".join(
+            f"{step} on {target} (maintenance stage {record.get('stage', '?')})"
+            for step, target, record in changes
+        )
+        raise CheckpointError(
+            f"cannot start over: a change is in flight: {named}. Starting over would forget "
+            f"the capture it is finished or rolled back from. Finish it first with {finish}, "
+            "then start over"
+        )
 
 
 def finish_command(site: Site, state_dir: Path | None = None) -> str:
