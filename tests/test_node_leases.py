@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -78,8 +79,11 @@ def test_a_second_wizard_from_another_state_folder_does_not_touch_a_node_mid_cha
             and notes["gpu-node-wizard.io/site"] == "lab"
         )
 
+        # The first is stopped, so its lease is not renewed: watched for its whole 90s the
+        # second would rightly take it over; it watches 3s here and refuses.
         second = subprocess.run(_command(site, second_state), cwd=REPO, capture_output=True,
-                                text=True, timeout=120)  # fmt: skip
+                                text=True, timeout=120,
+                                env={**os.environ, "GNW_LEASE_WAIT_S": "3"})  # fmt: skip
         assert second.returncode == 1, second.stdout + second.stderr
         assert f"{NODE} is being changed by another wizard" in second.stdout, second.stdout
         reboots = [
@@ -115,10 +119,11 @@ def test_a_stale_lease_is_taken_over_and_a_live_one_is_not(tmp_path, why):
                 other._renewer.cancel()  # it dies: no more renewals
                 mine = NodeLeases(services, "lab")
                 if why == "expired":
+                    mine.patience_s = 0.3  # watched for less than its duration: refused
                     with pytest.raises(LeaseHeldError, match="being changed by another wizard"):
-                        await mine.acquire(NODE)  # live: refused
-                    await asyncio.sleep(1.6)
-                note = await mine.acquire(NODE)
+                        await mine.acquire(NODE)
+                    mine.patience_s = 30.0
+                note = await mine.acquire(NODE)  # watched unchanged for its 1s: taken over
                 assert mine.held() == [NODE]
                 await mine.release_all()
                 return note
@@ -127,7 +132,7 @@ def test_a_stale_lease_is_taken_over_and_a_live_one_is_not(tmp_path, why):
 
         note = asyncio.run(scenario())
     assert note and note.startswith(f"took over the lease of {NODE}"), note
-    assert ("expired" in note) if why == "expired" else ("no longer runs" in note), note
+    assert ("unchanged for" in note) if why == "expired" else ("no longer runs" in note), note
 
 
 def test_a_lease_lost_during_a_stall_is_noticed_and_refuses_further_effects(tmp_path):
@@ -210,6 +215,63 @@ def test_a_renewal_that_meets_another_holder_loses_the_node_naming_it(tmp_path):
                 await a.release_all()
                 lease = await services.kube.request("GET", path, what="read")
                 assert "bob@jump-2" in lease["spec"]["holderIdentity"], "A deleted B's lease"
+            finally:
+                await services.close()
+
+        asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("skew", [-3600, 3600], ids=["holder clock behind", "holder clock ahead"])
+def test_staleness_is_judged_by_watching_the_lease_not_by_comparing_clocks(tmp_path, skew):
+    """The holder's host clock is an hour off. Behind: its lease looks expired by this
+    host's clock, yet it is renewed, so it is live (refused). Ahead: it looks valid for an
+    hour, yet it is never renewed, so it is taken over after its duration, with
+    leaseTransitions incremented and acquireTime set."""
+    from datetime import UTC, datetime, timedelta
+
+    site_path = tmp_path / "lab" / "site.yaml"
+    with served_lab(site_path):
+        site = load_site(site_path)
+
+        async def scenario() -> None:
+            services = build_services(site)
+            path = f"{COLLECTION}/{PREFIX}{NODE}"
+            try:
+                other = NodeLeases(services, "lab", duration_s=1)
+                other.host, other.identity = "jump-2", "gpu-node-wizard bob@jump-2 pid 9 site lab"
+                skewed = datetime.now(UTC) + timedelta(seconds=skew)
+                await other.acquire(NODE)
+                other._renewer.cancel()
+
+                async def renew_on_skewed_clock() -> None:
+                    while True:
+                        lease = await services.kube.request("GET", path, what="read")
+                        stamp = (skewed + timedelta(seconds=time.monotonic() % 1000)).strftime(
+                            "%Y-%m-%dT%H:%M:%S.%fZ"
+                        )
+                        lease["spec"]["renewTime"] = stamp
+                        await services.kube.request("PUT", path, lease, what="renew")
+                        await asyncio.sleep(0.2)
+
+                lease = await services.kube.request("GET", path, what="read")
+                lease["spec"]["renewTime"] = skewed.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+                await services.kube.request("PUT", path, lease, what="skew")
+                mine = NodeLeases(services, "lab", duration_s=5)
+                if skew < 0:
+                    renewer = asyncio.ensure_future(renew_on_skewed_clock())
+                    try:
+                        with pytest.raises(LeaseHeldError, match="bob@jump-2"):
+                            await mine.acquire(NODE)
+                    finally:
+                        renewer.cancel()
+                    return
+                note = await mine.acquire(NODE)
+                assert note and "unchanged for" in note, note
+                taken = await services.kube.request("GET", path, what="read")
+                assert taken["spec"]["holderIdentity"] == mine.identity
+                assert taken["spec"]["leaseTransitions"] == 1
+                assert taken["spec"]["acquireTime"]
+                await mine.release_all()
             finally:
                 await services.close()
 

@@ -96,6 +96,7 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
         self._host_key_errors: dict[str, TransportError] = {}
         # The per-node lock in the cluster, taken before the first change to a node.
         self._leases = NodeLeases(self.services, site.name)
+        self._leases.progress = lambda message: self.emit(Notice(message))
         # (step, target) -> the nodes whose leases guard its effects.
         self._lease_nodes: dict[tuple[str, str], tuple[str, ...]] = {}
 

@@ -11,9 +11,14 @@ see, so the lock lives there:
 - created with POST (a second creator gets 409 AlreadyExists), renewed every third of
   ``leaseDurationSeconds`` while held, replaced only with the resourceVersion read (a
   concurrent taker gets 409 Conflict: optimistic concurrency, Kubernetes API conventions);
-- a lease of another holder is refused, naming it, unless it is stale: not renewed within
-  its duration (its holder died or lost the cluster), or held by a wizard on this host
-  whose pid no longer runs; then it is taken over with its resourceVersion;
+- a lease of another holder is refused, naming it, unless it is stale: watched unchanged
+  for its duration on this side's monotonic clock (its holder died or lost the cluster;
+  client-go's leaderelection judges so, tolerant of skewed clocks), or held by a wizard on
+  this host whose pid no longer runs; then it is taken over with its resourceVersion
+  (leaseTransitions + 1);
+- a held lease is trusted for its duration (less a margin) after its last renewal on this
+  side's clock; a renewal that meets 409 or comes too late loses it, and every further
+  effect on the node is refused (``check``, run by the engine before each intent);
 - released (deleted, if still ours) when the run ends, however it ends but a kill: a
   killed wizard's lease is stale after its duration.
 """
@@ -25,7 +30,8 @@ import contextlib
 import os
 import socket
 import time
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from wizard.checkpoint import who_am_i
@@ -65,13 +71,15 @@ def _micro(when: datetime) -> str:
     return when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _parse(text: Any) -> datetime | None:
-    if not isinstance(text, str):
-        return None
-    for form in ("%Y-%m-%dT%H:%M:%S.%fZ", "%Y-%m-%dT%H:%M:%SZ"):
-        with contextlib.suppress(ValueError):
-            return datetime.strptime(text, form).replace(tzinfo=UTC)
-    return None
+def _observed(lease: dict[str, Any]) -> tuple[Any, ...]:
+    """What changes whenever a lease is written: its resourceVersion (and, for a server
+    that does not keep one, its holder and renewTime)."""
+    spec = lease.get("spec") or {}
+    return (
+        (lease.get("metadata") or {}).get("resourceVersion"),
+        spec.get("holderIdentity"),
+        spec.get("renewTime"),
+    )
 
 
 class NodeLeases:
@@ -86,6 +94,10 @@ class NodeLeases:
         self.host = socket.gethostname()
         self.pid = os.getpid()
         self.identity = f"gpu-node-wizard {who_am_i()} pid {self.pid} site {site_name}"
+        # How long a lease of another holder is watched before the refusal: by default
+        # long enough to see a dead holder's lease expire (client-go waits as long).
+        self.patience_s = float(os.environ.get("GNW_LEASE_WAIT_S") or duration_s + 5)
+        self.progress: Callable[[str], None] | None = None  # the engine's notices
         self._held: dict[str, dict[str, Any]] = {}
         # Local monotonic time until which each held lease is certainly still ours: its
         # last successful write + duration - margin (never the other host's clock).
@@ -188,9 +200,17 @@ class NodeLeases:
                     continue
             stale = self._stale(current)
             if stale is None:
-                raise LeaseHeldError(self._refusal(node, current))
+                current, stale = await self._watch(node, path, current)
+                if current is None:
+                    continue  # deleted while watched: create it
+                if stale is None:
+                    raise LeaseHeldError(self._refusal(node, current))
             body = self._body(node)
             body["metadata"]["resourceVersion"] = current["metadata"].get("resourceVersion")
+            transitions = (current.get("spec") or {}).get("leaseTransitions")
+            body["spec"]["leaseTransitions"] = (
+                transitions + 1 if isinstance(transitions, int) and transitions >= 0 else 1
+            )
             try:
                 at = time.monotonic()
                 lease = await self.kube.request(
@@ -204,6 +224,45 @@ class NodeLeases:
             holder = current.get("spec", {}).get("holderIdentity", "?")
             return f"took over the lease of {node} from {holder} ({stale})"
         raise LeaseHeldError(f"the lease of {node} changes hands as it is read; try again")
+
+    async def _watch(
+        self, node: str, path: str, first: dict[str, Any]
+    ) -> tuple[dict[str, Any] | None, str | None]:
+        """Judge another holder's lease as client-go's leaderelection does, on this side's
+        own monotonic clock (never the other host's renewTime: the clocks may be skewed):
+        live as soon as it changes (its holder renewed it); stale once it stayed unchanged
+        for its leaseDurationSeconds of this side's observation. Waits at most
+        ``patience_s``, telling the operator, then calls it live (refused)."""
+        spec = first.get("spec") or {}
+        duration = spec.get("leaseDurationSeconds")
+        if not isinstance(duration, int) or duration <= 0:
+            return first, "it has no valid leaseDurationSeconds"
+        seen = _observed(first)
+        since = time.monotonic()
+        tick = min(max(duration / 10, 0.05), 2.0)
+        told = since
+        while True:
+            waited = time.monotonic() - since
+            if waited >= duration:
+                return first, (
+                    f"unchanged for {waited:.0f}s of this wizard's observation, longer than "
+                    f"its {duration}s duration: its holder stopped renewing it"
+                )
+            if waited >= self.patience_s:
+                return first, None
+            if self.progress is not None and time.monotonic() - told >= 10:
+                told = time.monotonic()
+                self.progress(
+                    f"the lease of {node} is held by {spec.get('holderIdentity', '?')}: "
+                    f"watching it ({waited:.0f}s of {duration}s without a renewal; it is "
+                    "taken over if it stays unrenewed)"
+                )
+            await asyncio.sleep(tick)
+            current = await self._get(path)
+            if current is None:
+                return None, None
+            if _observed(current) != seen:
+                return current, None  # renewed (or taken by a third): its holder is live
 
     async def _get(self, path: str) -> dict[str, Any] | None:
         try:
@@ -239,7 +298,6 @@ class NodeLeases:
 
     def _stale(self, lease: dict[str, Any]) -> str | None:
         """Why another holder's lease may be taken over, or None (it is live)."""
-        spec = lease.get("spec") or {}
         notes = (lease.get("metadata") or {}).get("annotations") or {}
         if notes.get(f"{ANNOTATION}host") == self.host:
             try:
@@ -249,27 +307,19 @@ class NodeLeases:
                 pid, started = 0, None
             if pid and not children.alive(pid, started):
                 return f"its holder, pid {pid} on this host, no longer runs"
-        renewed = _parse(spec.get("renewTime")) or _parse(spec.get("acquireTime"))
-        duration = spec.get("leaseDurationSeconds")
-        if not isinstance(duration, int) or renewed is None:
-            return "it has no renew time or duration"
-        if datetime.now(UTC) > renewed + timedelta(seconds=duration):
-            return f"not renewed since {spec.get('renewTime')}, {duration}s expired"
+        # Expiry is judged by watching it (``_watch``), never by this host's clock against
+        # the renewTime another host's clock wrote.
         return None
 
     def _refusal(self, node: str, lease: dict[str, Any]) -> str:
         spec = lease.get("spec") or {}
-        renewed = _parse(spec.get("renewTime"))
-        until = (
-            _micro(renewed + timedelta(seconds=int(spec.get("leaseDurationSeconds") or 0)))
-            if renewed
-            else "?"
-        )
         return (
             f"{node} is being changed by another wizard: {spec.get('holderIdentity', '?')} "
-            f"holds its lease {NAMESPACE}/{PREFIX}{node} (renewed {spec.get('renewTime', '?')}). "
-            "Wait for that run to end; if it is gone, the lease is free once it expires "
-            f"({until}) or `kubectl -n {NAMESPACE} delete lease {PREFIX}{node}` frees it"
+            f"holds its lease {NAMESPACE}/{PREFIX}{node} (renewed {spec.get('renewTime', '?')} "
+            "by its host's clock). Wait for that run to end; if it is gone, the lease is free "
+            f"once it stays unrenewed for its {spec.get('leaseDurationSeconds', '?')}s (a run "
+            f"then takes it over), or `kubectl -n {NAMESPACE} delete lease {PREFIX}{node}` "
+            "frees it"
         )
 
     def _fresh(self, node: str) -> bool:
