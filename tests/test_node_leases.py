@@ -276,3 +276,68 @@ def test_staleness_is_judged_by_watching_the_lease_not_by_comparing_clocks(tmp_p
                 await services.close()
 
         asyncio.run(scenario())
+
+
+def test_the_dead_pid_shortcut_needs_the_same_machine_boot_and_pid_namespace(tmp_path):
+    """Same hostname is not the same machine: a holder whose pid does not run here, but
+    whose machine-id (or boot, or pid namespace) differs, is another process elsewhere."""
+    site_path = tmp_path / "lab" / "site.yaml"
+    with served_lab(site_path):
+        site = load_site(site_path)
+
+        async def scenario() -> None:
+            services = build_services(site)
+            try:
+                mine = NodeLeases(services, "lab", duration_s=60)
+                assert all(mine.machine.values()), mine.machine
+                for field in ("machine-id", "boot-id", "pid-ns"):
+                    other = NodeLeases(services, "lab", duration_s=60)
+                    other.pid = 2**22 + 7  # no such process here
+                    other.machine = {**other.machine, field: "another"}
+                    assert other.host == mine.host
+                    await other.acquire(NODE)
+                    other._renewer.cancel()
+                    mine.patience_s = 0.3
+                    with pytest.raises(LeaseHeldError, match="being changed by another wizard"):
+                        await mine.acquire(NODE)
+                    other._renewer = None
+                    await other.release_all()
+            finally:
+                await services.close()
+
+        asyncio.run(scenario())
+
+
+def test_release_deletes_only_the_version_read(tmp_path):
+    """DeleteOptions.preconditions.resourceVersion: a lease written since it was read (a
+    takeover) is not deleted."""
+    from wizard.transports.base import TransportError
+
+    site_path = tmp_path / "lab" / "site.yaml"
+    with served_lab(site_path):
+        site = load_site(site_path)
+
+        async def scenario() -> None:
+            services = build_services(site)
+            path = f"{COLLECTION}/{PREFIX}{NODE}"
+            try:
+                mine = NodeLeases(services, "lab", duration_s=60)
+                await mine.acquire(NODE)
+                read = await services.kube.request("GET", path, what="read")
+                taken = {**read, "spec": {**read["spec"], "holderIdentity": "someone else"}}
+                await services.kube.request("PUT", path, taken, what="take")
+                options = {"kind": "DeleteOptions", "apiVersion": "v1",
+                           "preconditions": {"resourceVersion": read["metadata"]["resourceVersion"]}}  # fmt: skip
+                with pytest.raises(TransportError) as refused:
+                    await services.kube.request("DELETE", path, options, what="release")
+                assert getattr(refused.value, "status", None) == 409
+                still = await services.kube.request("GET", path, what="read")
+                assert still["spec"]["holderIdentity"] == "someone else"
+                await mine.release_all()
+                assert (await services.kube.request("GET", path, what="read"))["spec"][
+                    "holderIdentity"
+                ] == "someone else"
+            finally:
+                await services.close()
+
+        asyncio.run(scenario())

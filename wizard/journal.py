@@ -53,6 +53,21 @@ def scope(
         _SCOPE.reset(token)
 
 
+@contextlib.contextmanager
+def unguarded() -> Iterator[None]:
+    """Effects journaled without the scope's guard: the lease writes themselves (a
+    renewal must not be refused by the check of the lease it renews)."""
+    current = _SCOPE.get()
+    if current is None or current.guard is None:
+        yield
+        return
+    token = _SCOPE.set(Scope(current.journal, current.step, current.target))
+    try:
+        yield
+    finally:
+        _SCOPE.reset(token)
+
+
 def begin(entry: dict[str, Any]) -> str | None:
     """Record an effect's intent durably; None outside any step (nothing to journal to).
 

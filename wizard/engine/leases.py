@@ -28,12 +28,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import secrets
 import socket
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
+from wizard import journal
 from wizard.checkpoint import who_am_i
 from wizard.errors import WizardError
 from wizard.transports import children
@@ -82,6 +85,32 @@ def _observed(lease: dict[str, Any]) -> tuple[Any, ...]:
     )
 
 
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return ""
+
+
+def _pid_namespace() -> str:
+    try:
+        return str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return ""
+
+
+def this_machine() -> dict[str, str]:
+    """What says a pid means the same process here: the machine (machine-id, not the
+    hostname, which two jump hosts or containers may share), its boot (boot_id: a pid of
+    an earlier boot is another process) and the pid namespace (a container's pid 40 is
+    not the host's)."""
+    return {
+        "machine-id": _read("/etc/machine-id"),
+        "boot-id": _read("/proc/sys/kernel/random/boot_id"),
+        "pid-ns": _pid_namespace(),
+    }
+
+
 class NodeLeases:
     """The leases one engine run holds, one per node it changes."""
 
@@ -93,7 +122,12 @@ class NodeLeases:
         self.duration_s = duration_s
         self.host = socket.gethostname()
         self.pid = os.getpid()
-        self.identity = f"gpu-node-wizard {who_am_i()} pid {self.pid} site {site_name}"
+        # A random id per run: two runs never share an identity, even with one pid.
+        self.run_id = secrets.token_hex(8)
+        self.machine = this_machine()
+        self.identity = (
+            f"gpu-node-wizard {who_am_i()} pid {self.pid} site {site_name} run {self.run_id}"
+        )
         # How long a lease of another holder is watched before the refusal: by default
         # long enough to see a dead holder's lease expire (client-go waits as long).
         self.patience_s = float(os.environ.get("GNW_LEASE_WAIT_S") or duration_s + 5)
@@ -189,9 +223,10 @@ class NodeLeases:
             if current is None:
                 try:
                     at = time.monotonic()
-                    lease = await self.kube.request(
-                        "POST", COLLECTION, self._body(node), what=f"take the lease of {node}"
-                    )
+                    with journal.unguarded():
+                        lease = await self.kube.request(
+                            "POST", COLLECTION, self._body(node), what=f"take the lease of {node}"
+                        )
                     self._wrote(node, lease, at)
                     return None
                 except TransportError as exc:
@@ -213,9 +248,10 @@ class NodeLeases:
             )
             try:
                 at = time.monotonic()
-                lease = await self.kube.request(
-                    "PUT", path, body, what=f"take over the stale lease of {node}"
-                )
+                with journal.unguarded():
+                    lease = await self.kube.request(
+                        "PUT", path, body, what=f"take over the stale lease of {node}"
+                    )
                 self._wrote(node, lease, at)
             except TransportError as exc:
                 if getattr(exc, "status", None) != 409:
@@ -285,6 +321,8 @@ class NodeLeases:
                     f"{ANNOTATION}pid": str(self.pid),
                     f"{ANNOTATION}pid-started": str(children.start_time(self.pid) or ""),
                     f"{ANNOTATION}site": self.site,
+                    f"{ANNOTATION}run": self.run_id,
+                    **{f"{ANNOTATION}{k}": v for k, v in self.machine.items()},
                     f"{ANNOTATION}user": who_am_i(),
                 },
             },
@@ -299,14 +337,15 @@ class NodeLeases:
     def _stale(self, lease: dict[str, Any]) -> str | None:
         """Why another holder's lease may be taken over, or None (it is live)."""
         notes = (lease.get("metadata") or {}).get("annotations") or {}
-        if notes.get(f"{ANNOTATION}host") == self.host:
+        here = all(v and notes.get(f"{ANNOTATION}{k}") == v for k, v in self.machine.items())
+        if here:
             try:
                 pid = int(notes.get(f"{ANNOTATION}pid", ""))
                 started = int(notes.get(f"{ANNOTATION}pid-started") or 0) or None
             except ValueError:
                 pid, started = 0, None
             if pid and not children.alive(pid, started):
-                return f"its holder, pid {pid} on this host, no longer runs"
+                return f"its holder, pid {pid} on this machine and boot, no longer runs"
         # Expiry is judged by watching it (``_watch``), never by this host's clock against
         # the renewTime another host's clock wrote.
         return None
@@ -363,9 +402,10 @@ class NodeLeases:
         lease = self._held[node]
         body = {**lease, "spec": {**lease.get("spec", {}), "renewTime": _micro(datetime.now(UTC))}}
         at = time.monotonic()
-        renewed = await self.kube.request(
-            "PUT", f"{COLLECTION}/{PREFIX}{node}", body, what=f"renew the lease of {node}"
-        )
+        with journal.unguarded():
+            renewed = await self.kube.request(
+                "PUT", f"{COLLECTION}/{PREFIX}{node}", body, what=f"renew the lease of {node}"
+            )
         self._wrote(node, renewed, at)
 
     async def release_all(self) -> None:
@@ -380,6 +420,18 @@ class NodeLeases:
             with contextlib.suppress(TransportError):
                 current = await self._get(path)
                 if current and current.get("spec", {}).get("holderIdentity") == self.identity:
-                    await self.kube.request("DELETE", path, what=f"release the lease of {node}")
+                    # Only the version read: a takeover between the read and the delete
+                    # makes it 409, never a deletion of the new holder's lease.
+                    options = {
+                        "kind": "DeleteOptions",
+                        "apiVersion": "v1",
+                        "preconditions": {
+                            "resourceVersion": current["metadata"].get("resourceVersion")
+                        },
+                    }
+                    with journal.unguarded():
+                        await self.kube.request(
+                            "DELETE", path, options, what=f"release the lease of {node}"
+                        )
             self._held.pop(node, None)
             self._valid_until.pop(node, None)
