@@ -322,7 +322,11 @@ def set_aside(directory: Path) -> Path | None:
     path = directory / "state.json"
     if not os.path.lexists(path):
         return None
-    aside = directory / f"state.json.damaged-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}"
+    # A random suffix, as for the journal and lock: two set aside within one second (a
+    # start over that meets another damaged file) must not overwrite the first copy.
+    aside = _aside_name(path)
+    while os.path.lexists(aside):
+        aside = _aside_name(path)
     os.replace(path, aside)
     return aside
 
