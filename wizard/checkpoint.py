@@ -611,7 +611,7 @@ class Checkpoint:
             entry
             for entry in self.unfinished
             if isinstance(entry.get("pid"), int)
-            and children.alive(entry["pid"], entry.get("started"))
+            and children.alive(entry["pid"], entry.get("started"), entry.get("boot"))
         ]
 
 
@@ -671,9 +671,11 @@ def _unfinished_intents(path: Path) -> list[dict[str, Any]]:
             if isinstance(entry.get("intent"), str):
                 intents[entry["intent"]] = entry
             elif isinstance(entry.get("child"), str) and entry["child"] in intents:
-                started = entry.get("started")
+                started, boot = entry.get("started"), entry.get("boot")
                 intents[entry["child"]].update(
-                    pid=entry.get("pid"), started=started if isinstance(started, int) else None
+                    pid=entry.get("pid"),
+                    started=started if isinstance(started, int) else None,
+                    boot=boot if isinstance(boot, str) else None,
                 )
             elif isinstance(entry.get("outcome"), str):
                 intents.pop(entry["outcome"], None)

@@ -344,7 +344,14 @@ class NodeLeases:
                 started = int(notes.get(f"{ANNOTATION}pid-started") or 0) or None
             except ValueError:
                 pid, started = 0, None
-            if pid and not children.alive(pid, started):
+            # Same machine, boot and pid namespace: the pid is this one's. Without its
+            # start time only a pid that runs no process at all is proof it is gone.
+            gone = (
+                children.start_time(pid) is None
+                if started is None
+                else not children.alive(pid, started)
+            )
+            if pid and gone:
                 return f"its holder, pid {pid} on this machine and boot, no longer runs"
         # Expiry is judged by watching it (``_watch``), never by this host's clock against
         # the renewTime another host's clock wrote.
