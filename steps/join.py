@@ -178,6 +178,10 @@ class KubesprayJoin(Step):
 
     # -- with cluster.kubespray: the wizard runs the join itself (steps/kubespray.py) --------
 
+    def leased_nodes(self, site: Site) -> tuple[str, ...]:
+        # scale.yml --limit changes these nodes (kubeadm join, kubelet): their leases first.
+        return tuple(n.name for n in site.nodes)
+
     def runs_itself(self, site: Site) -> bool:
         return site.cluster.kubespray is not None
 

@@ -99,9 +99,9 @@ def _wizard_killed_in_the_join(tmp_path: Path, sig: int, mode: str) -> int:
 def test_the_join_dies_with_the_wizard(tmp_path, sig):
     pid = _wizard_killed_in_the_join(tmp_path, sig, "obedient")
     deadline = time.monotonic() + 10
-    while children.alive(pid, None) and time.monotonic() < deadline:
+    while _runs(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not children.alive(pid, None), "the join outlived the wizard"
+    assert not _runs(pid), "the join outlived the wizard"
     assert _starts(tmp_path) == ["start"]
 
 
@@ -112,7 +112,7 @@ def test_the_resume_refuses_a_second_join_while_the_first_lives(tmp_path, monkey
     world = World(tmp_path / "world.json")
     world.update(join=["obedient", "0"])
     try:
-        assert children.alive(pid, None), "the stubborn join runs on"
+        assert _runs(pid), "the stubborn join runs on"
         with (
             Checkpoint.open(tmp_path / "state", site) as checkpoint,
             pytest.raises(ChildStillRunningError, match=rf"pid {pid} \(`scale.yml`\).*still runs"),
@@ -122,7 +122,7 @@ def test_the_resume_refuses_a_second_join_while_the_first_lives(tmp_path, monkey
     finally:
         os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
-    while children.alive(pid, None) and time.monotonic() < deadline:
+    while _runs(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     # Once it is gone, the resume goes on (and the join runs again, alone).
     with Checkpoint.open(tmp_path / "state", site) as checkpoint:
@@ -135,3 +135,22 @@ def test_a_reused_pid_is_not_the_journaled_process():
     assert children.alive(os.getpid(), children.start_time(os.getpid()))
     assert not children.alive(os.getpid(), (children.start_time(os.getpid()) or 0) + 1)
     assert not children.alive(0, None) and not children.alive(2**22 + 1, None)
+
+
+def test_a_journaled_child_without_start_time_or_of_another_boot_is_not_alive():
+    """A pid alone proves nothing (any process may have it now), nor a start time of
+    another boot (the ticks restart at each boot)."""
+    import os as _os
+
+    from wizard.transports import children as _children
+
+    me = _os.getpid()
+    started = _children.start_time(me)
+    assert _children.alive(me, started, _children.boot_id())
+    assert not _children.alive(me, None)
+    assert not _children.alive(me, started, "another-boot-id")
+
+
+def _runs(pid: int) -> bool:
+    """A (non-zombie) process with this pid runs, whichever it is."""
+    return children.alive(pid, children.start_time(pid))

@@ -78,3 +78,14 @@ def test_a_journal_line_without_end_is_not_read_whole(tmp_path, monkeypatch):
     (directory / "journal.jsonl").write_bytes(b'{"a": 1}\n' + b"x" * 100_000 + b'\n{"b": 2}\n')
     entries, bad = read_journal(directory)
     assert entries == [{"a": 1}, {"b": 2}] and bad == 1
+
+
+def test_two_damaged_states_set_aside_within_one_second_are_both_kept(tmp_path):
+    from wizard.checkpoint import set_aside
+
+    kept = []
+    for text in ("first damaged", "second damaged"):
+        (tmp_path / "state.json").write_text(text)
+        kept.append(set_aside(tmp_path))
+    assert kept[0] != kept[1]
+    assert sorted(p.read_text() for p in kept) == ["first damaged", "second damaged"]

@@ -205,3 +205,13 @@ def test_force_never_writes_over_an_entry_the_earlier_export_did_not_write(
     assert precious.read_text() == "the operator's own\n"
     if what == "operator file":
         assert target.read_text() == "the operator's own\n"
+
+
+def test_a_deeply_nested_manifest_is_refused_not_a_crash(site_file, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / MANIFEST).write_text("[" * 200_000 + "]" * 200_000)  # under the size bound
+    (out / "keep.txt").write_text("the operator's\n")
+    code, err = force(site_file, out, capsys)
+    assert code == 2 and "cannot read the earlier" in err, (code, err)
+    assert (out / "keep.txt").read_text() == "the operator's\n"

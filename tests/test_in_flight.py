@@ -185,3 +185,31 @@ def test_renaming_the_site_with_a_change_in_flight_is_refused(site_path, state_d
     site_path.write_text(renamed)
     with pytest.raises(WizardError, match=r"site 'lab'.*three\.qos on gpu-1.*in flight"):
         _run(site_path, state_dir, world)
+
+
+def test_start_over_is_refused_while_a_change_is_in_flight(site_path, state_dir, world):
+    """--start-over (and the TUI's Start over, reset_all) would throw the capture of the
+    half-done change away: refused, naming the command that finishes it; nothing lost."""
+    from wizard.errors import CheckpointError
+
+    _killed_inside_the_change(site_path, state_dir, world)
+    site = load_site(site_path)
+    with (
+        pytest.raises(CheckpointError, match=r"three\.qos on gpu-1") as refused,
+        Checkpoint.open(state_dir, site, start_over=True),
+    ):
+        pass
+    assert f"gpu-node-wizard run {site_path}" in str(refused.value)
+    with Checkpoint.open(state_dir, site) as checkpoint:
+        with pytest.raises(CheckpointError, match="in flight"):
+            checkpoint.reset_all()
+        assert checkpoint.record("three.qos", "gpu-1").get("extra", {}).get("maintenance")
+    done = subprocess.run(
+        [sys.executable, "-m", "wizard.cli", "run", str(site_path), "--headless",
+         "--start-over", "--state-dir", str(state_dir)],
+        cwd=REPO, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+    assert "in flight" in done.stderr + done.stdout, done.stderr
+    with Checkpoint.open(state_dir, site) as checkpoint:
+        assert checkpoint.record("three.qos", "gpu-1").get("extra", {}).get("maintenance")

@@ -176,3 +176,35 @@ async def test_a_checkout_of_another_version_is_refused(tmp_path):
     refusal = findings_of(outcome, "join.kubespray")["T00.kubespray-checkout"]
     assert refusal.severity is Severity.FAIL and "Kubespray 2.28.0" in refusal.message
     assert frontend.reviews == []
+
+
+async def test_the_join_takes_the_lease_of_every_node_it_limits_to(tmp_path):
+    """join.kubespray is cluster-scoped but scale.yml changes the --limit nodes: another
+    wizard holding one of their leases refuses the join before any playbook runs."""
+    from wizard.engine.leases import NodeLeases
+    from wizard.services import build_services
+
+    lab = Lab(tmp_path / "lab", faults=("not-joined",))
+    await lab.start()
+    try:
+        site = load_site(lab.site_path)
+        services = build_services(site)
+        other = NodeLeases(services, "lab", duration_s=60)
+        other.host, other.identity = "jump-2", "gpu-node-wizard bob@jump-2 pid 4242 site lab"
+        await other.acquire("gpu-b300-01")
+        try:
+            plan = build_plan()
+            only = [s.id for s in plan.phase("join").steps]
+            frontend = JoinReviewer()
+            outcome = await run_engine(site, plan, tmp_path / "state", frontend, only=only)
+        finally:
+            await other.release_all()
+            await services.close()
+    finally:
+        await lab.stop()
+    (finding,) = findings_of(outcome, "join.kubespray").values()
+    assert finding.severity is Severity.FAIL
+    assert "gpu-b300-01 is being changed by another wizard" in finding.message, finding.message
+    assert "bob@jump-2" in finding.message
+    assert lab.cluster.node("gpu-b300-01") is None, "scale.yml ran under the other wizard"
+    assert not [e for e in frontend.events if isinstance(e, OutputLine) and e.target == "ansible"]

@@ -343,7 +343,11 @@ def set_aside(directory: Path) -> Path | None:
     path = directory / "state.json"
     if not os.path.lexists(path):
         return None
-    aside = directory / f"state.json.damaged-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}"
+    # A random suffix, as for the journal and lock: two set aside within one second (a
+    # start over that meets another damaged file) must not overwrite the first copy.
+    aside = _aside_name(path)
+    while os.path.lexists(aside):
+        aside = _aside_name(path)
     os.replace(path, aside)
     return aside
 
@@ -356,6 +360,9 @@ class Checkpoint:
         self.state = state
         self._lock_fd = lock_fd
         self.redactor = redactor
+        # The command that finishes a change in flight (set by ``open``, which knows the
+        # site file and state folder), for refusals such as a start over.
+        self.finish = "`gpu-node-wizard run SITE`"
         self._pending = False  # read-only results not yet on disk
         self._last_save = time.monotonic()
         self._save_seconds = 0.0  # how long the last state write took
@@ -423,6 +430,7 @@ class Checkpoint:
             if foreign is not None:
                 raise CheckpointError(f"{directory}: {foreign}")
             if state is not None and start_over:
+                refuse_start_over(state, finish_command(site, state_dir))
                 state["steps"] = {}
                 state["identity"] = {"nodes": {}, "cluster": None}
             if state is None and not start_over and _journal_has_work(directory):
@@ -433,6 +441,7 @@ class Checkpoint:
                 )
             state = state or _empty_state(site)
             checkpoint = cls(directory, state, lock_fd, redactor or Redactor(site.secret_values()))
+            checkpoint.finish = finish_command(site, state_dir)
             try:
                 if start_over:
                     checkpoint.journal({"event": "start over: every step result was reset"})
@@ -542,7 +551,9 @@ class Checkpoint:
         self.save()
 
     def reset_all(self) -> None:
-        """Start over: forget every step result (the journal keeps the history)."""
+        """Start over: forget every step result (the journal keeps the history); refused
+        while a change is in flight (its capture is what finishes or rolls it back)."""
+        refuse_start_over(self.state, self.finish)
         self.state["steps"] = {}
         self.state["identity"] = {"nodes": {}, "cluster": None}
         self.journal({"event": "start over: every step result was reset"})
@@ -624,7 +635,7 @@ class Checkpoint:
             entry
             for entry in self.unfinished
             if isinstance(entry.get("pid"), int)
-            and children.alive(entry["pid"], entry.get("started"))
+            and children.alive(entry["pid"], entry.get("started"), entry.get("boot"))
         ]
 
 
@@ -684,9 +695,11 @@ def _unfinished_intents(path: Path) -> list[dict[str, Any]]:
             if isinstance(entry.get("intent"), str):
                 intents[entry["intent"]] = entry
             elif isinstance(entry.get("child"), str) and entry["child"] in intents:
-                started = entry.get("started")
+                started, boot = entry.get("started"), entry.get("boot")
                 intents[entry["child"]].update(
-                    pid=entry.get("pid"), started=started if isinstance(started, int) else None
+                    pid=entry.get("pid"),
+                    started=started if isinstance(started, int) else None,
+                    boot=boot if isinstance(boot, str) else None,
                 )
             elif isinstance(entry.get("outcome"), str):
                 intents.pop(entry["outcome"], None)
@@ -736,6 +749,23 @@ def in_flight_changes(state: dict[str, Any]) -> list[tuple[str, str, dict[str, A
             if isinstance(inflight, dict) and record.get("state") in IN_FLIGHT_STATES:
                 found.append((step, target, inflight))
     return found
+
+
+def refuse_start_over(state: dict[str, Any], finish: str) -> None:
+    """Starting over forgets every result, the persisted capture of a change in flight
+    with them: the node would stay cordoned and half changed with nothing to roll it back
+    from. A CheckpointError naming each change and the command that finishes it."""
+    changes = in_flight_changes(state)
+    if changes:
+        named = "; ".join(
+            f"{step} on {target} (maintenance stage {record.get('stage', '?')})"
+            for step, target, record in changes
+        )
+        raise CheckpointError(
+            f"cannot start over: a change is in flight: {named}. Starting over would forget "
+            f"the capture it is finished or rolled back from. Finish it first with {finish}, "
+            "then start over"
+        )
 
 
 def finish_command(site: Site, state_dir: Path | None = None) -> str:

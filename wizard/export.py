@@ -284,6 +284,12 @@ def _read_manifest(out: Path, manifest: Path) -> dict[str, dict[str, object]]:
         raise ExportError(f"{manifest} is larger than any manifest the wizard writes; refusing")
     try:
         data = json.loads(manifest.read_bytes())
+    except RecursionError:
+        # The json module recurses per nesting level: a deep enough array is no manifest.
+        raise ExportError(
+            f"cannot read the earlier {manifest}: nested deeper than any manifest the wizard "
+            "writes; refusing"
+        ) from None
     except (OSError, ValueError) as exc:
         raise ExportError(f"cannot read the earlier {manifest}: {exc}; refusing") from None
     wrong = _manifest_shape_problem(data)

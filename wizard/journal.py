@@ -13,7 +13,7 @@ step and target), and the transports ask here.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -32,15 +32,36 @@ class Scope:
     journal: Journal
     step: str
     target: str
+    # Called before each intent: raises to refuse the effect (the engine's check that the
+    # node's lease is still this run's, wizard/engine/leases.py).
+    guard: Callable[[], None] | None = None
 
 
 _SCOPE: ContextVar[Scope | None] = ContextVar("gnw_journal_scope", default=None)
 
 
 @contextlib.contextmanager
-def scope(journal: Journal, step: str, target: str) -> Iterator[None]:
-    """Journal effects made by this task (and the tasks it starts) under ``step``/``target``."""
-    token = _SCOPE.set(Scope(journal, step, target))
+def scope(
+    journal: Journal, step: str, target: str, guard: Callable[[], None] | None = None
+) -> Iterator[None]:
+    """Journal effects made by this task (and the tasks it starts) under ``step``/``target``;
+    ``guard`` runs before each effect's intent and may refuse it by raising."""
+    token = _SCOPE.set(Scope(journal, step, target, guard))
+    try:
+        yield
+    finally:
+        _SCOPE.reset(token)
+
+
+@contextlib.contextmanager
+def unguarded() -> Iterator[None]:
+    """Effects journaled without the scope's guard: the lease writes themselves (a
+    renewal must not be refused by the check of the lease it renews)."""
+    current = _SCOPE.get()
+    if current is None or current.guard is None:
+        yield
+        return
+    token = _SCOPE.set(Scope(current.journal, current.step, current.target))
     try:
         yield
     finally:
@@ -54,6 +75,8 @@ def begin(entry: dict[str, Any]) -> str | None:
     current = _SCOPE.get()
     if current is None:
         return None
+    if current.guard is not None:
+        current.guard()
     return current.journal.intent({"step": current.step, "for": current.target, **entry})
 
 

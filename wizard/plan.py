@@ -136,6 +136,12 @@ class Step:
         engine runs it as an apply step: changes, review, apply, verify)."""
         return False
 
+    def leased_nodes(self, site: Site) -> tuple[str, ...]:
+        """For cluster-scoped steps that change nodes (the join's scale.yml --limit): the
+        nodes whose leases the engine takes before the change (wizard/engine/leases.py).
+        A node-scoped step's lease is its target's, taken without asking."""
+        return ()
+
     def rollback(self, site: Site, node: Node | None) -> str | None:
         """For maintenance steps: how to undo the change (the dry-run form, for the export)."""
         return None

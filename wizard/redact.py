@@ -8,6 +8,7 @@ token, a ``--password`` argument, a private key block). Both are replaced by
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import logging
 import re
@@ -33,7 +34,7 @@ _PRIVATE_KEY_BLOCK = re.compile(
 # is not YAML/JSON structure (``[]``, ``{``, a list item).
 _SECRET_ASSIGNMENT = re.compile(
     r"(?P<key>\b[\w.-]*(?:password|passwd|secret|token|api[_-]?key|client-key-data|auth"
-    r"|private[_-]?key|secret[_-]?key|access[_-]?key|passphrase)[\"']?[ \t]*[:=][ \t]*)"
+    r"|private[_-]?key|secret[_-]?key|access[_-]?key|passphrase|_pass)[\"']?[ \t]*[:=][ \t]*)"
     r"(?P<value>[\"']?[^\s\"',}\[\]{]+[\"']?)",
     re.IGNORECASE,
 )
@@ -41,18 +42,34 @@ _SECRET_ASSIGNMENT = re.compile(
 # --access-key/--secret-key, per its README "Configuration"; vLLM's --api-key).
 SECRET_FLAGS = (
     "password", "passwd", "token", "creds", "src-creds", "dest-creds", "client-secret",
-    "secret-key", "access-key", "api-key", "passphrase",
+    "secret-key", "access-key", "api-key", "passphrase", "certificate-key",
 )  # fmt: skip
 _SECRET_FLAG = re.compile(
-    rf"(?P<key>--(?:{'|'.join(SECRET_FLAGS)})(?:=|\s+))(?P<value>\S+)",
+    rf"(?P<key>--(?:{'|'.join(SECRET_FLAGS)})(?:=|\s+))(?P<value>\"[^\"]*\"|'[^']*'|\S+)",
     re.IGNORECASE,
 )
 # Words that every match of the pattern above contains (lower case), for a cheap pre-test.
 _FLAG_WORDS = ("--pass", "--token", "creds", "--client-secret", "-key")
 # "auth": containerd's registry `auth = "<base64 user:password>"` (CRI plugin docs,
 # registry.configs.<host>.auth), docker's config.json "auth".
-_ASSIGNMENT_WORDS = ("passw", "secret", "token", "key", "passphrase", "auth")
+_ASSIGNMENT_WORDS = ("passw", "secret", "token", "key", "passphrase", "auth", "_pass")
 _BEARER = re.compile(r"(?P<key>\bBearer\s+)(?P<value>[A-Za-z0-9._~+/=-]+)", re.IGNORECASE)
+# An HTTP Authorization header of any scheme (RFC 9110 section 11.6.2): Basic (base64
+# user:password), Token (GitLab, Django REST), Digest...
+_AUTH_HEADER = re.compile(
+    r"(?P<key>\b(?:proxy-)?authorization:[ \t]*(?:[A-Za-z-]+[ \t]+)?)(?P<value>[^\s\"']+)",
+    re.IGNORECASE,
+)
+# scheme://TOKEN@host: userinfo without a colon long enough to be a token (a GitHub or
+# GitLab access token as the user); a short user name (git@, alice@) is kept.
+_URL_TOKEN = re.compile(
+    r"(?P<key>[a-z][a-z0-9+.-]*://)(?P<value>[^/\s:@\"']{16,})(?=@[^@\s/]+)", re.IGNORECASE
+)
+# The password flags of docker/podman/nerdctl login (-p) and sshpass -p (their --help).
+_P_FLAG = re.compile(
+    r"(?P<key>\b(?:(?:docker|podman|nerdctl)[ \t]+login\b[^\n|;&]*?[ \t]-p|sshpass[ \t]+-p)"
+    r"[ \t]*)(?P<value>\"[^\"]*\"|'[^']*'|[^\s\"']+)"
+)
 # scheme://user:password@host: the password runs to the *last* @ before the host (a
 # password may hold an @ itself; its tail must not stay behind).
 _URL_CREDENTIALS = re.compile(
@@ -62,8 +79,13 @@ _URL_CREDENTIALS = re.compile(
 # curl's -u/--user and --proxy-user user:password (curl(1)); also -U (--proxy-user) and
 # `-uuser:pass` written together. A bare user (curl asks for the password) holds none.
 _USER_FLAG = re.compile(
-    r"(?P<key>(?<![\w-])(?:-[uU][ \t]*|--(?:proxy-)?user(?:=|[ \t]+))[\"']?[^\s:\"'$]*:)"
+    r"(?P<key>(?<![\w-])(?:-[uU][ \t]*|--(?:proxy-)?user(?:=|[ \t]+))[\"']?[^\s:\"']*:)"
     r"(?P<value>[^\s\"']+)"
+)
+# The same, quoted: the password runs to the closing quote (spaces and all).
+_QUOTED_USER_FLAG = re.compile(
+    r"(?P<key>(?<![\w-])(?:-[uU][ \t]*|--(?:proxy-)?user(?:=|[ \t]+))(?P<q>[\"'])[^:\"']*:)"
+    r"(?P<value>[^\"']*)(?=(?P=q))"
 )
 
 
@@ -79,9 +101,14 @@ class Redactor:
         """Remember a secret value so that it never appears in anything written (the
         process's logs included: LOG_REDACTOR learns it too)."""
         if value and len(value) >= MIN_SECRET_LENGTH:
-            self._secrets.add(value)
-            if self is not LOG_REDACTOR:
-                LOG_REDACTOR.add(value)
+            # Its base64 too: a Basic header, a docker config "auth" or a Secret's data
+            # carry base64(user:secret) (a user:secret pair is learned whole, see
+            # wizard/secrets.py), and base64(secret) alone.
+            encoded = base64.b64encode(value.encode()).decode()
+            for each in (value, encoded, encoded.rstrip("=")):
+                self._secrets.add(each)
+                if self is not LOG_REDACTOR:
+                    LOG_REDACTOR.add(each)
 
     def text(self, text: str) -> str:
         """Return ``text`` with every known secret and secret-looking value replaced."""
@@ -102,9 +129,15 @@ class Redactor:
             text = _SECRET_ASSIGNMENT.sub(_keep_key, text)
         if "bearer" in lower:
             text = _BEARER.sub(_keep_key, text)
+        if "authorization" in lower:
+            text = _AUTH_HEADER.sub(_keep_key, text)
+        if " -p" in text:
+            text = _P_FLAG.sub(_keep_key, text)
         if "://" in text and "@" in text:
             text = _URL_CREDENTIALS.sub(_keep_key, text)
+            text = _URL_TOKEN.sub(_keep_key, text)
         if ("-u" in text or "-U" in text or "--" in text) and ":" in text:
+            text = _QUOTED_USER_FLAG.sub(_keep_key, text)
             text = _USER_FLAG.sub(_keep_key, text)
         return text
 

@@ -89,6 +89,11 @@ def command_secrets(command: str) -> list[str]:
         if user and ":" in user and not user.startswith("$"):
             password = user.partition(":")[2]
             found += [user, password] if password and not password.startswith("$") else []
+        # docker/podman/nerdctl login -p and sshpass -p PASSWORD (their --help).
+        if word == "-p" and following and not following.startswith("$"):
+            before = words[max(0, i - 8) : i]
+            if "sshpass" in before[-1:] or "login" in before:
+                found.append(following)
         # scheme://user:password@host in a URL the command fetches.
         _, sep, rest = word.partition("://")
         if sep and "@" in rest.split("/", 1)[0]:

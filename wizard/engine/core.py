@@ -15,7 +15,7 @@ from wizard import journal
 from wizard.checkpoint import Checkpoint, finish_command, in_flight_changes
 from wizard.engine.decisions import DecisionsMixin
 from wizard.engine.identity import IdentityMixin
-from wizard.engine.leases import LeaseHeldError, NodeLeases
+from wizard.engine.leases import LeaseHeldError, LeaseLostError, NodeLeases
 from wizard.engine.maintenance import STAGE_STATE, MaintenanceMixin, effects
 from wizard.engine.requirements import RequirementsMixin
 from wizard.engine.results import (
@@ -101,6 +101,9 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
         self._host_key_errors: dict[str, TransportError] = {}
         # The per-node lock in the cluster, taken before the first change to a node.
         self._leases = NodeLeases(self.services, site.name)
+        self._leases.progress = lambda message: self.emit(Notice(message))
+        # (step, target) -> the nodes whose leases guard its effects.
+        self._lease_nodes: dict[tuple[str, str], tuple[str, ...]] = {}
 
     def maintenance_in_flight(self) -> dict[str, str]:
         """Nodes in the middle of a maintenance change, and the state each is in (for a
@@ -294,7 +297,14 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
             del self._shared_reads[key]
 
         async def one(target: str) -> None:
-            with journal.scope(self.checkpoint, step.id, target):
+            # Before each journaled effect: the leases this target's step holds are still
+            # this run's (a lost lease refuses the effect, naming the new holder).
+            def still_ours() -> None:
+                self._lease_failures()
+                for node in self._lease_nodes.get((step.id, target), ()):
+                    self._leases.check(node)
+
+            with journal.scope(self.checkpoint, step.id, target, still_ours):
                 if step.scope == Scope.NODE:
                     async with self._node_slots:
                         state, findings = await self._guarded(step, target, explicit)
@@ -586,11 +596,20 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
     async def _hold_node(self, step: Step, ctx: StepContext) -> tuple[StepState, list] | None:
         """Take the node's lease before the first change to it (wizard/engine/leases.py);
         the target's failed result when another wizard is changing the node."""
-        if step.scope is not Scope.NODE or ctx.node is None:
+        if step.scope is Scope.NODE:
+            nodes: tuple[str, ...] = (ctx.target,) if ctx.node is not None else ()
+        else:
+            # A cluster-scoped step that changes nodes (the join): every one of their leases.
+            nodes = step.leased_nodes(self.site)
+        if not nodes:
             return None
+        self._lease_nodes[(step.id, ctx.target)] = nodes
+        notes: list[tuple[str, str]] = []
         try:
-            note = await self._leases.acquire(ctx.target)
-        except LeaseHeldError as exc:
+            for node in nodes:
+                if note := await self._leases.acquire(node):
+                    notes.append((node, note))
+        except (LeaseHeldError, LeaseLostError) as exc:
             finding = Finding(
                 f"{step.gates[0] if step.gates else 'T00'}.lease",
                 step.gates[0] if step.gates else "T00",
@@ -601,10 +620,18 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
             return self._finish(
                 ctx, StepState.FAILED, [finding], "refused: another wizard holds the node"
             )
-        if note:
-            self.emit(Notice(note, ctx.target))
-            self.journal({"event": "lease-taken-over", "target": ctx.target, "detail": note})
+        finally:
+            self._lease_failures()
+        for node, note in notes:
+            self.emit(Notice(note, node))
+            self.journal({"event": "lease-taken-over", "target": node, "detail": note})
         return None
+
+    def _lease_failures(self) -> None:
+        """Failed lease renewals, shown and journaled (never silent)."""
+        for failure in self._leases.failures():
+            self.emit(Notice(failure))
+            self.journal({"event": "lease-renewal-failed", "detail": failure})
 
     async def _apply(self, step: Step, ctx: StepContext) -> tuple[StepState, list[Finding]]:
         held = await self._hold_node(step, ctx)

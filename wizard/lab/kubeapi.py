@@ -417,6 +417,16 @@ class _Handler(BaseHTTPRequestHandler):
         policy = query.get("propagationPolicy", [None])[0] or (
             body.get("propagationPolicy") if isinstance(body, dict) else None
         )
+        # DeleteOptions.preconditions (API conventions, "Concurrency Control and
+        # Consistency"; apimachinery's Preconditions): a uid or resourceVersion other than
+        # the stored one is 409 Conflict, nothing deleted.
+        wanted = (body.get("preconditions") or {}) if isinstance(body, dict) else {}
+        meta = found[1]["metadata"]
+        for field in ("uid", "resourceVersion"):
+            if wanted.get(field) and wanted[field] != meta.get(field):
+                self._status(409, "Conflict", f"Precondition failed: {field} in precondition: "
+                             f"{wanted[field]}, {field} in object meta: {meta.get(field)}")  # fmt: skip
+                return
         self.state.delete(*found[0], propagation=policy)
         self._send(200, {"kind": "Status", "apiVersion": "v1", "status": "Success", "metadata": {}})
 

@@ -61,10 +61,24 @@ def start_time(pid: int) -> int | None:
         return None
 
 
-def alive(pid: int, started: int | None) -> bool:
-    """True while the process that was journaled with this pid and start time runs (a
-    zombie does not count; a pid reused by another process does not either)."""
-    if not isinstance(pid, int) or pid <= 0:
+def boot_id() -> str | None:
+    """This boot's id (proc(5): /proc/sys/kernel/random/boot_id): a start time counts
+    clock ticks since boot, so it identifies a process only within one boot."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as handle:
+            return handle.read().strip() or None
+    except OSError:
+        return None
+
+
+def alive(pid: int, started: int | None, boot: str | None = None) -> bool:
+    """True while the process that was journaled with this pid and start time (and boot,
+    when journaled) runs. A zombie does not count, nor a pid reused by another process;
+    nor a record without its start time (the pid alone proves nothing) or of another
+    boot."""
+    if not isinstance(pid, int) or pid <= 0 or started is None:
+        return False
+    if boot is not None and boot != boot_id():
         return False
     now = start_time(pid)
     if now is None or (started is not None and now != started):
@@ -84,5 +98,7 @@ async def spawn(argv: list[str], intent: str | None, **kwargs: Any) -> asyncio.s
     process = await asyncio.create_subprocess_exec(
         *argv, preexec_fn=lambda: _die_with_parent(parent), **kwargs
     )
-    journal.child(intent, {"pid": process.pid, "started": start_time(process.pid)})
+    journal.child(
+        intent, {"pid": process.pid, "started": start_time(process.pid), "boot": boot_id()}
+    )
     return process
