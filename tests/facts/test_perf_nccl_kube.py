@@ -301,3 +301,17 @@ def test_helm_values_forms():
     }
     with pytest.raises(ParseError):
         parse("helm-values", "Error: release: not found\n")
+
+
+def test_kube_nodes_beyond_any_one_cluster_is_refused_not_read_whole():
+    """#27: a 50 MB 'node list' took 1.7 GB. Kubernetes supports at most 5000 nodes per
+    cluster, so past the bound the parser stops with its reason instead of holding every row
+    (the rows are read one at a time)."""
+    from wizard.facts import kube
+
+    header = "NAME   STATUS   ROLES    AGE   VERSION\n"
+    row = "n{:06d}   Ready    <none>   1d    v1.33.4\n"
+    at_bound = header + "".join(row.format(i) for i in range(kube.MAX_NODES))
+    assert len(parse("kube-nodes", at_bound).nodes) == kube.MAX_NODES
+    with pytest.raises(ParseError, match="at most 5000 per cluster"):
+        parse("kube-nodes", at_bound + row.format(kube.MAX_NODES))

@@ -6,8 +6,10 @@ output an operator pastes and for the same checks applied to it.
 
 from __future__ import annotations
 
+import io
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,20 +35,21 @@ def _slice(line: str, columns: list[tuple[str, int]]) -> dict[str, str]:
     return row
 
 
-def _table(text: str, required: tuple[str, ...], kind: str) -> list[dict[str, str]]:
-    lines = text.splitlines()
-    for i, line in enumerate(lines):
+def _table(text: str, required: tuple[str, ...], kind: str) -> Iterator[dict[str, str]]:
+    """The rows under the first header naming every ``required`` column, one at a time: a
+    caller that stops early (a bound) never holds the rest of a large paste in memory."""
+    lines = (line.rstrip("\n") for line in io.StringIO(text))
+    for line in lines:
         names = line.split()
         if all(r in names for r in required):
             columns = _columns(line)
-            rows = []
-            for row_line in lines[i + 1 :]:
+            for row_line in lines:
                 if not row_line.strip() or row_line.lstrip().startswith("#"):
                     continue
                 if len(row_line.split()) < len(required):
                     continue
-                rows.append(_slice(row_line, columns))
-            return rows
+                yield _slice(row_line, columns)
+            return
     raise ParseError(kind, f"no table header with {', '.join(required)}")
 
 
@@ -79,12 +82,24 @@ class KubeNodes(Fact):
     nodes: list[KubeNode]
 
 
+# A bound, not a guess at a fleet: Kubernetes supports at most 5000 nodes in one cluster
+# (kubernetes.io/docs/setup/best-practices/cluster-large), so a "node list" four times that
+# is not one cluster's, and reading it all would cost memory in proportion to the paste.
+MAX_NODES = 20_000
+
+
 @parser("kube-nodes", "kubectl get nodes [-o wide]")
 def parse_kube_nodes(text: str) -> KubeNodes:
     text = clean(text, "kube-nodes")
     rows = _table(text, ("NAME", "STATUS", "ROLES"), "kube-nodes")
     nodes = []
     for row in rows:
+        if len(nodes) == MAX_NODES:
+            raise ParseError(
+                "kube-nodes",
+                f"more than {MAX_NODES} nodes: Kubernetes supports at most 5000 per cluster "
+                "(kubernetes.io, Considerations for large clusters); is this one listing?",
+            )
         roles = _none(row.get("ROLES"))
         nodes.append(
             KubeNode(
