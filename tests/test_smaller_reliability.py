@@ -4,6 +4,7 @@ at a doubled path and failed T00), and `run --step X` exiting 0 when X is blocke
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 
 from tests.conftest import with_nodes
@@ -54,6 +55,7 @@ def test_a_killed_labs_temporary_folders_and_socket_are_swept_by_the_next(tmp_pa
 
     from tests.conftest import REPO
     from wizard.lab.scratch import OWNER, sweep
+    from wizard.transports.children import start_time
 
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     lab = subprocess.Popen(
@@ -72,6 +74,8 @@ def test_a_killed_labs_temporary_folders_and_socket_are_swept_by_the_next(tmp_pa
     foreign.mkdir()  # no owner marker: never touched
     live = tmp_path / "gnw-sh-live"
     live.mkdir()
-    (live / OWNER).write_text(f'{{"pid": {os.getpid()}, "started": null}}')
+    # A live owner as scratch_dir records it: pid and start time (a marker without a start
+    # time cannot tell a reused pid from its owner, so it counts as gone).
+    (live / OWNER).write_text(json.dumps({"pid": os.getpid(), "started": start_time(os.getpid())}))
     assert sweep("gnw-sh-", tmp_path) == left
     assert not left[0].exists() and foreign.exists() and live.exists()
