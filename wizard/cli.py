@@ -686,7 +686,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         _say_out_of_service(args, resume=False)
         return exc.exit_code
     except KeyboardInterrupt as exc:
-        how = exc.args[0] if isinstance(exc, Stopped) else "SIGINT (Ctrl-C)"
+        how = (
+            _STOPPED_BY[-1]
+            if _STOPPED_BY
+            else exc.args[0]
+            if isinstance(exc, Stopped)
+            else "SIGINT (Ctrl-C)"
+        )
         print(f"gpu-node-wizard: interrupted by {how}", file=sys.stderr)
         _say_out_of_service(args, resume=True)
         return EXIT_INTERRUPTED
@@ -707,9 +713,18 @@ class Stopped(KeyboardInterrupt):
     results are written, the lock released), and the same report of what it left."""
 
 
+# The signal that asked for the stop, for its report (SIGTERM, SIGHUP; Ctrl-C says itself).
+_STOPPED_BY: list[str] = []
+
+
 def _stop_on_signals() -> None:
     def stop(signum: int, frame: object) -> None:
-        raise Stopped(signal.Signals(signum).name)
+        # Stopped as Ctrl-C stops: asyncio's runner turns a SIGINT into a cancellation of
+        # the main task, and without a running loop Python's own handler raises
+        # KeyboardInterrupt. Raising here instead could land inside a finaliser or a
+        # callback, where Python prints "Exception ignored" and the run goes on.
+        _STOPPED_BY.append(signal.Signals(signum).name)
+        signal.raise_signal(signal.SIGINT)
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, stop)
