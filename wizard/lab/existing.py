@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from wizard.lab.kubeapi import owner_reference
 
@@ -105,19 +105,28 @@ def seed_existing_rdma_plugin(lab: Lab) -> None:
 LAB_MIRROR_HOST = "nexus.lab.internal:8443"
 
 
-def seed_pull_secret(lab: Lab, name: str = "nexus-pull") -> None:
+def pull_secret_objects(name: str = "nexus-pull") -> list[dict[str, Any]]:
     """The site's pull secret for its mirror, as a cluster that already pulls from it has it
     in the namespaces its workloads use (kube-system, default), and nowhere else: the
     kubelet reads a pod's imagePullSecrets in the pod's own namespace, so a new namespace
     (gpu-operator) needs its own copy. Made as `kubectl create secret docker-registry` makes
-    it (type kubernetes.io/dockerconfigjson, an auths entry for the server)."""
+    it (type kubernetes.io/dockerconfigjson, an auths entry for the server). Both control
+    planes seed these."""
     auth = base64.b64encode(b"lab-puller:lab-pull-password").decode()
     config = {"auths": {LAB_MIRROR_HOST: {"username": "lab-puller",
                                           "password": "lab-pull-password", "auth": auth}}}  # fmt: skip
     data = base64.b64encode(json.dumps(config).encode()).decode()
-    for namespace in ("kube-system", "default"):
-        lab.cluster.put("v1", "secrets", {
+    return [
+        {
             "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/dockerconfigjson",
             "metadata": {"name": name, "namespace": namespace},
             "data": {".dockerconfigjson": data},
-        })  # fmt: skip
+        }
+        for namespace in ("kube-system", "default")
+    ]  # fmt: skip
+
+
+def seed_pull_secret(lab: Lab, name: str = "nexus-pull") -> None:
+    """The embedded control plane's copy of :func:`pull_secret_objects`."""
+    for secret in pull_secret_objects(name):
+        lab.cluster.put("v1", "secrets", secret)

@@ -31,6 +31,7 @@ from wizard.lab.controlplane.client import Api
 from wizard.lab.controlplane.kubelets import Kubelets
 from wizard.lab.controlplane.serve import ControlPlaneError, RealControlPlane
 from wizard.lab.controlplane.vendors import Vendors
+from wizard.lab.existing import pull_secret_objects
 
 if TYPE_CHECKING:
     from wizard.lab.lab import Lab
@@ -139,6 +140,10 @@ class RealSide:
                                        "schema": {"openAPIV3Schema": {
                                            "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]},
             })  # fmt: skip
+        # The mirror's pull secret where the cluster's workloads already pull (as embedded).
+        for secret in pull_secret_objects():
+            namespace = secret["metadata"]["namespace"]
+            api.ensure(f"/api/v1/namespaces/{namespace}/secrets", secret)
         # cilium install/kubernetes/cilium/templates/cilium-agent/daemonset.yaml: the agent
         # tolerates every taint (operator: Exists) so that it runs on every node.
         api.ensure("/apis/apps/v1/namespaces/kube-system/daemonsets", {
@@ -191,8 +196,25 @@ class RealSide:
             return {}
         assert self.api is not None
         namespace = pod["metadata"]["namespace"]
-        configmap = self.api.get_or_none(
-            f"/api/v1/namespaces/{quote(namespace)}/configmaps/rdma-devices"
+        # The plugin reads the config.json of the ConfigMap its pod mounts at
+        # /k8s-rdma-shared-dev-plugin (deployment/k8s/base/daemonset.yaml), whatever its name.
+        mounted = [
+            v["configMap"].get("name")
+            for v in pod.get("spec", {}).get("volumes", [])
+            if isinstance(v.get("configMap"), dict)
+        ]
+        configmap = next(
+            (
+                found
+                for name in mounted
+                if name
+                and (
+                    found := self.api.get_or_none(
+                        f"/api/v1/namespaces/{quote(namespace)}/configmaps/{quote(name)}"
+                    )
+                )
+            ),
+            None,
         )
         try:
             config = json.loads(((configmap or {}).get("data") or {}).get("config.json", "{}"))
