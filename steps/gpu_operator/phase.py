@@ -6,6 +6,8 @@ The values come from ``steps.gpu_operator.values``; the release is diffed agains
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
 import yaml
@@ -151,6 +153,49 @@ class OperatorPreflight(Step):
         return report.findings
 
 
+# `helm upgrade --wait` waits for the operator's own Deployment; the operands (driver,
+# toolkit, device plugin, GFD, DCGM, validator) are DaemonSets the operator creates after it,
+# scheduled and started node by node. Verify gives them this long to come up.
+OPERANDS_SETTLE_S = 180.0
+# A pod waiting for one of these will not get better by waiting.
+HOPELESS = ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError")
+
+
+def _unready(pod: dict[str, Any]) -> bool:
+    status = pod.get("status", {})
+    statuses = status.get("containerStatuses") or []
+    if status.get("phase") == "Succeeded":
+        return False
+    return not (
+        status.get("phase") == "Running" and statuses and all(s.get("ready") for s in statuses)
+    )
+
+
+async def settled_pods(ctx: Any) -> list[dict[str, Any]]:
+    """The gpu-operator namespace's pods once none is still starting (Pending or not ready
+    yet), a pod is hopeless (crash loop, image pull), or the settle time is over."""
+    kube = ctx.services.kube
+    deadline = time.monotonic() + OPERANDS_SETTLE_S
+    told = False
+    while True:
+        pods = await kube.pods(NAMESPACE)
+        starting = [p for p in pods if _unready(p)]
+        reasons = {
+            (s.get("state", {}).get("waiting") or {}).get("reason")
+            for p in starting
+            for s in p.get("status", {}).get("containerStatuses") or []
+        }
+        if not pods or not starting or reasons & set(HOPELESS) or time.monotonic() > deadline:
+            return pods
+        if not told:
+            told = True
+            ctx.wait_begins(
+                f"waiting for {len(starting)} of {len(pods)} pods in {NAMESPACE} to start",
+                deadline - time.monotonic(),
+            )
+        await asyncio.sleep(2)
+
+
 def evaluate_pods(pods: list[dict[str, Any]], report: Report) -> None:
     """Every pod Running with all containers ready, or Completed; name the broken ones."""
     broken = []
@@ -261,7 +306,7 @@ class VerifyGpuOperator(Step):
         assert ctx.node is not None
         report = Report("T01")
         kube = ctx.services.kube
-        pods = await kube.pods(NAMESPACE)
+        pods = await settled_pods(ctx)
         evaluate_pods(pods, report)
         config_file = config_path(ctx.site)
         evaluate_runtime(
