@@ -199,21 +199,17 @@ async def settled_pods(ctx: Any) -> list[dict[str, Any]]:
 def evaluate_pods(pods: list[dict[str, Any]], report: Report) -> None:
     """Every pod Running with all containers ready, or Completed; name the broken ones."""
     broken = []
-    for pod in pods:
+    for pod in filter(_unready, pods):
         phase = pod.get("status", {}).get("phase")
         statuses = pod.get("status", {}).get("containerStatuses") or []
-        if phase == "Succeeded":
-            continue
-        ready = phase == "Running" and statuses and all(s.get("ready") for s in statuses)
-        if not ready:
-            restarts = sum(s.get("restartCount", 0) for s in statuses)
-            waiting = [
-                s.get("state", {}).get("waiting", {}).get("reason")
-                for s in statuses
-                if s.get("state", {}).get("waiting")
-            ]
-            state = waiting[0] if waiting else phase
-            broken.append(f"{pod['metadata']['name']} ({state}, {restarts} restarts)")
+        restarts = sum(s.get("restartCount", 0) for s in statuses)
+        waiting = [
+            s.get("state", {}).get("waiting", {}).get("reason")
+            for s in statuses
+            if s.get("state", {}).get("waiting")
+        ]
+        state = waiting[0] if waiting else phase
+        broken.append(f"{pod['metadata']['name']} ({state}, {restarts} restarts)")
     if not pods:
         report.fail(
             "pods", f"no pods in {NAMESPACE}", "check the helm release and the operator logs"
