@@ -87,7 +87,7 @@ class Lab:
         self.site = directory / "site.yaml"
         started = time.perf_counter()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "wizard.cli", "lab", "--write-site", str(self.site),
+            [sys.executable, "-m", "frontend.cli", "lab", "--write-site", str(self.site),
              "--nodes", str(nodes)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
         )  # fmt: skip
@@ -193,7 +193,7 @@ def measure(
 def wizard_check(served: Lab, state: Path) -> Cost:
     cost, _, _ = measure(
         "wizard check",
-        [sys.executable, "-m", "wizard.cli", "check", str(served.site), "--json",
+        [sys.executable, "-m", "frontend.cli", "check", str(served.site), "--json",
          "--state-dir", str(state)],
         served,
     )  # fmt: skip

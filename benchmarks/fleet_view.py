@@ -3,12 +3,13 @@
     python benchmarks/fleet_view.py               # 250 nodes
     python benchmarks/fleet_view.py --nodes 1000
 
-The real MainScreen and FleetScreen (screens/) over a site of N nodes, in Textual's test
+The real MainScreen and FleetScreen (frontend/tui/) over a site of N nodes, in Textual's test
 harness, with the main screen's state as it is after a fleet `check` (every read-only step
 done on every node, the findings the check records: 29 per node, one node with a failure).
 Measured on the UI loop:
 
-- ``refresh_cells()`` when nothing changed (the common tick),
+- ``refresh_cells()`` when nothing changed (the common tick: the fold's revision is the
+  same, nothing is computed),
 - ``refresh_cells()`` when every node's cell of one phase changed (a fan-out finishing),
 - the longest stall of the UI loop in that tick (the refresh, or the repaint it causes,
   whichever holds the loop longer), seen by a task that sleeps 5 ms at a time.
@@ -30,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from steps import build_plan  # noqa: E402
+from wizard.checkpoint import StepRecord  # noqa: E402
 from wizard.model import Finding, Severity, StepState  # noqa: E402
 from wizard.site import parse_site  # noqa: E402
 
@@ -50,29 +52,30 @@ def site_text(nodes: int) -> str:
 async def measure(nodes: int, repeat: int) -> dict[str, float]:
     from textual.app import App
 
-    from screens.fleet import FleetScreen
-    from screens.main import MainScreen
+    from frontend.tui.fleet import FleetScreen
+    from frontend.tui.main import MainScreen
 
     site = parse_site(site_text(nodes))
     plan = build_plan()
     read_only = [s for p in plan.phases for s in p.steps if s.scope.value == "node"][:9]
 
     class Bench(App[None]):
-        CSS_PATH = str(ROOT / "screens" / "wizard.tcss")
+        CSS_PATH = str(ROOT / "frontend" / "tui" / "wizard.tcss")
 
     app = Bench()
     async with app.run_test(size=(160, 50)) as pilot:
         main = MainScreen(site, plan)
         await app.push_screen(main)
         for node in main.node_names:
-            for step in read_only:
-                main.states[(step.id, node)] = StepState.DONE
+            found: dict[str, list[Finding]] = {}
             for i in range(FINDINGS_PER_NODE):
                 severity = Severity.FAIL if node == "gpu-0003" and i == 0 else Severity.PASS
-                main.findings.append(
-                    (read_only[i % len(read_only)].id, node,
-                     Finding(f"T{i:02d}.check-{i}", f"T{i:02d}", severity, f"message {i} on {node}"))
-                )  # fmt: skip
+                found.setdefault(read_only[i % len(read_only)].id, []).append(
+                    Finding(f"T{i:02d}.check-{i}", f"T{i:02d}", severity, f"message {i} on {node}")
+                )
+            for step in read_only:  # the fold the screens are fed (wizard/runview.py)
+                findings = tuple(found.get(step.id, ()))
+                main.view.put(step.id, node, StepRecord(StepState.DONE, findings=findings))
         fleet = FleetScreen(main)
         await app.push_screen(fleet)
         await pilot.pause()
@@ -97,7 +100,7 @@ async def measure(nodes: int, repeat: int) -> dict[str, float]:
             # A fan-out of a later phase moves every node on (running, then done).
             state = StepState.RUNNING if tick % 2 == 0 else StepState.DONE
             for node in main.node_names:
-                main.states[(later[0].id, node)] = state
+                main.view.put(later[0].id, node, StepRecord(state))
             lags.clear()
             started = time.perf_counter()
             fleet.refresh_cells()

@@ -26,10 +26,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from frontend.headless import HeadlessFrontEnd  # noqa: E402
+from frontend.runner import run_engine  # noqa: E402
+from simulator.lab import Lab  # noqa: E402
 from steps import build_plan  # noqa: E402
-from wizard.headless import HeadlessFrontEnd  # noqa: E402
-from wizard.lab.lab import Lab  # noqa: E402
-from wizard.runner import run_engine  # noqa: E402
 from wizard.site import load_site  # noqa: E402
 
 PHASES = ("irdma", "host-rdma")  # host-rdma needs what irdma.verify records

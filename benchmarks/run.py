@@ -19,7 +19,9 @@
 - `export` for 1 and 256 nodes (goal: no worse than linear); TUI time to first paint vs a
   minimal Textual app (goal: within 2x); NCCL log classification vs `grep -c` (goal:
   within 10x); a checkpoint step write with a 10k-entry journal vs an empty one (goal:
-  does not grow).
+  does not grow); the site loader on 1 MB hostile input vs PyYAML's SafeLoader (goal:
+  within 2x) and every parser kind at 100 KB vs 1 MB (goal: linear;
+  benchmarks/hostile_input.py).
 
 Wall times that noise decides are the best of three (fleets up to 64 nodes); CPU seconds
 and memory are stable and measured once at 250 and 1000 nodes. Sections of RESULTS.md
@@ -54,6 +56,7 @@ from wizard.site import parse_site  # noqa: E402
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import fleet as fleet_bench  # noqa: E402
 import fleet_view  # noqa: E402
+import hostile_input  # noqa: E402
 import measurement_phase  # noqa: E402
 
 Row = tuple[str, str, str, str]  # (what, measured, ratio, goal)
@@ -115,9 +118,9 @@ def first_paint(tmp: Path, samples: int = 5) -> tuple[float, float]:
     from textual.app import App
     from textual.widgets import Label
 
-    from screens.app import WizardApp
-    from screens.start import StartScreen
-    from wizard.session import open_site
+    from frontend.session import open_site
+    from frontend.tui.app import WizardApp
+    from frontend.tui.start import StartScreen
 
     site = tmp / "paint" / "site.yaml"
     site.parent.mkdir()
@@ -180,12 +183,13 @@ class Sizes:
     paint_samples: int = 5
     nccl_lines: int = 200_000
     journal: int = 10_000
+    hostile_bytes: int = 1_000_000
 
 
 QUICK = Sizes(
     fleet=(1, 4), baselines=(4,), best_of=1, phases_nodes=2, phases_peers=1,
     stalls=((2, 1, 60.0),), view_nodes=16, export_nodes=16, paint_samples=1,
-    nccl_lines=2_000, journal=100,
+    nccl_lines=2_000, journal=100, hostile_bytes=100_000,
 )  # fmt: skip
 
 
@@ -274,6 +278,7 @@ def main() -> int:
         ours, grep = nccl_throughput(tmp, sizes.nccl_lines)
         rows.append((f"NCCL log ({sizes.nccl_lines * 2} lines) classification vs grep -c",
                      f"{ours:.2f} / {grep:.3f} s", f"{ours / grep:.1f}x", "within 10x"))  # fmt: skip
+        rows += hostile_input.measure(sizes.hostile_bytes, 1 if args.quick else 3)
         empty, full = checkpoint_write(tmp, sizes.journal)
         rows.append((f"checkpoint step write, 0 vs {sizes.journal} journal entries",
                      f"{empty * 1000:.2f} / {full * 1000:.2f} ms",

@@ -124,16 +124,18 @@ class Watchdog:
             caught = True
             frames = traceback.extract_stack(frame)
             # The innermost frames of the app and of Textual say what the loop was doing.
-            mine = [f for f in frames if "/textual/" in f.filename or "/screens/" in f.filename]
+            mine = [
+                f for f in frames if "/textual/" in f.filename or "/frontend/tui/" in f.filename
+            ]
             self.stacks["\n".join(f"    {f.filename}:{f.lineno} {f.name}" for f in mine[-8:])] += 1
 
 
 async def probe(
     nodes: int, phases: int, timeout: float, interval: float, why: float | None = None
 ) -> Result:
-    from screens.app import WizardApp
+    from frontend.lab_session import open_lab
+    from frontend.tui.app import WizardApp
     from wizard.events import Answer, Reply
-    from wizard.session import open_lab
 
     with tempfile.TemporaryDirectory(prefix="gnw-stall-") as tmp:
         app = WizardApp(lambda: open_lab((), nodes, Path(tmp) / "state"), auto_start=True)

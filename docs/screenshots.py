@@ -24,8 +24,8 @@ sys.path.insert(0, str(REPO))
 
 from textual.widgets import Input  # noqa: E402
 
-from screens.app import WizardApp  # noqa: E402
-from wizard.session import open_lab  # noqa: E402
+from frontend.lab_session import open_lab  # noqa: E402
+from frontend.tui.app import WizardApp  # noqa: E402
 
 MAIN_SIZE = (120, 36)
 MEASUREMENTS_SIZE = (160, 48)

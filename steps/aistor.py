@@ -6,6 +6,7 @@ from steps.bench import benchmark_lines, run_benchmark
 from wizard.model import Finding, StepKind
 from wizard.plan import Phase, Scope, Step, StepContext
 from wizard.probe import Report
+from wizard.result_keys import measurements_of
 from wizard.site import Node, Site
 
 
@@ -19,10 +20,15 @@ class _AIStorBenchmark(Step):
         return frozenset({"service:AIStor"})
 
 
+# What the TCP benchmark measured: the direct path is shown against it.
+TCP_MEASURED = measurements_of("aistor.tcp")
+
+
 class AIStorTcp(_AIStorBenchmark):
     id = "aistor.tcp"
     loads_far_end = True  # an AIStor peer: gated when it is production
     title = "AIStor over TCP (S3 benchmark)"
+    provides = (TCP_MEASURED,)
     kind = StepKind.MEASURE
     gates = ("T13",)
     reads = ("measurements",)
@@ -43,6 +49,7 @@ class AIStorDirect(_AIStorBenchmark):
     id = "aistor.direct"
     loads_far_end = True  # an AIStor peer: gated when it is production
     title = "AIStor over the RDMA / direct path"
+    uses = (TCP_MEASURED,)
     kind = StepKind.MEASURE
     gates = ("T14",)
     reads = ("measurements",)
@@ -63,11 +70,7 @@ class AIStorDirect(_AIStorBenchmark):
             ctx.site.measurements.aistor_direct,
             "AIStor over the direct path",
         )
-        tcp = (
-            ctx.engine.checkpoint.record("aistor.tcp", ctx.target)
-            .get("measurements", {})
-            .get("aistor-tcp")
-        )
+        tcp = (ctx.result_if_any(TCP_MEASURED) or {}).get("aistor-tcp")  # compared if any
         if direct is not None and tcp:
             report.ok(
                 "aistor-vs-tcp",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from steps.irdma import GID_INDEX, RDMA_DEVICE
 from steps.perf import (
     BW_QPS,
     endpoint_lines,
@@ -16,9 +17,14 @@ from steps.perf import (
     suite_lines,
 )
 from wizard.model import Finding, StepKind
-from wizard.plan import Phase, Step, StepContext
+from wizard.plan import Phase, Step, StepContext, load_rate_gbps
 from wizard.probe import Report
+from wizard.result_keys import measurements_of
 from wizard.site import Node, Site
+
+# T09 runs perftest and iperf3 against the peer at once: against a production peer each takes
+# half of aistor.load_rate_gbps, so that together they keep to the one cap the site promises.
+COEXIST_SHARE = 0.5
 
 
 class TcpBaseline(Step):
@@ -57,13 +63,18 @@ class TcpBaseline(Step):
         return report.findings
 
 
+# What the RDMA baseline measured (PFC and ECN off): the QoS measurement is shown against it.
+RDMA_BASELINE = measurements_of("baseline.rdma")
+
+
 class RdmaBaseline(Step):
     id = "baseline.rdma"
     loads_far_end = True  # an AIStor peer: gated when it is production
     title = "RDMA bandwidth and QP scaling, PFC and ECN off"
+    provides = (RDMA_BASELINE,)
     kind = StepKind.MEASURE
     one_node_at_a_time = True  # against the shared AIStor peer
-    needs = (("irdma.verify", "rdma_device"), ("irdma.verify", "gid_index"))
+    needs = (RDMA_DEVICE, GID_INDEX)
     gates = ("T06", "T07")
     reads = ("aistor", "measurements")
     explain = (
@@ -86,7 +97,7 @@ class CiliumCoexistence(Step):
     title = "RDMA load and TCP traffic at the same time"
     kind = StepKind.MEASURE
     one_node_at_a_time = True  # against the shared AIStor peer
-    needs = (("irdma.verify", "rdma_device"), ("irdma.verify", "gid_index"))
+    needs = (RDMA_DEVICE, GID_INDEX)
     gates = ("T09",)
     reads = ("aistor", "measurements")
     explain = (
@@ -100,14 +111,19 @@ class CiliumCoexistence(Step):
             return []
         rdma = perftest_lines(site, node, "ib_write_bw", qps=BW_QPS)
         tcp = iperf3_lines(site, node)
+        both = (
+            "# then both at once"
+            + (f", each at half the {cap:g} Gb/s cap:" if (cap := load_rate_gbps(site, node.name))
+               else ":")
+        )  # fmt: skip
         return [
             *endpoint_lines(site, node),
             "# alone, one after the other:",
             *tcp,
             *rdma,
-            "# then both at once:",
-            *rdma,
-            *tcp,
+            both,
+            *perftest_lines(site, node, "ib_write_bw", qps=BW_QPS, share=COEXIST_SHARE),
+            *iperf3_lines(site, node, share=COEXIST_SHARE),
         ]
 
     async def measure(self, ctx: StepContext) -> list[Finding]:
@@ -118,8 +134,11 @@ class CiliumCoexistence(Step):
             return report.findings
         solo_tcp, problem = await iperf3_pair(ctx)
         solo_rdma, problem2 = await perftest_pair(ctx, "ib_write_bw", client, server, qps=BW_QPS)
+        # Together they keep to the production peer's one cap (aistor.load_rate_gbps): each
+        # gets COEXIST_SHARE of it (no effect at line rate, where there is no cap).
         (rdma, rdma_problem), (tcp, tcp_problem) = await asyncio.gather(
-            perftest_pair(ctx, "ib_write_bw", client, server, qps=BW_QPS), iperf3_pair(ctx)
+            perftest_pair(ctx, "ib_write_bw", client, server, qps=BW_QPS, share=COEXIST_SHARE),
+            iperf3_pair(ctx, share=COEXIST_SHARE),
         )
         if (
             None in (solo_tcp, tcp)

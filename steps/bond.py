@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from steps.common import bonding_command, read_lines
-from wizard.facts.nic import Bonding
+from wizard.facts.nic import Bonding, parse_bonding, parse_ethtool_i
 from wizard.facts.pci import split_function
 from wizard.model import Finding, StepKind
 from wizard.plan import Phase, Step, StepContext
@@ -116,8 +116,11 @@ def lacp_reads(node: Node) -> list[Read]:
     """The bond's state, each port's PCI address (both must be functions of one E810), and
     the kernel's own view of the bond, kept as evidence (seed 000 section 6)."""
     return [
-        Read(bonding_command(node), "bonding"),
-        *(Read(["ethtool", "-i", port], "ethtool-i", note="bus-info") for port in node.bond.ports),
+        Read(bonding_command(node), parse_bonding),
+        *(
+            Read(["ethtool", "-i", port], parse_ethtool_i, note="bus-info")
+            for port in node.bond.ports
+        ),
         Read(["ip", "-d", "link", "show", node.bond.name], note="kept as evidence"),
     ]
 
@@ -157,6 +160,7 @@ class Lacp(Step):
 
 
 PHASE = Phase(
+    read_only=True,
     id="bond",
     number=4,
     title="bond1 (LACP)",

@@ -7,7 +7,10 @@ import shlex
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from wizard.artifacts import Artifact
+from wizard.artifacts import Artifact, unified_diff
+from wizard.facts import Command
+from wizard.facts.rdma import RDMA_LINK
+from wizard.model import Evidence
 from wizard.plan import Change
 from wizard.site import Node, Site
 from wizard.transports.base import WRITE_VALUE_SCRIPT, read_file_command
@@ -32,11 +35,23 @@ def q(value: object) -> str:
 
 PLACEHOLDER = re.compile(r"<[a-z][a-z0-9-]*>")
 
+# The runbook's one reference to the site's kubeconfig: its opening block exports
+# KUBECONFIG (the site's cluster.kubeconfig, resolved to an absolute path), so every
+# kubectl and helm line reads the same file whatever folder the site file was in.
+KUBECONFIG_WORD = '"$KUBECONFIG"'
+# The GPU Operator release's name and namespace, as the runbook's `helm list -A` line found
+# them (steps/gpu_operator/runbook.py sets both variables).
+RELEASE_WORD = '"$GNW_RELEASE"'
+NAMESPACE_WORD = '"$GNW_NAMESPACE"'
+_SHELL_WORDS = frozenset({KUBECONFIG_WORD, RELEASE_WORD, NAMESPACE_WORD})
 
-def shown(command: str | Sequence[str], note: str = "") -> str:
+
+def shown(command: str | Sequence[str] | Command[Any], note: str = "") -> str:
     """One runbook line: an argv shell-quoted as the wizard sends it (a string as written),
     placeholders left readable, and an optional trailing comment. The value-writing helper
     (``write_value_command``) is shown as the printf line it runs."""
+    if isinstance(command, Command):
+        command = command.argv
     if isinstance(command, str):
         text = command
     elif list(command[:3]) == ["sh", "-c", WRITE_VALUE_SCRIPT] and len(command) == 6:
@@ -46,7 +61,27 @@ def shown(command: str | Sequence[str], note: str = "") -> str:
     return f"{text}  # {note}" if note else text
 
 
+def finished_then_logs(
+    namespace: str, resource: str, timeout_s: int, *, condition: str | None = None
+) -> list[str]:
+    """The runbook's lines that read what a test pod, Job or MPIJob printed: ``kubectl wait``
+    until it finished (a pod: phase Succeeded; otherwise ``condition``), then its logs. A
+    ``kubectl logs`` straight after ``apply`` reads a container that is not running yet.
+    The timeout is the wizard's own for the same wait."""
+    wanted = f"condition={condition}" if condition else "jsonpath={.status.phase}=Succeeded"
+    return [
+        shown(
+            ["kubectl", "-n", namespace, "wait", f"--for={wanted}", resource,
+             f"--timeout={timeout_s}s"],
+            f"on a timeout: kubectl -n {namespace} describe {resource}",
+        ),
+        shown(["kubectl", "-n", namespace, "logs", resource]),
+    ]  # fmt: skip
+
+
 def _word(part: str) -> str:
+    if part in _SHELL_WORDS:
+        return part
     if not PLACEHOLDER.search(part):
         return shlex.quote(part)
     # Quote the text around a placeholder, never the placeholder itself.
@@ -88,7 +123,7 @@ def host_file_lines(artifacts: Iterable[Artifact]) -> tuple[list[str], list[str]
     return reads, writes
 
 
-RDMA_LINKS = ["rdma", "-j", "link", "show"]  # the RDMA devices, their netdevs and states
+RDMA_LINKS = RDMA_LINK  # the RDMA devices, their netdevs and states (a typed Command)
 LSMOD = ["lsmod"]
 
 
@@ -195,11 +230,36 @@ async def check_host_files(
     for artifact in artifacts:
         if not artifact.host_path:
             continue
-        if await ctx.read_file(artifact.host_path) == artifact.content:
+        live = await ctx.read_file(artifact.host_path)
+        if live == artifact.content:
             report.ok(name, f"{artifact.host_path} is in place")
+        elif live is None:
+            report.fail(name, f"{artifact.host_path} is missing", "apply this step again")
         else:
+            lines = changed_lines(live, artifact.content, artifact.host_path)
             report.fail(
                 name,
-                f"{artifact.host_path} differs from what the wizard wants",
+                f"{artifact.host_path} differs from what the wizard wants in "
+                f"{len(lines)} line(s) (- found, + expected)",
                 "apply this step again",
+                Evidence(shlex.join(read_file_command(artifact.host_path)), diff_excerpt(lines)),
             )
+
+
+DIFF_LINES_SHOWN = 8  # a failed verification's changed lines, the first ones
+
+
+def changed_lines(live: str, desired: str, destination: str) -> list[str]:
+    """The lines that differ, "-" as found and "+" as expected (no context, no headers)."""
+    diff = unified_diff(live, desired, destination).splitlines()
+    return [
+        line
+        for line in diff
+        if line[:1] in "+-" and not line.startswith(("--- live", "+++ desired"))
+    ]
+
+
+def diff_excerpt(lines: list[str]) -> str:
+    shown = lines[:DIFF_LINES_SHOWN]
+    more = len(lines) - len(shown)
+    return "\n".join(shown + ([f"[... {more} more changed lines]"] if more else []))

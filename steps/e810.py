@@ -6,12 +6,13 @@ import re
 
 from steps.common import read_lines
 from steps.kernel_modules import KernelUpdates
-from wizard.facts.nic import EthtoolInfo
-from wizard.facts.pci import Lspci
-from wizard.facts.system import ModInfo
+from wizard.facts.nic import EthtoolInfo, parse_ethtool_i
+from wizard.facts.pci import Lspci, parse_lspci
+from wizard.facts.system import ModInfo, parse_modinfo
 from wizard.model import Finding, StepKind
 from wizard.plan import Phase, Step, StepContext
 from wizard.probe import Probe, Read, Report, read_all
+from wizard.result_keys import ResultKey
 from wizard.site import Node, Site
 
 IN_TREE_EXPLANATION = (
@@ -195,9 +196,9 @@ MODULES = ("ice", "irdma")
 def ice_reads(node: Node) -> list[Read]:
     """The PCI devices (the E810's Ethernet functions), each bond port's driver, the modules."""
     return [
-        Read(["lspci", "-nn"], "lspci", note="the Ethernet controllers"),
-        *(Read(["ethtool", "-i", port], "ethtool-i") for port in node.bond.ports),
-        *(Read(["modinfo", module], "modinfo") for module in MODULES),
+        Read(["lspci", "-nn"], parse_lspci, note="the Ethernet controllers"),
+        *(Read(["ethtool", "-i", port], parse_ethtool_i) for port in node.bond.ports),
+        *(Read(["modinfo", module], parse_modinfo) for module in MODULES),
         Read(DEVLINK_INFO, None, note="fw.app.name: the DDP package ice loaded"),
         Read(DMESG, None, note="the DDP package and RDMA-over-LAG messages of ice"),
     ]
@@ -206,9 +207,15 @@ def ice_reads(node: Node) -> list[Read]:
 DMESG = ["dmesg"]
 
 
+# Each bond port's PCI address (`ethtool -i`: bus-info, None when unread): the bond check
+# after the QoS change tells one E810's two functions from two NICs with it.
+BUS_INFO = ResultKey("e810.ice", "bus_info", dict, "bond port -> PCI address")
+
+
 class IceDriver(Step):
     id = "e810.ice"
     title = "Intel E810 with the ice driver on both bond ports"
+    provides = (BUS_INFO,)
     kind = StepKind.CHECK
     gates = ("T02",)
     reads = ("node.bond", "nic")
@@ -233,9 +240,9 @@ class IceDriver(Step):
             report.unreadable("e810-present", pci, "the PCI devices")
             return report.findings
         infos = {port: (p.fact, p) for port, p in zip(ports, rest[: len(ports)], strict=True)}
-        ctx.data["bus_info"] = {
-            port: (info.bus_info if info else None) for port, (info, _) in infos.items()
-        }
+        ctx.provide(
+            BUS_INFO, {port: (info.bus_info if info else None) for port, (info, _) in infos.items()}
+        )
         module_reads, devlink, dmesg = rest[len(ports) : -2], rest[-2], rest[-1]
         modinfo = {m: p.fact for m, p in zip(modules, module_reads, strict=True)}
         evaluate_e810(ctx.site, ctx.node, pci.fact, infos, modinfo, report)
@@ -249,6 +256,7 @@ class IceDriver(Step):
 
 
 PHASE = Phase(
+    read_only=True,
     id="e810",
     number=3,
     title="E810 and ice",

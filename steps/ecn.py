@@ -8,6 +8,7 @@ the switch, PFC or ECN. With Intel's irdma, DCQCN is per RDMA device in its conf
 from __future__ import annotations
 
 from steps.common import RDMA_LINKS, shown
+from steps.irdma import RDMA_DEVICE
 from steps.qos import dcqcn_commands, dcqcn_path, rdma_device
 from steps.qos.steps import QOS_VERIFIED
 from wizard.artifacts import Artifact, Target, render
@@ -89,7 +90,8 @@ class EnableEcn(Step):
     # Named, not only implied by the phase order: a --step ecn.enable run is refused too.
     requires = (*PFC_VERIFIED, "ecn.switch")
     # ECN on top of PFC only where qos.apply's PFC was verified (skipped with it otherwise).
-    needs = (("qos.apply", QOS_VERIFIED),)
+    needs = (QOS_VERIFIED,)
+    uses = (RDMA_DEVICE,)  # rdma_device(): read live with `rdma link` when not recorded
     reads = ("qos",)
     explain = (
         "Only after PFC alone works (qos.apply and qos.measure done, to isolate NIC / switch / "

@@ -5,12 +5,14 @@ from __future__ import annotations
 import re
 
 from steps.common import read_lines
+from steps.irdma import RDMA_DEVICE
 from steps.preflight import ACS_READ, IOMMU_READ, evaluate_acs
 from wizard.driver_root import nvidia_smi_command
-from wizard.facts.gpu import NvidiaSmiTopo, link_rank
+from wizard.facts.gpu import NvidiaSmiTopo, link_rank, parse_nvidia_smi_topo
 from wizard.model import Finding, StepKind
 from wizard.plan import Phase, Step, StepContext
 from wizard.probe import Read, Report, read_all
+from wizard.result_keys import ResultKey
 from wizard.site import Node, Site
 from wizard.transports.base import read_file_command
 
@@ -82,7 +84,7 @@ def evaluate_driver(version_text: str | None, kernel: str, report: Report) -> No
 
 
 READINESS_READS = (
-    Read(nvidia_smi_command("topo", "-m"), "nvidia-smi-topo"),
+    Read(nvidia_smi_command("topo", "-m"), parse_nvidia_smi_topo),
     IOMMU_READ,
     ACS_READ,
     Read(read_file_command(DRIVER_VERSION)),
@@ -91,14 +93,19 @@ READINESS_READS = (
 )
 
 
+# Each GPU's distance to the NIC (`nvidia-smi topo -m`: X, PIX, PXB, PHB, NODE, SYS; "?"
+# when unknown): the CUDA perftest's GPU choice and the NCCL verdict's explanation.
+DISTANCES = ResultKey("gpudirect.readiness", "distances", dict, "GPU -> distance to the NIC")
+
+
 class Readiness(Step):
     id = "gpudirect.readiness"
     title = "GPU-to-NIC distance, IOMMU, ACS and DMA-BUF prerequisites"
     kind = StepKind.CHECK
     gates = ("T11", "T12")
     reads = ("versions",)
-    needs = (("irdma.verify", "rdma_device"),)
-    provides = ("distances",)  # each GPU's link to the NIC: the CUDA perftest's GPU choice
+    needs = (RDMA_DEVICE,)
+    provides = (DISTANCES,)
     explain = (
         "For every GPU, its distance to the RDMA NIC from `nvidia-smi topo -m` (NCCL uses "
         "GDR only up to PXB by default; NCCL_NET_GDR_LEVEL lifts the limit, not the physical "
@@ -111,12 +118,12 @@ class Readiness(Step):
 
     async def verify(self, ctx: StepContext) -> list[Finding]:
         report = Report("T11")
-        device = ctx.need("rdma_device")
+        device = ctx.need(RDMA_DEVICE)
         topo, dmesg, acs, version_read, kernel_read, tree = await read_all(ctx, *READINESS_READS)
         if tree.result.ok:
             report.ok("pcie-tree", "lspci -tv (kept as evidence)", tree.evidence())
         if topo.ok:
-            ctx.data["distances"] = evaluate_topology(topo.fact, str(device), report)
+            ctx.provide(DISTANCES, evaluate_topology(topo.fact, device, report))
         else:
             report.unreadable("topology", topo, "the GPU/NIC topology")
         if dmesg.ok and dmesg.fact.translated:

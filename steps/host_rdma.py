@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from steps.irdma import GID_INDEX, RDMA_DEVICE
 from steps.perf import rdma_suite, suite_lines
 from wizard.model import Finding, StepKind
 from wizard.plan import Phase, Step, StepContext
@@ -15,7 +16,7 @@ class HostPerftest(Step):
     title = "perftest between the GPU node and an AIStor node"
     kind = StepKind.MEASURE
     one_node_at_a_time = True  # against the shared AIStor peer
-    needs = (("irdma.verify", "rdma_device"), ("irdma.verify", "gid_index"))
+    needs = (RDMA_DEVICE, GID_INDEX)
     gates = ("T04", "T06", "T07")
     requires = ("irdma.verify",)
     reads = ("aistor", "node.rdma_ip", "measurements")

@@ -17,12 +17,13 @@ from steps.common import (
 )
 from steps.packages import evaluate_packages, packages_read
 from wizard.artifacts import Artifact, Target, host_file, render
-from wizard.facts.host import PrivFlags
-from wizard.facts.rdma import IbvDevinfo, RdmaLinks
-from wizard.facts.system import Lsmod
+from wizard.facts.host import PrivFlags, parse_priv_flags
+from wizard.facts.rdma import IbvDevinfo, RdmaLinks, parse_ibv_devinfo
+from wizard.facts.system import Lsmod, parse_lsmod
 from wizard.model import Finding, StepKind
 from wizard.plan import Change, Phase, Step, StepContext
 from wizard.probe import Read, Report, probe, read_all
+from wizard.result_keys import ResultKey
 from wizard.site import Node, Site
 
 MODULES_LOAD = "/etc/modules-load.d/irdma.conf"
@@ -105,7 +106,7 @@ class EnableIrdma(Step):
         assert ctx.node is not None
         artifacts = irdma_artifacts(ctx.node)
         result = await host_file_changes(ctx, artifacts)
-        lsmod = await probe(ctx, LSMOD, "lsmod")
+        lsmod = await probe(ctx, LSMOD, parse_lsmod)
         missing = [m for m in LOADED_BY_WIZARD if lsmod.ok and not lsmod.fact.loaded(m)]
         if missing:
             # The files may be in place while the modules are not loaded: still a change.
@@ -135,7 +136,7 @@ class EnableIrdma(Step):
     async def apply(self, ctx: StepContext, changes: list[Change]) -> None:
         assert ctx.node is not None
         options_changed = MODPROBE_OPTIONS in await write_host_files(ctx, changes)
-        lsmod = await probe(ctx, LSMOD, "lsmod")
+        lsmod = await probe(ctx, LSMOD, parse_lsmod)
         loaded = lsmod.ok and lsmod.fact.loaded("irdma")
         if loaded and options_changed:
             await ctx.run(UNLOAD, check=True)
@@ -151,7 +152,7 @@ class EnableIrdma(Step):
     async def verify(self, ctx: StepContext) -> list[Finding]:
         assert ctx.node is not None
         report = Report("T02")
-        lsmod = await probe(ctx, LSMOD, "lsmod")
+        lsmod = await probe(ctx, LSMOD, parse_lsmod)
         if lsmod.ok and lsmod.fact.loaded("irdma"):
             report.ok(
                 "irdma-loaded", "irdma is loaded", lsmod.evidence(lambda line: "irdma" in line)
@@ -245,8 +246,8 @@ def evaluate_rdma(
     if not roce_lag_active(node, on_bond, report, aux):
         return discovered
     link = on_bond[0]
-    discovered["rdma_device"] = link.device
-    discovered["rdma_netdev"] = link.netdev
+    discovered[RDMA_DEVICE.name] = link.device
+    discovered[RDMA_NETDEV.name] = link.netdev
     if link.state == "ACTIVE":
         report.ok(
             "rdma-device", f"{link.device} on {link.netdev} is ACTIVE ({link.physical_state})"
@@ -292,7 +293,7 @@ def evaluate_rdma(
             f"check {node.rdma_ip} is configured on {node.bond.name} (nodes[].rdma_ip)",
         )
     else:
-        discovered["gid_index"] = mine.index
+        discovered[GID_INDEX.name] = mine.index
         report.ok(
             "roce",
             f"{link.device}: RoCE v2, GID index {mine.index} for {node.rdma_ip}, link layer Ethernet",
@@ -366,14 +367,22 @@ def roce_lag_active(
 def rdma_reads(node: Node) -> list[Read]:
     """The host RDMA stack in one batch: modules, devices, GIDs, packages, LLDP flags."""
     return [
-        Read(LSMOD, "lsmod"),
-        Read(RDMA_LINKS, "rdma-link"),
-        Read(["ibv_devinfo", "-v"], "ibv-devinfo"),
+        Read(LSMOD, parse_lsmod),
+        Read(RDMA_LINKS),
+        Read(["ibv_devinfo", "-v"], parse_ibv_devinfo),
         Read(INFINIBAND_DEVICES, None),
         Read(AUX_DEVICES, None),
         packages_read(node),
-        *(Read(priv_flags_command(port), "ethtool-priv-flags") for port in node.bond.ports),
+        *(Read(priv_flags_command(port), parse_priv_flags) for port in node.bond.ports),
     ]
+
+
+# What irdma.verify discovers, for the steps after it (wizard/result_keys.py).
+RDMA_DEVICE = ResultKey(
+    "irdma.verify", "rdma_device", str, "the one RDMA device of the bond ports (`rdma link`)"
+)
+RDMA_NETDEV = ResultKey("irdma.verify", "rdma_netdev", str, "the PF netdev that device sits on")
+GID_INDEX = ResultKey("irdma.verify", "gid_index", int, "the RoCEv2 GID of the node's rdma_ip")
 
 
 class VerifyRdma(Step):
@@ -383,7 +392,7 @@ class VerifyRdma(Step):
     gates = ("T02",)
     requires = ("irdma.enable",)
     reads = ("node.bond", "node.rdma_ip")
-    provides = ("rdma_device", "rdma_netdev", "gid_index")
+    provides = (RDMA_DEVICE, RDMA_NETDEV, GID_INDEX)
     explain = (
         "Modules ice, irdma, ib_core, ib_uverbs and rdma_cm are loaded; `rdma link` shows "
         "the E810 ports ACTIVE; ibv_devinfo shows link_layer Ethernet and PORT_ACTIVE; RoCE "
@@ -414,7 +423,7 @@ class VerifyRdma(Step):
         ctx.data.update(discovered)
         names = devices.result.stdout.split() if devices.result.ok else []
         absent = [need for need in PLUGIN_NEEDS if not any(n.startswith(need) for n in names)]
-        if "rdma_device" not in discovered:
+        if RDMA_DEVICE.name not in discovered:
             pass  # no RDMA device at all: reported above, its character devices follow from it
         elif absent:
             report.fail(
@@ -432,6 +441,7 @@ class VerifyRdma(Step):
 
 
 PHASE = Phase(
+    read_only=True,
     id="irdma",
     number=5,
     title="irdma (host RDMA)",

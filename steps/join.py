@@ -16,6 +16,7 @@ from steps.kubespray import (
     merged_inventory,
     run_playbook,
 )
+from steps.remote import site_path
 from wizard import journal
 from wizard.artifacts import Artifact, Target, k8s_object, k8s_yaml, render
 from wizard.events import Notice, OutputLine
@@ -33,6 +34,26 @@ KUBESPRAY_VERSION = "v2.29.1"
 # top and imports playbooks/scale.yml).
 FACTS_PLAYBOOK = "playbooks/facts.yml"
 SCALE_PLAYBOOK = "scale.yml"
+# facts.yml is not read-only as shipped: v2.29.1 playbooks/internal_facts.yml play 1
+# "Bootstrap hosts for Ansible" (hosts k8s_cluster:etcd:calico_rr) runs
+# `{ role: bootstrap_os, tags: bootstrap_os }` as root on every host: system_packages
+# (packages removed/installed), the hostname set to the inventory name, dnf.conf's proxy,
+# RHSM registration. The tag is inherited by every task of the role, and play 2 "Gather
+# facts" is `tags: always`, so skipping it keeps the fact refresh the limited scale needs
+# and writes nothing on the existing nodes.
+FACTS_SKIP_TAG = "bootstrap_os"
+
+
+def playbook_runs(site: Site) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The join's two ansible-playbook runs, (playbook, its arguments after it): the one
+    definition of what the wizard runs and what the runbook says."""
+    limit = ",".join(n.name for n in site.nodes)
+    return (
+        (FACTS_PLAYBOOK, ("--skip-tags", FACTS_SKIP_TAG)),
+        (SCALE_PLAYBOOK, (f"--limit={limit}",)),
+    )
+
+
 # The container toolkit's drop-in for containerd (nvidia-container-toolkit v1.20.0,
 # cmd/nvidia-ctk-installer/container/runtime/containerd/containerd.go DefaultDropInConfig)
 # and the imports line it adds to config.toml for it (its config_test.go expects
@@ -116,7 +137,8 @@ class KubesprayJoin(Step):
         "The operator adds the node to kube_node in the Kubespray inventory and the "
         "containerd group_vars fragment (it keeps the GPU Operator toolkit's nvidia runtime "
         "drop-in imported across Kubespray runs), runs playbooks/facts.yml over the whole "
-        "inventory (one unreachable host blocks scaling), then scale.yml limited to the new "
+        "inventory with its bootstrap play skipped (facts only; one unreachable host blocks "
+        "scaling), then scale.yml limited to the new "
         "node. The wizard then verifies each node is Ready with the expected kubelet "
         "version and a containerd >= 2.0 runtime."
     )
@@ -154,11 +176,18 @@ class KubesprayJoin(Step):
         ]
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
-        limit = ",".join(n.name for n in site.nodes)
+        # Kubespray's playbooks run from its checkout (its ansible.cfg): a subshell cds there
+        # and back, so the runbook keeps the export folder as its one working directory.
+        if site.cluster.kubespray is not None:
+            ks = site.cluster.kubespray
+            checkout = q(site_path(site, ks.checkout))
+            inventory = q(site_path(site, ks.inventory))
+        else:
+            checkout, inventory = "<kubespray-checkout>", "inventory/<cluster>/hosts.yaml"
         return [
-            f"ansible-playbook -i inventory/<cluster>/hosts.yaml -b {FACTS_PLAYBOOK}",
-            f"ansible-playbook -i inventory/<cluster>/hosts.yaml -b {SCALE_PLAYBOOK} "
-            f"--limit={q(limit)}",
+            f"(cd {checkout} && ansible-playbook -i {inventory} -b {playbook} "
+            f"{' '.join(q(a) for a in args)})"
+            for playbook, args in playbook_runs(site)
         ]
 
     def instructions(self, site: Site, node: Node | None) -> str:
@@ -171,8 +200,9 @@ class KubesprayJoin(Step):
             )
         return (
             "Merge cluster/kubespray/hosts-fragment.yaml (from `gpu-node-wizard export`) into "
-            f"the Kubespray inventory and {GROUP_VARS_PATH} into its group_vars, then run, "
-            f"from the Kubespray {KUBESPRAY_VERSION} checkout:\n  "
+            f"the Kubespray inventory and {GROUP_VARS_PATH} into its group_vars, then run these "
+            f"lines with <kubespray-checkout> your Kubespray {KUBESPRAY_VERSION} checkout and "
+            "<cluster> its inventory's folder (inventory/<cluster>/hosts.yaml):\n  "
             + "\n  ".join(self.commands(site, node))
         )
 
@@ -242,8 +272,9 @@ class KubesprayJoin(Step):
                 Artifact(MEMBERSHIP_ARTIFACT, membership, Target.DOCUMENT, "the cluster's nodes",
                          f"{FACTS_PLAYBOOK}, then {SCALE_PLAYBOOK} --limit={limit}"),
                 live_membership,
-                f"runs {FACTS_PLAYBOOK} over the whole inventory, then {SCALE_PLAYBOOK} "
-                f"--limit={limit} from the checkout (other nodes are only read)",
+                f"runs {FACTS_PLAYBOOK} --skip-tags {FACTS_SKIP_TAG} over the whole inventory "
+                "(facts only: Kubespray's bootstrap play, which sets hostnames and packages as "
+                f"root, is skipped), then {SCALE_PLAYBOOK} --limit={limit} from the checkout",
             ),
         ]  # fmt: skip
 
@@ -257,9 +288,8 @@ class KubesprayJoin(Step):
                 intent = journal.begin({"target": "kubespray", "write": str(path)})
                 _write_atomically(path, change.artifact.content)
                 journal.end(intent, {"written": len(change.artifact.content)})
-        limit = ",".join(n.name for n in ctx.site.nodes)
-        for playbook, only in ((FACTS_PLAYBOOK, None), (SCALE_PLAYBOOK, limit)):
-            total = await count_tasks(checkout, inventory, playbook, only)
+        for playbook, args in playbook_runs(ctx.site):
+            total = await count_tasks(checkout, inventory, playbook, args)
             step = max(1, total // 10) if total else 25
 
             def progress(
@@ -267,15 +297,15 @@ class KubesprayJoin(Step):
             ) -> None:
                 if done % step == 0 or done == total:
                     of = f"/{total}" if total else ""
-                    ctx.engine.emit(Notice(f"{playbook}: task {done}{of} ({name})", CLUSTER))
+                    ctx.emit(Notice(f"{playbook}: task {done}{of} ({name})", CLUSTER))
 
-            lines = ctx.engine.frontend.wants_output_lines
+            lines = ctx.wants_output_lines
             run = await run_playbook(
-                checkout, inventory, playbook, limit=only,
-                on_line=(lambda line: ctx.engine.emit(OutputLine("ansible", line))) if lines else None,
+                checkout, inventory, playbook, args,
+                on_line=(lambda line: ctx.emit(OutputLine("ansible", line))) if lines else None,
                 on_task=progress,
             )  # fmt: skip
-            ctx.engine.journal({"target": "kubespray", "step": self.id, "playbook": playbook,
+            ctx.journal({"target": "kubespray", "step": self.id, "playbook": playbook,
                                 "exit": run.exit_status, "recap": run.recap, "tasks": run.tasks,
                                 "output_tail": run.tail})  # fmt: skip
             bad = run.bad_hosts()
@@ -403,6 +433,7 @@ class LabelsAndTaint(Step):
 
 
 PHASE = Phase(
+    joins_cluster=True,
     id="join",
     number=7,
     title="Join Kubernetes (Kubespray)",

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 
 from steps.common import read_lines
+from wizard.facts.system import parse_modinfo
 from wizard.model import Finding, StepKind
 from wizard.plan import Step, StepContext
 from wizard.probe import Read, Report, read_all
@@ -55,7 +56,7 @@ def kernel_reads(node: Node) -> list[Read]:
 
 
 def module_reads(kernels: list[str]) -> list[Read]:
-    return [Read(["modinfo", "-k", k, m], "modinfo") for k in kernels for m in MODULES]
+    return [Read(["modinfo", "-k", k, m], parse_modinfo) for k in kernels for m in MODULES]
 
 
 def _version_key(kernel: str) -> list[tuple[int, str]]:

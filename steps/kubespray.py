@@ -199,17 +199,15 @@ async def run_playbook(
     checkout: Path,
     inventory: Path,
     playbook: str,
+    args: tuple[str, ...] = (),
     *,
-    limit: str | None = None,
     on_line: Any = None,
     on_task: Any = None,
     timeout: float = 7200,
 ) -> PlaybookRun:
-    """``ansible-playbook -i INVENTORY -b PLAYBOOK [--limit=...]`` in the checkout, output
+    """``ansible-playbook -i INVENTORY -b PLAYBOOK ARGS...`` in the checkout, output
     streamed line by line; the change is journaled before it runs."""
-    argv = [ansible_playbook(), "-i", str(inventory), "-b", playbook]
-    if limit:
-        argv.append(f"--limit={limit}")
+    argv = [ansible_playbook(), "-i", str(inventory), "-b", playbook, *args]
     env = {**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0",
            "PYTHONUNBUFFERED": "1", "ANSIBLE_RETRY_FILES_ENABLED": "0"}  # fmt: skip
     intent = journal.begin({"target": TARGET, "command": shlex.join(argv), "cwd": str(checkout)})
@@ -249,11 +247,10 @@ async def run_playbook(
     return run
 
 
-async def count_tasks(checkout: Path, inventory: Path, playbook: str, limit: str | None) -> int:
-    """How many tasks the playbook lists (``--list-tasks``), for the progress; 0 unknown."""
-    argv = [ansible_playbook(), "-i", str(inventory), playbook, "--list-tasks"]
-    if limit:
-        argv.append(f"--limit={limit}")
+async def count_tasks(checkout: Path, inventory: Path, playbook: str, args: tuple[str, ...]) -> int:
+    """How many tasks the playbook lists (``--list-tasks`` with the run's own ARGS, so
+    skipped tags are not counted), for the progress; 0 unknown."""
+    argv = [ansible_playbook(), "-i", str(inventory), playbook, *args, "--list-tasks"]
     process = await asyncio.create_subprocess_exec(
         *argv, cwd=checkout, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
         env={**os.environ, "ANSIBLE_NOCOLOR": "1"},

@@ -7,9 +7,11 @@ import contextlib
 import time
 from typing import Any
 
-from steps.common import bonding_command, q, read_lines, shown, stats_command
+from steps.common import bonding_command, read_lines, shown, stats_command
 from steps.kernel_modules import kernel_findings, kernel_reads, module_reads
 from wizard.artifacts import Artifact, Target
+from wizard.drain import back_in_service, out_of_service
+from wizard.facts.nic import parse_bonding, parse_ethtool_s
 from wizard.model import Finding, StepKind
 from wizard.plan import Change, Phase, Step, StepContext, capped_load_seconds
 from wizard.probe import Report
@@ -88,12 +90,12 @@ class Soak(Step):
         async def counters() -> dict[str, int]:
             totals: dict[str, int] = {}
             for port in ctx.node.bond.ports:
-                stats = await probe(ctx, stats_command(port), "ethtool-s")
+                stats = await probe(ctx, stats_command(port), parse_ethtool_s)
                 if stats.ok:
                     for name, value in stats.fact.counters.items():
                         if any(word in name for word in ("error", "crc", "discard", "drop")):
                             totals[f"{port}:{name}"] = value
-            bond = await probe(ctx, bonding_command(ctx.node), "bonding")
+            bond = await probe(ctx, bonding_command(ctx.node), parse_bonding)
             if bond.ok:
                 for slave in bond.fact.slaves:
                     totals[f"{slave.name}:link_failures"] = slave.link_failure_count or 0
@@ -159,13 +161,11 @@ class Reboot(Step):
 
         if node is None:
             return []
-        name = q(node.name)
         return [
             *read_lines(kernel_reads(node), "first: the kernel the reboot starts has Intel's ice"),
             *read_lines(module_reads(["<kernel>"]), "for each <kernel> ls lists"),
             shown(read_file_command(BOOT_ID)),
-            f"kubectl drain {name} --ignore-daemonsets --delete-emptydir-data --timeout=10m"
-            "  # from the jump host",
+            *(f"{line}  # from the jump host" for line in out_of_service(node.name)),
             shown(REBOOT),
             shown(read_file_command(BOOT_ID), "until it differs"),
             "# then what was done before the reboot must hold after it (irdma.enable, "
@@ -176,11 +176,14 @@ class Reboot(Step):
             *read_lines(lacp_reads(node)),
             *verify_lines(node),
             *runtime_read_lines(site),
-            f"kubectl uncordon {name}  # from the jump host",
+            f"{back_in_service(node.name)}  # from the jump host",
         ]
 
     def rollback(self, site: Site, node: Node | None) -> str | None:
-        return "A reboot cannot be undone: if the node does not come back, use its BMC console."
+        return (
+            "# A reboot cannot be undone: nothing to run. If the node does not come back, use\n"
+            "# its BMC console; it stays cordoned until it verifies again."
+        )
 
     async def preconditions(self, ctx: StepContext) -> list[Finding]:
         """The kernel the reboot starts has Intel's ice/irdma: a kernel update since phase 3
@@ -279,8 +282,8 @@ class Reboot(Step):
                 "rebooted", f"{ctx.node.name} booted anew since the reboot step (boot id {boot_id})"
             )
         ctx.data["boot_id_after"] = boot_id
-        ctx.engine.note_boot(ctx.target, boot_id)  # the checkpoint's identity: this boot
-        steps = ctx.engine.plan
+        ctx.note_boot(boot_id)  # the checkpoint's identity: this boot
+        scratch: dict[str, Any] = {}
         for step_id in (
             "irdma.enable",
             "irdma.verify",
@@ -288,9 +291,13 @@ class Reboot(Step):
             "qos.apply",
             "gpu-operator.verify",
         ):
-            if ctx.engine.checkpoint.step_state(step_id, ctx.target).value != "done":
+            if ctx.state_of(step_id).value != "done":
                 continue  # only what was done before the reboot must hold after it
-            findings = await steps.step(step_id).verify(ctx)
+            # Each step's own verification, as that step (its declared results), sharing
+            # one scratch record (what irdma.verify finds again, qos.apply reads): what
+            # they record again is not the reboot's record.
+            again = ctx.plan_step(step_id)
+            findings = await again.verify(ctx.as_step(again, scratch))
             for finding in findings:
                 report.findings.append(
                     Finding(

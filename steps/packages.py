@@ -7,6 +7,7 @@ import shlex
 
 from steps.common import shown
 from wizard.artifacts import Artifact, Target
+from wizard.facts.host import DPKG_INSTALLED, RPM_INSTALLED, parse_packages
 from wizard.model import Finding, StepKind
 from wizard.plan import Change, Phase, Step, StepContext
 from wizard.probe import Probe, Read, Report, probe
@@ -71,7 +72,8 @@ def headers_package(os_profile: str, kernel: str) -> str:
 # metapackage is a linux-image-* whose name does not start with a version.
 _VERSIONED_IMAGE = re.compile(r"^linux-image-(unsigned-)?[0-9]")
 _ABI = re.compile(r"^[0-9.]+-[0-9]+-")
-ANSIBLE_KERNEL = "{{ ansible_kernel }}"  # the playbook's uname -r (Ansible's fact)
+# The playbook's uname -r, read on the node (a task registers it: the play gathers no facts).
+ANSIBLE_KERNEL = "{{ gnw_kernel }}"
 # The same choice in the runbook's shell, word-split on purpose (one word per metapackage):
 # the installed ("ii") image metapackages as headers, else the running kernel's flavour.
 HEADERS_META_WORDS = (
@@ -95,7 +97,7 @@ def headers_metapackages(images: list[str], kernel: str) -> list[str]:
     if metas:
         return sorted(set(metas))
     if kernel == ANSIBLE_KERNEL:
-        return ["linux-headers-{{ ansible_kernel | regex_replace('^[0-9.]+-[0-9]+-', '') }}"]
+        return ["linux-headers-{{ gnw_kernel | regex_replace('^[0-9.]+-[0-9]+-', '') }}"]
     return [f"linux-headers-{_ABI.sub('', kernel)}"]
 
 
@@ -122,12 +124,40 @@ def _word(name: str) -> str:
     return shlex.quote(name)
 
 
+# How long apt-get waits for dpkg's lock (apt 2.4 on Ubuntu 22.04 has the option): an
+# unattended-upgrades run after boot holds it for minutes; without it apt-get fails at once
+# with "Could not get lock /var/lib/dpkg/lock-frontend".
+DPKG_LOCK_TIMEOUT = 300
+
+
+def _installer(os_profile: str) -> list[str]:
+    """The one install command, the live step's and the Ansible play's: non-interactive as
+    ansible.builtin.apt is (DEBIAN_FRONTEND=noninteractive, a changed conffile keeps the
+    local one, force-confdef,force-confold, instead of a prompt meeting EOF), waiting for
+    dpkg's lock. dnf needs nothing more: it waits for its own lock, never prompts with
+    -y and rpm writes a changed config file next to the local one (.rpmnew)."""
+    if os_profile.startswith("ubuntu"):
+        return ["env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "-y",
+                "-o", f"DPkg::Lock::Timeout={DPKG_LOCK_TIMEOUT}",
+                "-o", "Dpkg::Options::=--force-confdef", "-o", "Dpkg::Options::=--force-confold",
+                "install"]  # fmt: skip
+    return ["dnf", "install", "-y"]
+
+
+def installed_line(os_profile: str) -> str:
+    """The regex a line of ``query_argv``'s output matches when that package is installed:
+    the wizard's parser's own rule (wizard/facts/host.py), handed to the play."""
+    return DPKG_INSTALLED if os_profile.startswith("ubuntu") else RPM_INSTALLED
+
+
+def install_argv(os_profile: str, names: list[str]) -> list[str]:
+    """The install as an argv (the Ansible play's command task runs it)."""
+    return [*_installer(os_profile), *names]
+
+
 def install_command(os_profile: str, names: list[str] | tuple[str, ...] | None = None) -> str:
     names = list(names if names is not None else node_packages(os_profile))
-    words = " ".join(_word(n) for n in names)
-    if os_profile.startswith("ubuntu"):
-        return "apt-get install -y " + words
-    return "dnf install -y " + words
+    return " ".join([*_installer(os_profile), *(_word(n) for n in names)])
 
 
 def query_argv(os_profile: str, names: list[str] | None = None) -> list[str]:
@@ -150,7 +180,7 @@ def packages_read(node: Node) -> Read:
     """The read that lists which of the node's required packages are installed (so that
     irdma.verify can send it with its own reads): the kernel-independent ones; the running
     kernel's headers are the packages step's (it reads uname -r first)."""
-    return Read(query_argv(node.os), "packages")
+    return Read(query_argv(node.os), parse_packages)
 
 
 async def missing_packages(ctx: StepContext) -> tuple[list[str], Report]:
@@ -165,7 +195,7 @@ async def missing_packages(ctx: StepContext) -> tuple[list[str], Report]:
         return [], report
     images = await _installed_images(ctx) if ctx.node.os.startswith("ubuntu") else None
     names = node_packages(ctx.node.os, kernel, images)
-    p = await probe(ctx, query_argv(ctx.node.os, names), "packages")
+    p = await probe(ctx, query_argv(ctx.node.os, names), parse_packages)
     return evaluate_packages(ctx.node, p, names)
 
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from steps.common import q, read_lines
+from steps.common import KUBECONFIG_WORD, q, read_lines
+from steps.gpu_operator.install import helm_line
 from wizard.driver_root import nvidia_smi_command
-from wizard.facts.gpu import NvidiaSmiList
-from wizard.facts.host import IpAddr
-from wizard.facts.pci import Iommu, Lspci, LspciAcs
-from wizard.facts.system import ContainerdVersion, OsRelease
+from wizard.facts.gpu import NvidiaSmiList, parse_nvidia_smi_l
+from wizard.facts.host import IpAddr, parse_ip_addr
+from wizard.facts.pci import Iommu, Lspci, LspciAcs, parse_iommu, parse_lspci, parse_lspci_acs
+from wizard.facts.system import CONTAINERD_VERSION, ContainerdVersion, OsRelease, parse_os_release
 from wizard.model import Finding, StepKind
 from wizard.plan import Phase, Scope, Step, StepContext
 from wizard.probe import Probe, Read, Report, probe, read_all
@@ -192,6 +193,12 @@ def evaluate_acs(acs: LspciAcs, report: Report, p: Probe) -> None:
         )
 
 
+def ssh_over_bond(node: Node, addrs: IpAddr, interface: str | None) -> bool:
+    """Whether the interface carrying the SSH session goes down with the node's bond:
+    the bond, a port, or a VLAN, macvlan or bridge stacked on it (host-r2 B4)."""
+    return interface is not None and addrs.rides_on(interface, node.bond.name)
+
+
 def evaluate_ssh_path(
     node: Node, server_ip: str | None, addrs: IpAddr, report: Report
 ) -> str | None:
@@ -201,9 +208,7 @@ def evaluate_ssh_path(
         return None
     iface = addrs.owner_of(server_ip)
     name = iface.name if iface else None
-    over_bond = iface is not None and (
-        iface.name == node.bond.name or iface.master == node.bond.name
-    )
+    over_bond = ssh_over_bond(node, addrs, name)
     if not over_bond:
         report.ok(
             "ssh-path", f"the wizard's SSH session uses {name or server_ip}, not {node.bond.name}"
@@ -229,7 +234,7 @@ def evaluate_ssh_path(
 
 
 HOST_READS = (
-    Read(["cat", "/etc/os-release"], "os-release"),
+    Read(["cat", "/etc/os-release"], parse_os_release),
     Read(["uname", "-r"]),
     Read(["uname", "-m"]),
 )
@@ -285,7 +290,7 @@ def _is_worker(node: dict[str, Any]) -> bool:
     return "node-role.kubernetes.io/control-plane" not in labels
 
 
-CONTAINERD_READ = Read(["containerd", "--version"], "containerd-version")
+CONTAINERD_READ = Read(CONTAINERD_VERSION)
 
 
 class Containerd(Step):
@@ -298,13 +303,19 @@ class Containerd(Step):
         "GPU Operator 26.7 requires containerd >= 2.0. A node on containerd 1.7 must be "
         "upgraded first: the most important preflight failure."
     )
+    hard_requirements = {
+        "T00.containerd-version": (
+            "GPU Operator 26.7 requires containerd >= 2.0 (its release notes): a waiver "
+            "would only move the failure to the join's runtime check in phase 7"
+        )
+    }
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
         return read_lines([CONTAINERD_READ])
 
     async def verify(self, ctx: StepContext) -> list[Finding]:
         report = Report("T00")
-        p = await probe(ctx, CONTAINERD_READ.command, CONTAINERD_READ.kind)
+        p = await probe(ctx, CONTAINERD_VERSION)
         if p.ok:
             evaluate_containerd(ctx.site, p.fact, report, p)
         elif p.result.exit_status == 127:
@@ -320,8 +331,13 @@ class Containerd(Step):
 
 
 GPU_READS = (
-    Read(["lspci", "-nn"], "lspci"),
-    Read(nvidia_smi_command("-L"), "nvidia-smi-l", note="once a driver is present"),
+    Read(["lspci", "-nn"], parse_lspci),
+    Read(
+        nvidia_smi_command("-L"),
+        parse_nvidia_smi_l,
+        note="once a driver is present",
+        expected={127: "no driver yet (the GPU Operator installs it)"},
+    ),
 )
 
 
@@ -364,9 +380,10 @@ class ClusterFacts(Step):
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
         ctx = f" --context {q(site.cluster.context)}" if site.cluster.context else ""
-        kube = f"kubectl --kubeconfig {q(site.cluster.kubeconfig)}{ctx}"
-        helm_ctx = f" --kube-context {q(site.cluster.context)}" if site.cluster.context else ""
-        return [f"{kube} version", f"{kube} get nodes -o wide", f"helm version{helm_ctx}"]
+        kube = f"kubectl --kubeconfig {KUBECONFIG_WORD}{ctx}"
+        # The site's helm (cluster.helm), as the wizard runs it (transports/helm.py version).
+        helm = helm_line(site, "version", "--short").rsplit("  # ", 1)[0]
+        return [f"{kube} version", f"{kube} get nodes -o wide", helm]
 
     async def verify(self, ctx: StepContext) -> list[Finding]:
         report = Report("T00")
@@ -451,16 +468,16 @@ _IOMMU = re.compile(r"iommu|dmar|amd-vi", re.IGNORECASE)
 # Shared with the GPUDirect phase, which enforces what preflight only warns about.
 IOMMU_READ = Read(
     ["dmesg"],
-    "iommu",
+    parse_iommu,
     keep=lambda line: bool(_IOMMU.search(line)),
     note="lines matching iommu|dmar",
 )
-ACS_READ = Read(["lspci", "-vvv"], "lspci-acs", note="ACSCtl")
+ACS_READ = Read(["lspci", "-vvv"], parse_lspci_acs, note="ACSCtl")
 EARLY_GPUDIRECT_READS = (IOMMU_READ, Read(["cat", "/proc/cmdline"]), ACS_READ, Read("ulimit -l"))
 
 
 # The SSH session's own addresses, and the host's interfaces (qos.apply reads them too).
-SSH_PATH_READS = (Read("echo $SSH_CONNECTION"), Read(["ip", "-j", "addr", "show"], "ip-addr"))
+SSH_PATH_READS = (Read("echo $SSH_CONNECTION"), Read(["ip", "-j", "addr", "show"], parse_ip_addr))
 
 
 class SshPath(Step):
@@ -497,6 +514,7 @@ def _minor(version: str) -> tuple[int, int]:
 
 
 PHASE = Phase(
+    read_only=True,
     id="preflight",
     number=1,
     title="Preflight",

@@ -21,7 +21,9 @@ import os
 from typing import Any
 
 from steps.common import q
+from steps.gpu_operator.release import OPERATOR_RELEASE, operator_release
 from steps.gpu_operator.values import NAMESPACE
+from wizard.approvals import ClusterChange, ClusterEffect
 from wizard.artifacts import Artifact, Target
 from wizard.model import Finding, StepKind
 from wizard.plan import Change, Scope, Step, StepContext
@@ -36,10 +38,11 @@ DOCKERCONFIG = "kubernetes.io/dockerconfigjson"
 MEASUREMENT_NAMESPACES = ("default",)
 
 
-def pull_namespaces(site: Site) -> list[str]:
-    """Every namespace whose pods pull from the mirror: the GPU Operator's, the RDMA device
-    plugin's and the measurement pods'."""
-    return sorted({NAMESPACE, site.device_plugin.namespace, *MEASUREMENT_NAMESPACES})
+def pull_namespaces(site: Site, operator: str = NAMESPACE) -> list[str]:
+    """Every namespace whose pods pull from the mirror: the GPU Operator's (``operator``:
+    the existing release's, else the first install's), the RDMA device plugin's and the
+    measurement pods'."""
+    return sorted({operator, site.device_plugin.namespace, *MEASUREMENT_NAMESPACES})
 
 
 def mirror_host(site: Site) -> str:
@@ -68,16 +71,38 @@ def dockerconfig_secret(site: Site, namespace: str, user: str, password: str) ->
     }
 
 
-def serves_mirror(secret: dict[str, Any] | None, host: str) -> bool:
-    """Whether a live Secret is a dockerconfigjson with an entry for the mirror's host."""
+def auths_of(secret: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The ``auths`` of a live dockerconfigjson Secret; None when it is none (absent,
+    another type, unreadable data)."""
     if not secret or secret.get("type") != DOCKERCONFIG:
-        return False
+        return None
     try:
         raw = base64.b64decode((secret.get("data") or {}).get(".dockerconfigjson", ""))
-        auths = json.loads(raw).get("auths") or {}
+        auths = json.loads(raw).get("auths")
     except (ValueError, AttributeError):
-        return False
-    return any(key.removeprefix("https://").split("/", 1)[0] == host for key in auths)
+        return None
+    return auths if isinstance(auths, dict) else None
+
+
+def registry_host(key: str) -> str:
+    return key.removeprefix("https://").split("/", 1)[0]
+
+
+def serves_mirror(secret: dict[str, Any] | None, host: str) -> bool:
+    """Whether a live Secret is a dockerconfigjson with an entry for the mirror's host."""
+    return any(registry_host(key) == host for key in auths_of(secret) or {})
+
+
+def merged_secret(live: dict[str, Any], entry: tuple[str, dict[str, Any]]) -> dict[str, Any]:
+    """The live dockerconfigjson Secret with the mirror's ``entry`` (key, auth) added beside
+    its own entries, which are kept (another registry's pulls go on working)."""
+    auths = {**(auths_of(live) or {}), entry[0]: entry[1]}
+    data = base64.b64encode(json.dumps({"auths": auths}).encode()).decode()
+    meta = live.get("metadata") or {}
+    return {"apiVersion": "v1", "kind": "Secret", "type": DOCKERCONFIG,
+            "metadata": {k: meta[k] for k in ("name", "namespace", "labels", "annotations", "ownerReferences")
+                         if k in meta},
+            "data": {**(live.get("data") or {}), ".dockerconfigjson": data}}  # fmt: skip
 
 
 async def live_secret(kube: Any, namespace: str, name: str) -> dict[str, Any] | None:
@@ -100,6 +125,7 @@ class PullSecrets(Step):
     gates = ("T01",)
     scope = Scope.CLUSTER
     requires = ("gpu-operator.preflight",)
+    needs = (OPERATOR_RELEASE,)  # the operator's pods pull in the release's namespace
     reads = ("registry", "device_plugin")
     explain = (
         "registry.pull_secret must exist in gpu-operator, the plugin's namespace and the "
@@ -158,7 +184,7 @@ class PullSecrets(Step):
         kube, site = ctx.services.kube, ctx.site
         live = {
             ns: await live_secret(kube, ns, site.registry.pull_secret or "")
-            for ns in pull_namespaces(site)
+            for ns in pull_namespaces(site, operator_release(ctx).namespace)
         }
         source = next((s for s in live.values() if serves_mirror(s, mirror_host(site))), None)
         return live, source
@@ -167,10 +193,10 @@ class PullSecrets(Step):
         if not self._needed(ctx.site):
             return []
         report = Report("T01")
+        registry = ctx.site.registry
         live, source = await self._sources(ctx)
         missing = [ns for ns, s in live.items() if not serves_mirror(s, mirror_host(ctx.site))]
         if missing and source is None and credentials(ctx.site) is None:
-            registry = ctx.site.registry
             named = " and ".join(v for v in (registry.username_env, registry.password_env) if v)
             report.fail(
                 "pull-secret",
@@ -182,49 +208,116 @@ class PullSecrets(Step):
                 "(registry.username_env, registry.password_env), or create the secret in one "
                 "namespace; nothing pulls before it exists",
             )  # fmt: skip
+        # A Secret of that name that is no pull secret is someone else's: never replaced.
+        foreign = [ns for ns, s in live.items() if s is not None and auths_of(s) is None]
+        if foreign:
+            report.fail(
+                "pull-secret-foreign",
+                f"Secret {registry.pull_secret} in {', '.join(foreign)} exists but is not a "
+                f"{DOCKERCONFIG} with readable auths: it is another object of that name, and "
+                "the wizard does not replace it",
+                "set registry.pull_secret to a name that namespace does not use, or make that "
+                "Secret the mirror's pull secret yourself",
+            )
         return report.findings
 
+    async def _namespaces(self, ctx: StepContext) -> set[str]:
+        """Which of the pull namespaces exist now (the others the wizard creates)."""
+        found = set()
+        for ns in pull_namespaces(ctx.site, operator_release(ctx).namespace):
+            try:
+                await ctx.services.kube.request(
+                    "GET", f"/api/v1/namespaces/{ns}", what=f"get namespace {ns}"
+                )
+            except KubeError as exc:
+                if exc.status != 404:
+                    raise
+                continue
+            found.add(ns)
+        return found
+
     async def changes(self, ctx: StepContext) -> list[Change]:
+        """Per namespace: in place; absent (a new Secret for the new nodes, listed in the
+        report); or present with other data, which is an update of an object that existed
+        before: the mirror's entry merged into it, approved by name (pull-secret-update)."""
         if not self._needed(ctx.site):
             return []
         site = ctx.site
+        name, host = site.registry.pull_secret or "", mirror_host(site)
         live, source = await self._sources(ctx)
+        existing = await self._namespaces(ctx)
         origin = (
             f"from ${site.registry.username_env} / ${site.registry.password_env}"
             if credentials(site)
-            else f"copied from {source['metadata']['namespace']}/{site.registry.pull_secret}"
+            else f"copied from {source['metadata']['namespace']}/{name}"
             if source
             else "no source"
         )
         result = []
         for ns, secret in live.items():
-            ok = serves_mirror(secret, mirror_host(site))
             # What the review shows: where the data comes from, never the data.
-            shown = f"Secret {ns}/{site.registry.pull_secret} ({DOCKERCONFIG}) for {mirror_host(site)}\n"
+            shown = f"Secret {ns}/{name} ({DOCKERCONFIG}) for {host}\n"
             artifact = Artifact(
                 f"cluster/k8s/pull-secret-{ns}.txt",
                 shown + f"data: {origin} (not shown)\n",
                 Target.DOCUMENT,
-                f"Secret {ns}/{site.registry.pull_secret}",
+                f"Secret {ns}/{name}",
                 "the registry pull secret",
             )
-            result.append(Change(artifact, artifact.content if ok else (shown if secret else None)))
+            if serves_mirror(secret, host):
+                result.append(Change(artifact, artifact.content))
+            elif secret is None:
+                where = (
+                    f"in the existing namespace {ns}" if ns in existing
+                    else f"in namespace {ns}, created by the wizard"
+                )  # fmt: skip
+                why = f"the new nodes' pulls from {host} ({where})"
+                result.append(Change(artifact, None, adds=(f"Secret {ns}/{name}", why)))
+            else:
+                others = sorted(registry_host(k) for k in auths_of(secret) or {})
+                live_text = f"Secret {ns}/{name} ({DOCKERCONFIG}) for {', '.join(others) or 'no registry'}\n"
+                effect = ClusterEffect(
+                    ClusterChange.PULL_SECRET_UPDATE,
+                    f"updates the existing Secret {ns}/{name}: adds an entry for {host} beside "
+                    f"its entries for {', '.join(others) or 'no registry'} (kept); every pod in "
+                    f"{ns} that names it pulls with the result from then on",
+                )
+                result.append(Change(artifact, live_text, effect=effect))
         return result
 
     async def apply(self, ctx: StepContext, changes: list[Change]) -> None:
         site, kube = ctx.site, ctx.services.kube
+        host = mirror_host(site)
         live, source = await self._sources(ctx)
         creds = credentials(site)
+        if creds is not None:
+            entry_body = dockerconfig_secret(site, "", *creds)
+        else:
+            assert source is not None  # preconditions refused otherwise
+            entry_body = source
+        entry = next((k, v) for k, v in (auths_of(entry_body) or {}).items()
+                     if registry_host(k) == host)  # fmt: skip
         for ns, secret in live.items():
-            if serves_mirror(secret, mirror_host(site)):
+            if serves_mirror(secret, host):
+                continue
+            if secret is not None:
+                # Approved by name (pull-secret-update): merged, never replaced; the PUT
+                # names the resourceVersion read, so a write in between is a 409, not lost.
+                merged = merged_secret(secret, entry)
+                merged["metadata"]["resourceVersion"] = secret["metadata"].get("resourceVersion")
+                await kube.request(
+                    "PUT",
+                    f"/api/v1/namespaces/{ns}/secrets/{site.registry.pull_secret}",
+                    merged,
+                    what=f"update secret {ns}/{site.registry.pull_secret}",
+                )
                 continue
             if creds is not None:
                 body = dockerconfig_secret(site, ns, *creds)
             else:
-                assert source is not None  # preconditions refused otherwise
                 body = {"apiVersion": "v1", "kind": "Secret", "type": DOCKERCONFIG,
                         "metadata": {"name": site.registry.pull_secret, "namespace": ns},
-                        "data": dict(source.get("data") or {})}  # fmt: skip
+                        "data": dict(entry_body.get("data") or {})}  # fmt: skip
             try:
                 namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
                 await kube.request(
@@ -233,7 +326,11 @@ class PullSecrets(Step):
             except KubeError as exc:
                 if exc.status != 409:
                     raise
-            await kube.apply(f"/api/v1/namespaces/{ns}/secrets", body)
+            # Created, never replaced: a Secret someone made meanwhile is a 409 here.
+            await kube.request(
+                "POST", f"/api/v1/namespaces/{ns}/secrets", body,
+                what=f"create secret {ns}/{site.registry.pull_secret}",
+            )  # fmt: skip
 
     async def verify(self, ctx: StepContext) -> list[Finding]:
         report = Report("T01")

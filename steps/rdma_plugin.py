@@ -8,12 +8,25 @@ import json
 import time
 from typing import Any
 
-from steps.common import SHM_MOUNT, SHM_VOLUME, node_pod, pod_placement, q
+from steps.common import (
+    SHM_MOUNT,
+    SHM_VOLUME,
+    changed_lines,
+    diff_excerpt,
+    finished_then_logs,
+    node_pod,
+    pod_placement,
+    q,
+    shown,
+)
 from steps.gpu_operator import mirrored, run_test_pod
 from steps.gpu_operator.values import mirror_ref
+from steps.irdma import RDMA_DEVICE, RDMA_NETDEV
+from wizard.approvals import ClusterChange, ClusterEffect
 from wizard.artifacts import Artifact, k8s_object, k8s_yaml
 from wizard.facts import ParseError, parse
-from wizard.model import Finding, StepKind
+from wizard.facts.rdma import parse_ibv_devinfo, parse_rdma_link
+from wizard.model import Evidence, Finding, StepKind
 from wizard.plan import Change, NotAutomated, Phase, Scope, Step, StepContext
 from wizard.probe import Report
 from wizard.site import Node, Site
@@ -155,6 +168,11 @@ def rdma_test_pod(site: Site, node: Node) -> dict[str, Any]:
         "name": "rdma",
         "image": mirror_ref(site.measurements.rdma_test_image, site.registry.mirror),
         "command": ["sh", "-c", "rdma link show; ibv_devinfo"],
+        # The default image (nccl-tests) is CUDA-based: nvidia/cuda sets
+        # NVIDIA_VISIBLE_DEVICES=all, so where nvidia is the default runtime the toolkit
+        # would inject every GPU into a pod that asked for none. "void" injects none
+        # (nvidia-container-toolkit's NVIDIA_VISIBLE_DEVICES values: all, none, void, ids).
+        "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}],
         "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}},
         "resources": {"limits": {site.device_plugin.resource_name: 1}},
         "volumeMounts": [SHM_MOUNT],
@@ -178,12 +196,8 @@ def discovered_netdevs(ctx: StepContext) -> list[str]:
     a PCI function's own netdev name exactly (ifNameSelector, pkg/resources): a bond is no
     PCI function and never matches, so a bond name is never put there."""
     bonds = {node.bond.name for node in ctx.site.nodes}
-    return [
-        str(netdev)
-        for node in ctx.site.nodes
-        if (netdev := ctx.recorded("irdma.verify", node.name).get("rdma_netdev"))
-        and netdev not in bonds
-    ]
+    netdevs = [ctx.need(RDMA_NETDEV, on=node.name) for node in ctx.site.nodes]
+    return [netdev for netdev in netdevs if netdev not in bonds]
 
 
 class InstallRdmaPlugin(Step):
@@ -195,6 +209,9 @@ class InstallRdmaPlugin(Step):
     # The DaemonSet's nodeSelector is the site's labels (daemonset() below): without
     # join.labels no plugin pod lands on the node and it never advertises the resource.
     requires = ("gpu-operator.verify", "join.labels")
+    # The config's ifNames: every node's PF netdev, as irdma.verify found it (a node
+    # without one blocks the step with the reason instead of getting no selector).
+    needs = (RDMA_NETDEV,)
     # node.name: the config lists every node's netdev and verify checks every node's
     # allocatable, so a node added to the site resets this step.
     reads = ("device_plugin", "registry", "labels", "nic", "node.name")
@@ -239,8 +256,9 @@ class InstallRdmaPlugin(Step):
     def commands(self, site: Site, node: Node | None) -> list[str]:
         ns = q(site.device_plugin.namespace)
         return [
-            f"kubectl -n {ns} get configmap {CONFIGMAP} -o yaml",
-            f"kubectl -n {ns} apply -f rdma-devices-configmap.yaml -f rdma-plugin-daemonset.yaml",
+            f"kubectl -n {ns} get configmap {CONFIGMAP} -o yaml --ignore-not-found",
+            f"kubectl -n {ns} apply -f cluster/k8s/rdma-devices-configmap.yaml "
+            "-f cluster/k8s/rdma-plugin-daemonset.yaml",
             f"kubectl -n {ns} rollout status daemonset/{DAEMONSET} --timeout=300s",
         ]
 
@@ -272,6 +290,12 @@ class InstallRdmaPlugin(Step):
         return report.findings
 
     async def changes(self, ctx: StepContext) -> list[Change]:
+        """The ConfigMap and DaemonSet against the live ones. Absent: new objects for the new
+        nodes (listed in the report). Present (an earlier node addition made them) and
+        different: an update of objects existing nodes run from, approved by name
+        (rdma-plugin-update), its restarts the DaemonSet's pods on existing nodes (a changed
+        template, or config digest, replaces every pod it owns). A new DaemonSet whose
+        nodeSelector also picks existing nodes is the same named change."""
         if ctx.site.nic.profile != "intel-e810":
             raise NotAutomated
         kube = ctx.services.kube
@@ -281,33 +305,65 @@ class InstallRdmaPlugin(Step):
         live_ds = next(
             (d for d in await kube.daemonsets(ns) if d["metadata"]["name"] == DAEMONSET), None
         )
+        cm_live = None if live_cm is None else k8s_yaml(project(live_cm, cm))
+        ds_live = None if live_ds is None else k8s_yaml(project(live_ds, ds))
+        cm_artifact = k8s_object(
+            "cluster/k8s/rdma-devices-configmap.yaml", cm, f"ConfigMap {ns}/{CONFIGMAP}",
+            "plugin config",
+        )  # fmt: skip
+        ds_artifact = k8s_object(
+            "cluster/k8s/rdma-plugin-daemonset.yaml", ds, f"DaemonSet {ns}/{DAEMONSET}",
+            "the plugin",
+        )  # fmt: skip
+        new = {node.name for node in ctx.site.nodes}
+        selector = dict(ctx.site.labels)
+        picked = sorted(
+            n["metadata"]["name"] for n in await kube.nodes()
+            if n["metadata"]["name"] not in new
+            and all((n["metadata"].get("labels") or {}).get(k) == v for k, v in selector.items())
+        )  # fmt: skip
+        updated = [what for what, artifact, live in
+                   ((f"ConfigMap {ns}/{CONFIGMAP}", cm_artifact, cm_live),
+                    (f"DaemonSet {ns}/{DAEMONSET}", ds_artifact, ds_live))
+                   if live is not None and live != artifact.content]  # fmt: skip
+        effect = None
+        if updated or picked:
+            pods = await kube.pods(ns, label_selector=f"name={DAEMONSET}")
+            restarts = tuple(sorted(
+                f"{ns}/{p['metadata']['name']} on {p['spec'].get('nodeName')}" for p in pods
+                if (p.get("spec") or {}).get("nodeName") not in new | {None}
+            )) if updated else ()  # fmt: skip
+            what = [f"updates the existing {', '.join(updated)}"] if updated else []
+            if picked:
+                what.append(f"its nodeSelector {selector} also picks the existing node(s) "
+                            f"{', '.join(picked)}, which get (or keep) a plugin pod")  # fmt: skip
+            effect = ClusterEffect(ClusterChange.RDMA_PLUGIN_UPDATE, "; ".join(what), restarts)
+        for_new = "the new nodes' RDMA plugin (kube-system, the wizard's own name)"
         return [
             Change(
-                k8s_object(
-                    "cluster/k8s/rdma-devices-configmap.yaml",
-                    cm,
-                    f"ConfigMap {ns}/{CONFIGMAP}",
-                    "plugin config",
-                ),
-                None if live_cm is None else k8s_yaml(project(live_cm, cm)),
+                cm_artifact, cm_live,
+                adds=None if cm_live is not None else (f"ConfigMap {ns}/{CONFIGMAP}", for_new),
+                effect=effect if cm_live is not None else None,
             ),
             Change(
-                k8s_object(
-                    "cluster/k8s/rdma-plugin-daemonset.yaml",
-                    ds,
+                ds_artifact, ds_live,
+                adds=None if ds_live is not None or picked else (
                     f"DaemonSet {ns}/{DAEMONSET}",
-                    "the plugin",
-                ),
-                None if live_ds is None else k8s_yaml(project(live_ds, ds)),
+                    f"{for_new}; its nodeSelector {selector} picks only the new nodes"),
+                effect=effect if ds_live is not None or picked else None,
             ),
-        ]
+        ]  # fmt: skip
 
     async def apply(self, ctx: StepContext, changes: list[Change]) -> None:
+        """Only what differs: an unchanged ConfigMap is not written again."""
         kube = ctx.services.kube
         cm, ds = self._desired(ctx)
         ns = ctx.site.device_plugin.namespace
-        await kube.apply_configmap(ns, cm)
-        await kube.apply_daemonset(ns, ds)
+        changed = {c.artifact.path for c in changes if c.changed}
+        if "cluster/k8s/rdma-devices-configmap.yaml" in changed:
+            await kube.apply_configmap(ns, cm)
+        if "cluster/k8s/rdma-plugin-daemonset.yaml" in changed:
+            await kube.apply_daemonset(ns, ds)
 
     async def verify(self, ctx: StepContext) -> list[Finding]:
         report = Report("T03")
@@ -315,11 +371,25 @@ class InstallRdmaPlugin(Step):
         resource = ctx.site.device_plugin.resource_name
         cm, _ = self._desired(ctx)
         live = await kube.configmap(ctx.site.device_plugin.namespace, CONFIGMAP)
-        if live is None or live.get("data") != cm["data"]:
+        if live is None:
+            report.fail("config", f"ConfigMap {CONFIGMAP} is missing", "apply this step again")
+        elif live.get("data") != cm["data"]:
+            found = live.get("data") or {}
+            lines = [
+                line
+                for key in sorted(set(found) | set(cm["data"]))
+                if found.get(key) != cm["data"].get(key)
+                for line in changed_lines(found.get(key, ""), cm["data"].get(key, ""), key)
+            ]
             report.fail(
                 "config",
-                f"ConfigMap {CONFIGMAP} differs from the desired config",
+                f"ConfigMap {CONFIGMAP} differs from the desired config in {len(lines)} "
+                "line(s) (- found, + expected)",
                 "apply this step again",
+                Evidence(
+                    f"kubectl -n {ctx.site.device_plugin.namespace} get configmap {CONFIGMAP} -o yaml",
+                    diff_excerpt(lines),
+                ),
             )
         existing = await existing_plugins(kube)
         if existing:
@@ -369,13 +439,13 @@ class InstallRdmaPlugin(Step):
                 return counts
             status = ds.get("status") or {}
             desired = status.get("desiredNumberScheduled", 0)
-            done = (
-                status.get("observedGeneration", 0) >= generation
-                and desired > 0
-                and (
-                    status.get("numberAvailable", 0) >= desired
-                    and status.get("updatedNumberScheduled", 0) >= desired
-                )
+            # Settled when the DaemonSet controller has seen this generation and every pod it
+            # schedules is updated and available. Zero scheduled is settled too (no node
+            # matches its selectors, e.g. the labels were skipped): waiting cannot change
+            # what the nodes advertise, so the grace and the findings follow at once.
+            done = status.get("observedGeneration", 0) >= generation and (
+                status.get("numberAvailable", 0) >= desired
+                and status.get("updatedNumberScheduled", 0) >= desired
             )
             now = time.monotonic()
             if done:
@@ -437,30 +507,51 @@ async def existing_plugins(kube: Any) -> list[ExistingPlugin]:
     return found
 
 
-def evaluate_pod_rdma(logs: str, node: Node, report: Report) -> None:
-    """The test pod must see the node's RDMA device ACTIVE with link layer Ethernet."""
+def evaluate_pod_rdma(logs: str, node: Node, report: Report, device: str | None = None) -> None:
+    """The test pod must see the node's RDMA device with a port PORT_ACTIVE, link layer
+    Ethernet (ibv_devinfo). ``rdma link`` names the netdev where the image has iproute2;
+    the default image (nccl-tests) has only the verbs utilities, so it is not required.
+
+    ``device``: the node's own RDMA device as irdma.verify found it on the host (its
+    ``rdma_device``); when known, that device must be among the pod's ACTIVE ones, so that
+    another active device (a foreign NIC the plugin also selected) does not pass for it.
+    ibv_devinfo names the device as the host does (the shared plugin mounts the host's
+    uverbs nodes; the hca_id is the kernel's ib_device name)."""
     try:
-        links = parse("rdma-link", logs)
+        devinfo = parse(parse_ibv_devinfo, logs)
     except ParseError:
+        devinfo = None
+    active = [
+        d.hca_id
+        for d in (devinfo.devices if devinfo is not None else [])
+        if any(p.link_layer == "Ethernet" and p.state == "PORT_ACTIVE" for p in d.ports)
+    ]
+    if devinfo is None or not devinfo.devices:
         report.fail(
             "pod-rdma",
-            "the RDMA test pod sees no RDMA link",
-            "check the plugin's selectors",
+            "the RDMA test pod sees no RDMA device (ibv_devinfo lists none)",
+            "check the plugin's selectors, IPC_LOCK and the resource request",
             gate="T04",
         )
         return
-    active = [link for link in links.links if link.state == "ACTIVE"]
     try:
-        devinfo = parse("ibv-devinfo", logs)
+        netdevs = {link.device: link.netdev for link in parse(parse_rdma_link, logs).links}
     except ParseError:
-        devinfo = None
-    ethernet = devinfo is not None and any(
-        p.link_layer == "Ethernet" and p.state == "PORT_ACTIVE"
-        for d in devinfo.devices
-        for p in d.ports
-    )
-    if active and ethernet:
-        names = ", ".join(f"{link.device} ({link.netdev})" for link in active)
+        netdevs = {}
+    if device is not None and device not in active:
+        seen = ", ".join(active) or "none"
+        report.fail(
+            "pod-rdma",
+            f"the pod on {node.name} does not see the node's RDMA device {device} ACTIVE with "
+            f"link layer Ethernet (ACTIVE RoCE devices in the pod: {seen})",
+            "the plugin's selectors must pick the E810's device (its ifNames/drivers); compare "
+            "`ibv_devinfo` in the pod with the host's `rdma link`",
+            gate="T04",
+        )
+        return
+    if active:
+        shown = [device] if device is not None else active
+        names = ", ".join(f"{hca} ({netdevs[hca]})" if netdevs.get(hca) else hca for hca in shown)
         report.ok(
             "pod-rdma", f"a pod on {node.name} sees {names} ACTIVE, link layer Ethernet", gate="T04"
         )
@@ -468,7 +559,8 @@ def evaluate_pod_rdma(logs: str, node: Node, report: Report) -> None:
         report.fail(
             "pod-rdma",
             f"the pod on {node.name} does not see an ACTIVE RoCE device",
-            "compare `rdma link` in the pod with the host; check IPC_LOCK and the resource request",
+            "compare `ibv_devinfo` in the pod with the host; check IPC_LOCK and the resource "
+            "request",
             gate="T04",
         )
 
@@ -480,6 +572,8 @@ class RdmaPodTest(Step):
     gates = ("T04",)
     requires = ("rdma-plugin.install",)
     reads = ("device_plugin",)
+    # The node's own RDMA device, when irdma.verify recorded it (else any active RoCE port).
+    uses = (RDMA_DEVICE,)
     explain = (
         "A pod requesting the RDMA resource, with capabilities.add [IPC_LOCK] and a "
         "memory-backed /dev/shm, runs `rdma link` and `ibv_devinfo` and sees the E810's RDMA "
@@ -500,7 +594,10 @@ class RdmaPodTest(Step):
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
         name = node.name if node else "<node>"
-        return [f"kubectl apply -f rdma-test-pod.yaml && kubectl logs gnw-rdma-test-{q(name)}"]
+        return [
+            shown(["kubectl", "apply", "-f", f"nodes/{name}/k8s/rdma-test-pod.yaml"]),
+            *finished_then_logs(TEST_NAMESPACE, f"pod/gnw-rdma-test-{name}", 300),
+        ]
 
     async def verify(self, ctx: StepContext) -> list[Finding]:
         assert ctx.node is not None
@@ -511,7 +608,8 @@ class RdmaPodTest(Step):
                 "pod-rdma", f"the RDMA test pod did not finish: {phase}", "kubectl describe the pod"
             )
         else:
-            evaluate_pod_rdma(logs, ctx.node, report)
+            own = ctx.result_if_any(RDMA_DEVICE)
+            evaluate_pod_rdma(logs, ctx.node, report, own or None)
         return report.findings
 
 

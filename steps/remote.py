@@ -87,8 +87,8 @@ def _block(site: Site, pattern: str, ssh: SshSettings, *, user: str, port: int |
 
 
 def ssh_config(site: Site) -> str:
-    """An ssh_config(5) for the export (``ssh -F``): a Host block for each node's address
-    and for each jump host, each with the site's user, port, key, known_hosts and host-key
+    """An ssh_config(5) for the export (``ssh -F``): a Host block for each node's address,
+    each AIStor peer's and each jump host, each with the site's user, port, key, known_hosts and host-key
     policy. Why a file and not ``-o`` options: OpenSSH turns ProxyJump into an implicit
     ProxyCommand that passes the jump hop only ``-l -p -J -F -v`` (openssh-portable ssh.c,
     "Setting implicit ProxyCommand from ProxyJump"), so ``-o UserKnownHostsFile=`` or
@@ -98,9 +98,12 @@ def ssh_config(site: Site) -> str:
     blocks: list[list[str]] = []
     seen: set[str] = set()
     includes: list[str] = []
-    for node in site.nodes:
-        ssh = node.ssh
-        for host in dict.fromkeys(filter(None, (node.host, node.oob_host))):
+    # The GPU nodes (and their out-of-band addresses), then the AIStor peers: the
+    # runbook's lines `on aistor-01` are run there (`ssh -F ansible/ssh_config PEER`).
+    reached = [(node.ssh, (node.host, node.oob_host)) for node in site.nodes]
+    reached += [(peer.ssh, (peer.host,)) for peer in site.aistor.peers]
+    for ssh, addresses in reached:
+        for host in dict.fromkeys(filter(None, addresses)):
             if host not in seen:
                 seen.add(host)
                 blocks.append(_block(site, host, ssh, user=ssh.user, port=ssh.port,

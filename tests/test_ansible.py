@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from simulator.host import LabHost
 from steps import build_plan
 from steps.qos import BootPersistence, procedure
 from tests.conftest import MINIMAL_SITE
 from wizard.export import export
-from wizard.lab.host import LabHost
 from wizard.site import load_site
 
 FLEET = (
@@ -54,6 +54,31 @@ def test_playbook_uses_the_wizards_own_commands(exported):
     qos_play = playbook[1]
     assert qos_play["serial"] == 2 and qos_play["max_fail_percentage"] == 0
     names = [t["name"] for t in qos_play["tasks"]]
+    window = next(t for t in qos_play["tasks"] if "block" in t)
+    names += [t["name"] for t in window["block"]]
+    # The cordon is marked as the play's before the drain, lifted (then the mark) after.
+    assert names.index("Mark the cordon as this play's (before the drain cordons the node)") < (
+        names.index("Cordon and drain the node")
+    )
+    assert names.index("Uncordon the node") < names.index(
+        "Remove the play's mark (after the uncordon, so a failed one is retried)"
+    )
+    # A failure in the window says so; the last play lists what is left cordoned.
+    assert "LEFT CORDONED" in str([t for t in window["rescue"] if "ansible.builtin.fail" in t])
+    assert playbook[-1]["hosts"] == "localhost" and "NODES LEFT CORDONED" in str(playbook[-1])
+    # irdma: the copy notifies the initramfs rebuild itself (a failed reload cannot stop
+    # it, and force_handlers keeps it after a later failure); the reload is in the drained
+    # window, after the drain, never a handler of the all-nodes play.
+    files_play = playbook[0]
+    assert files_play["force_handlers"] is True
+    assert [h["name"] for h in files_play["handlers"]] == ["Rebuild the initramfs"]
+    copy = next(
+        t for t in files_play["tasks"] if t["name"] == "Write the irdma boot and RoCEv2 files"
+    )
+    assert copy["notify"] == "Rebuild the initramfs"
+    assert names.index("Cordon and drain the node") < names.index(
+        "Reload irdma in RoCE mode (drained, one batch at a time)"
+    )
     # The out-of-band rule holds in the play too: refused before anything is drained.
     assert names.index("Refuse when the SSH session runs over the bond this change takes down") < (
         names.index("Cordon and drain the node")
@@ -93,16 +118,24 @@ def test_ansible_lint_passes(exported):
 
 def _check_mode(ansible: Path, tmp_path: Path, rdma_links: str) -> subprocess.CompletedProcess:
     """`ansible-playbook --check --diff` of the export against this machine (connection
-    local, no become), with `rdma` answering what a GPU node's would. The package task is
-    skipped: its names are for the node's distribution, not this machine's."""
+        local, no become), with `rdma` answering what a GPU node's would, `kubectl` a node nobody
+    cordoned, and an SSH session over loopback. The package task is
+        skipped: its names are for the node's distribution, not this machine's."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     (bin_dir / "links.json").write_text(rdma_links)
     (bin_dir / "rdma").write_text(f"#!/bin/sh\ncat {bin_dir / 'links.json'}\n")
     (bin_dir / "rdma").chmod(0o755)
+    # kubectl answers a node nobody cordoned (the play reads its cordon under --check too).
+    (bin_dir / "kubectl").write_text(
+        '#!/bin/sh\ncase "$*" in\n'
+        "*'get nodes '*) echo '{\"items\": []}' ;;\n"
+        '*) echo \'{"metadata": {"name": "gpu-1"}, "spec": {}}\' ;;\nesac\n'
+    )
+    (bin_dir / "kubectl").chmod(0o755)
     inventory = tmp_path / "localhost.ini"
     inventory.write_text(
-        f"[gpu_nodes]\ngpu-1 ansible_connection=local ansible_become=false "
+        f"[gpu_nodes]\ngpu-1 ansible_connection=local gnw_become=false "
         f"ansible_python_interpreter={sys.executable}\n"
     )
     return subprocess.run(
@@ -110,7 +143,7 @@ def _check_mode(ansible: Path, tmp_path: Path, rdma_links: str) -> subprocess.Co
          "--skip-tags", "packages", "--limit", "gpu-1"],
         capture_output=True, text=True, cwd=ansible, check=False, timeout=300,
         env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "NO_COLOR": "1",
-             "ANSIBLE_NOCOLOR": "1"},
+             "ANSIBLE_NOCOLOR": "1", "SSH_CONNECTION": "127.0.0.1 40000 127.0.0.1 22"},
     )  # fmt: skip
 
 
@@ -125,7 +158,7 @@ def test_check_mode_on_localhost_shows_the_changes_and_makes_none(exported, tmp_
     assert "failed=0" in output
     assert "+options irdma roce_ena=1" in output  # the irdma file, shown as a diff
     # The boot scripts are the wizard's own, shown as diffs (the device is found at boot).
-    assert "+TC_BW='0:50 1:0 2:0 3:50 4:0 5:0 6:0 7:0'" in output
+    assert "tc-bw 0:50 1:0 2:0 3:50 4:0 5:0 6:0 7:0'\n" in output
     assert '+write_tos "$dev" "$TOS"' in output
     assert {path: path.exists() for path in written} == before  # --check wrote nothing
 

@@ -11,11 +11,11 @@ import tempfile
 import pytest
 import yaml
 
+from simulator.lab import Lab
 from steps import build_plan
 from steps.ansible import ssh_vars
 from tests.conftest import MINIMAL_SITE
 from wizard.export import export
-from wizard.lab.lab import Lab
 from wizard.site import load_site
 
 
@@ -82,7 +82,11 @@ def test_key_known_hosts_proxy_jump_and_sudo_come_from_the_site(tmp_path):
     node = site.nodes[0]
     found = yaml.safe_load((out / f"ansible/host_vars/{node.name}.yml").read_text())
     folder = path.parent
-    assert found["ansible_user"] == "ops" and found["ansible_become"] is True
+    assert (
+        found["ansible_user"] == "ops"
+        and found["gnw_become"] is True
+        and "ansible_become" not in found
+    )
     assert found["ansible_ssh_private_key_file"] == str(folder / "keys/id_ed25519")
     args = found["ansible_ssh_common_args"]
     # Quoted for Ansible's shell-like split (one argument) and inside the value for ssh,

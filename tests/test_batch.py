@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from wizard.lab.host import LabHost
+from simulator.host import LabHost
 from wizard.transports.batch import (
     BatchFormatError,
     BatchPart,

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import io
 
+from frontend.headless import HeadlessFrontEnd
 from steps.perf.suite import iboe_mtu
 from tests.conftest import MINIMAL_SITE, findings_of, run_in_lab
 from tests.test_ecn import DCQCN, UP_TO_ECN, _ecn_on
 from wizard.artifacts import render
-from wizard.headless import HeadlessFrontEnd
 from wizard.model import Severity, StepState
 from wizard.site import parse_site
 

@@ -8,16 +8,16 @@ import copy
 import io
 import json
 
-from steps.rdma_plugin import CONFIGMAP, DAEMONSET
-from tests.conftest import K8S_PHASES, run_in_lab
-from wizard.headless import HeadlessFrontEnd
-from wizard.lab.existing import (
+from frontend.headless import HeadlessFrontEnd
+from simulator.existing import (
     OTHER_GPU_NODE,
     UPSTREAM_CONFIGMAP,
     UPSTREAM_DAEMONSET,
     UPSTREAM_RESOURCE,
 )
-from wizard.lab.lab import Lab
+from simulator.lab import Lab
+from steps.rdma_plugin import CONFIGMAP, DAEMONSET
+from tests.conftest import K8S_PHASES, run_in_lab
 from wizard.model import Severity
 
 NS = "kube-system"
@@ -92,3 +92,50 @@ async def test_an_existing_plugin_serving_the_same_resource_name_refuses_the_ste
     assert "'e810'" in refusal[0].message and "resource_name" in refusal[0].remediation
     assert lab.cluster.get("apps/v1", "daemonsets", NS, DAEMONSET) is None  # nothing applied
     assert existing_state(lab) == before
+
+
+def earlier_addition(lab: Lab) -> None:
+    """An earlier run of the wizard added gpu-b300-00: its own plugin ConfigMap (that node's
+    netdev only) and DaemonSet exist, with a plugin pod on gpu-b300-00, now an existing node."""
+    from simulator.kubeapi import owner_reference
+    from steps.rdma_plugin import config_digest, configmap, daemonset
+    from wizard.site import load_site
+
+    site = load_site(lab.site_path)
+    node = lab._node_object("gpu-b300-00", "10.10.1.29", control_plane=False, gpu_host=None)
+    node["metadata"]["labels"].update(site.labels)
+    lab.cluster.put("v1", "nodes", node)
+    cm = configmap(site, ["ens9f0np0"])
+    lab.cluster.put("v1", "configmaps", cm)
+    ds = lab.cluster.put("apps/v1", "daemonsets", daemonset(site, config_digest(cm)))
+    pod = lab._pod(NS, f"{DAEMONSET}-old00", "gpu-b300-00")
+    pod["metadata"]["labels"] = {"name": DAEMONSET}
+    pod["metadata"]["ownerReferences"] = [owner_reference(ds)]
+    lab.cluster.put("v1", "pods", pod)
+
+
+async def test_the_wizards_own_plugin_from_an_earlier_addition_is_changed_only_by_name(tmp_path):
+    """The wizard's ConfigMap and DaemonSet existed (an earlier node addition): adding this
+    node's netdev changes them and rolls the plugin pod on gpu-b300-00, so --yes stops at
+    rdma-plugin-update naming that pod, and nothing of them changes."""
+    import pytest
+
+    from wizard.engine import DecisionRequired
+
+    seen: dict = {}
+
+    def prepare(lab: Lab) -> None:
+        earlier_addition(lab)
+        seen["lab"] = lab
+        seen["cm"] = copy.deepcopy(lab.cluster.get("v1", "configmaps", NS, CONFIGMAP))
+
+    frontend = HeadlessFrontEnd(yes=True, window_open=True, out=io.StringIO())
+    with pytest.raises(DecisionRequired) as stopped:
+        await run_in_lab(tmp_path, frontend, phases=K8S_PHASES, prepare=prepare)
+    assert stopped.value.decision.confirm_text == "rdma-plugin-update"
+    text = str(stopped.value)
+    assert "--allow-cluster-change rdma-plugin-update" in text
+    assert f"{NS}/{DAEMONSET}-old00 on gpu-b300-00" in text
+    assert f"ConfigMap {NS}/{CONFIGMAP}" in text
+    lab = seen["lab"]
+    assert lab.cluster.get("v1", "configmaps", NS, CONFIGMAP)["data"] == seen["cm"]["data"]

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import io
 
+from frontend.headless import HeadlessFrontEnd
+from simulator.lab import Lab
 from steps.gpu_operator.install import upgrade_args
 from tests.conftest import K8S_PHASES, MINIMAL_SITE, run_in_lab
-from wizard.headless import HeadlessFrontEnd
-from wizard.lab.lab import Lab
 from wizard.model import Severity
 from wizard.site import parse_site
 
@@ -30,7 +30,9 @@ async def test_a_chart_helm_cannot_find_stops_the_preflight_before_any_release(t
         lab.site_path.write_text(text)
 
     frontend = HeadlessFrontEnd(yes=True, out=io.StringIO())
-    outcome, lab = await run_in_lab(tmp_path, frontend, phases=K8S_PHASES, prepare=wrong_chart)
+    outcome, lab = await run_in_lab(
+        tmp_path, frontend, "greenfield", phases=K8S_PHASES, prepare=wrong_chart
+    )  # no release yet: nothing may be installed with a chart helm cannot find
     found = [f for _, _, f in outcome.findings if f.check == "T01.chart"]
     assert found and found[0].severity is Severity.FAIL
     assert "mirror/gpu-operator version v26.7.0" in found[0].message

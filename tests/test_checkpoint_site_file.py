@@ -8,10 +8,10 @@ import json
 
 import pytest
 
+from frontend.cli import main
 from steps import build_plan
 from tests.conftest import MINIMAL_SITE
 from wizard.checkpoint import Checkpoint
-from wizard.cli import main
 from wizard.errors import CheckpointError
 from wizard.model import Finding, Severity, StepState
 from wizard.report import checkpoint_report

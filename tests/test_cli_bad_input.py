@@ -1,7 +1,7 @@
 """Every subcommand driven with bad arguments and bad files (issue #18): a clear message
 naming what is wrong and exit 2, never a traceback or an "internal error" (exit 70).
 
-Each case runs `wizard.cli.main([...])` in-process (capsys); the site files point at a
+Each case runs `frontend.cli.main([...])` in-process (capsys); the site files point at a
 closed port on loopback, so a command that would connect fails fast and for the reason
 under test (the bad file is read before any connection).
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 import asyncssh
 import pytest
 
-from wizard.cli import COMMANDS, main
+from frontend.cli import COMMANDS, main
 
 SITE = """\
 name: bad
@@ -282,7 +282,7 @@ def test_a_closed_stdout_is_not_a_failed_step(tmp_path):
     state = tmp_path / "state"
     with served_lab(site):
         run = subprocess.Popen(
-            [sys.executable, "-m", "wizard.cli", "run", str(site), "--headless", "--yes",
+            [sys.executable, "-m", "frontend.cli", "run", str(site), "--headless", "--yes",
              "--phase", "preflight", "--state-dir", str(state)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO,
         )  # fmt: skip

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import io
 
+from frontend.headless import HeadlessFrontEnd
 from steps.gpu_operator.runtime import evaluate_runtime
 from tests.conftest import K8S_PHASES, findings_of, run_in_lab
-from wizard.headless import HeadlessFrontEnd
 from wizard.model import Severity
 from wizard.probe import Report
 

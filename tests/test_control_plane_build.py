@@ -4,6 +4,7 @@ the builds themselves run in .ci/run, and the real tier uses what they made)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -12,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from wizard.lab.controlplane import build
-from wizard.lab.controlplane.versions import COMPONENTS, ETCD, HELM, KUBERNETES
+from simulator.controlplane import build
+from simulator.controlplane.versions import COMPONENTS, ETCD, HELM, KUBECTL, KUBERNETES
 
 # Shaped as k8s.io/kubernetes' go.mod: staging modules required at v0.0.0 and replaced by
 # ./staging paths, and one ordinary replace that must survive as it is.
@@ -87,6 +88,7 @@ def test_versions_are_pinned_for_the_clusters_minor():
         ("etcd",),
         ("kube-apiserver", "kube-controller-manager", "kube-scheduler"),
         ("helm",),
+        ("kubectl",),
     }
 
 
@@ -98,13 +100,38 @@ def test_cache_is_outside_the_repository_and_keyed_by_version(monkeypatch, tmp_p
     assert repo not in build.cache_root().parents
 
 
-def _stamp_built(root: Path) -> None:
-    for component in COMPONENTS:
+def _stamp_built(root: Path, components=COMPONENTS) -> None:
+    for component in components:
         folder = build.bin_dir(component, root)
         folder.mkdir(parents=True)
         for name in component.binary_names():
             (folder / name).write_text("")
         (folder.parent / build.STAMP).write_text(json.dumps({"version": component.version}))
+
+
+def test_kubectl_is_the_servers_version_in_a_cache_folder_of_its_own(tmp_path, monkeypatch):
+    """kubectl v1.33 (the skew policy: within one minor of the API server) from the same
+    module, version and version stamps as the server binaries, but its own component: a
+    cache that has the server binaries (stamped before kubectl was a component) builds
+    kubectl alone, and keeps every other stamp as it was."""
+    assert (KUBECTL.module, KUBECTL.version) == (KUBERNETES.module, KUBERNETES.version)
+    assert KUBECTL.ldflags == KUBERNETES.ldflags
+    assert KUBECTL.sibling_version == KUBERNETES.sibling_version
+    assert KUBECTL.key != KUBERNETES.key
+    _stamp_built(tmp_path, tuple(c for c in COMPONENTS if c is not KUBECTL))
+    stamps = {c.key: (build.bin_dir(c, tmp_path).parent / build.STAMP) for c in COMPONENTS}
+    before = {k: p.read_text() for k, p in stamps.items() if p.is_file()}
+    assert build.missing_reason(tmp_path) and KUBECTL.key in build.missing_reason(tmp_path)
+    built: list[str] = []
+    monkeypatch.setattr(build.Builder, "_go_version", lambda self: "go1.26.8")
+    monkeypatch.setattr(build.Builder, "_build", lambda self, c, label, go: built.append(c.key))
+    build.Builder(tmp_path, Path("/bin/false"), 1, lambda _: None).build_all()
+    assert built == [KUBECTL.key]
+    after = {k: stamps[k].read_text() for k in before}
+    # The old stamps are only given their recipe (kept, not rebuilt): same version.
+    assert {k: json.loads(v)["version"] for k, v in after.items()} == {
+        k: json.loads(v)["version"] for k, v in before.items()
+    }
 
 
 def test_a_second_build_builds_nothing(tmp_path):
@@ -129,7 +156,7 @@ def test_an_interrupted_build_is_not_taken_for_a_built_one(tmp_path):
 
 def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "wizard.cli", *args],
+        [sys.executable, "-m", "frontend.cli", *args],
         capture_output=True,
         text=True,
         env={**os.environ, **env},
@@ -221,3 +248,48 @@ def test_a_second_build_waits_for_the_first_one(tmp_path):
     second.join(10)
     assert not second.is_alive()
     assert all("already built" in s for s in said[1:]) and len(said) == 1 + len(COMPONENTS)
+
+
+def test_a_killed_builder_takes_its_go_build_with_it(tmp_path):
+    """A builder killed -9 (a CI job's hard timeout) leaves no go build behind: the go
+    command asked for SIGTERM when its parent dies (PR_SET_PDEATHSIG, build.py)."""
+    import signal
+    import time
+
+    go = tmp_path / "go"
+    pid_file = tmp_path / "go.pid"
+    go.write_text(f"#!/bin/sh\necho $$ > {pid_file}\nexec sleep 120\n")
+    go.chmod(0o755)
+    builder = (
+        "import sys; from pathlib import Path; from simulator.controlplane import build; "
+        f"build.Builder(Path({str(tmp_path)!r}), Path({str(go)!r}), 1, print)"
+        f"._compile(['build'], Path({str(tmp_path)!r}), 1, 'fake')"
+    )
+    process = subprocess.Popen([sys.executable, "-c", builder], cwd=Path(__file__).parent.parent)
+    try:
+        deadline = time.monotonic() + 30
+        while not pid_file.is_file() or not pid_file.read_text().strip():
+            assert time.monotonic() < deadline and process.poll() is None, "go never started"
+            time.sleep(0.05)
+        go_pid = int(pid_file.read_text())
+        process.send_signal(signal.SIGKILL)
+        process.wait(10)
+        deadline = time.monotonic() + 10
+        while _alive(go_pid):
+            assert time.monotonic() < deadline, f"go build (pid {go_pid}) outlived its builder"
+            time.sleep(0.05)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        if pid_file.is_file() and pid_file.read_text().strip():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie, reaped by init shortly, is not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"

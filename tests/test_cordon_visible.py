@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import io
 
+from frontend.headless import HeadlessFrontEnd
+from frontend.runner import run_engine
+from simulator.lab import Lab
 from steps import build_plan
 from tests.test_qos import UP_TO_QOS
 from wizard.events import Answer, DecisionKind, Reply
-from wizard.headless import HeadlessFrontEnd
-from wizard.lab.lab import Lab
 from wizard.report import checkpoint_report, markdown, verdict_line
-from wizard.runner import run_engine
 from wizard.site import load_site
 from wizard.status import format_status, load_status
 
@@ -55,8 +55,8 @@ async def test_a_failed_change_leaves_a_cordon_that_status_and_the_report_name_u
         apply = next(s for s in status.steps if s.step == "qos.apply" and s.target == NODE)
         assert apply.state.value == "skipped"
         # The failed change and its rollback stay in the record under the skip.
-        assert apply.earlier and apply.earlier[0]["state"] == "failed"
-        assert "rolled back" in apply.earlier[0]["message"]
+        assert apply.earlier and apply.earlier[0].state == "failed"
+        assert "rolled back" in apply.earlier[0].message
         text = format_status(status)
         assert f"CORDONED: {NODE}" in text  # still cordoned, still said
         assert "before that on gpu-b300-01: failed - verification failed; rolled back" in text
@@ -74,9 +74,9 @@ async def test_the_tui_names_the_cordoned_node_on_the_start_screen_header_panel_
 ):
     from textual.widgets import Static
 
-    from screens.app import WizardApp
+    from frontend.lab_session import open_lab
+    from frontend.tui.app import WizardApp
     from tests.test_tui import SIZE, screen_name, wait_for
-    from wizard.session import open_lab
 
     plan = build_plan()
     only = [s.id for p in plan.phases if p.id in UP_TO_QOS for s in p.steps]

@@ -13,17 +13,19 @@ from pathlib import Path
 
 import pytest
 
+from frontend.runner import Outcome
 from tests.conftest import REPO, with_nodes
 from tests.engine_world import ScriptedFrontEnd, World, WorldApply, WorldCheck, world_plan
 from wizard.checkpoint import Checkpoint, read_journal
 from wizard.engine import Engine
 from wizard.errors import CheckpointError, CheckpointMissingError
 from wizard.events import Notice, StepFinished
-from wizard.model import StepState
+from wizard.model import NO_GATE, StepState
 from wizard.plan import Phase, Plan, Services
-from wizard.runner import Outcome
+from wizard.result_keys import ResultKey
 from wizard.site import load_site
 from wizard.transports.base import CommandResult
+from wizard.verdict import GateVerdict
 
 
 @pytest.fixture
@@ -71,7 +73,7 @@ def test_a_damaged_checkpoint_is_a_clear_error_for_every_command(site_path, stat
     for argv in (["status", str(site_path)], ["run", str(site_path), "--headless"],
                  ["report", str(site_path), "--out", str(state_dir / "r")]):  # fmt: skip
         done = subprocess.run(
-            [sys.executable, "-m", "wizard.cli", *argv, "--state-dir", str(state_dir)],
+            [sys.executable, "-m", "frontend.cli", *argv, "--state-dir", str(state_dir)],
             cwd=REPO, capture_output=True, text=True, timeout=60,
         )  # fmt: skip
         assert done.returncode == 2, (argv, done.stdout, done.stderr)
@@ -79,7 +81,7 @@ def test_a_damaged_checkpoint_is_a_clear_error_for_every_command(site_path, stat
         assert "checkpoint" in done.stderr and str(directory) in done.stderr, done.stderr
     # The choice to start over: the damaged file is set aside, the journal kept.
     done = subprocess.run(
-        [sys.executable, "-m", "wizard.cli", "run", str(site_path), "--headless", "--start-over",
+        [sys.executable, "-m", "frontend.cli", "run", str(site_path), "--headless", "--start-over",
          "--phase", "preflight", "--state-dir", str(state_dir)],
         cwd=REPO, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
@@ -99,7 +101,7 @@ def test_a_deleted_checkpoint_is_not_a_silent_fresh_start(site_path, state_dir):
     ):
         pass
     with Checkpoint.open(state_dir, site, start_over=True) as checkpoint:
-        assert checkpoint.state["steps"] == {}
+        assert checkpoint.run().steps == {}
 
 
 def test_read_state_names_the_problem(state_dir, site_path):
@@ -214,14 +216,38 @@ def test_a_bug_fails_each_of_its_targets_and_names_the_journal(site_path, state_
     assert len(tracebacks) == 2
 
 
+class GatelessBuggy(Buggy):
+    gates = ()  # proves no gate (a helper step of the procedure)
+
+
+def test_a_bug_in_a_step_that_proves_no_gate_is_charged_to_no_gate(site_path, state_dir):
+    """The engine used to invent gate T00 for a step that declares none: its bug read as a
+    failed T00 (OS / Kubernetes / containerd), which it had nothing to do with. The finding
+    names the step instead, belongs to no gate, and the run is still an internal error."""
+    world = World(state_dir.parent / "world.json")
+    plan = Plan((Phase("one", 1, "First", "checks", (GatelessBuggy("one.helper", world),)),))
+    summary, _ = _run(site_path, state_dir, plan)
+    [finding] = summary.findings[("one.helper", "gpu-1")]
+    assert (finding.check, finding.gate) == ("one.helper.internal-error", NO_GATE)
+    outcome = Outcome(load_site(site_path), summary)
+    assert outcome.exit_code == 70
+    assert outcome.gate_verdicts()["T00"] is not GateVerdict.FAIL
+    # the engine's other findings (unreachable host, held lease) name it the same way
+    assert GatelessBuggy("x", world).engine_check("lease") == ("x.lease", NO_GATE)
+    assert Buggy("x", world).engine_check("reachable") == ("T00.reachable", "T00")
+
+
 # -- declared needs -----------------------------------------------------------------------------
 
 
+DEVICE = ResultKey("one.check", "rdma_device", str)
+
+
 class NeedsDevice(WorldCheck):
-    needs = (("one.check", "rdma_device"),)
+    needs = (DEVICE,)
 
     async def verify(self, ctx):
-        ctx.need("rdma_device")
+        ctx.need(DEVICE)
         return await super().verify(ctx)
 
 
@@ -245,17 +271,19 @@ def test_every_declared_need_is_provided_by_an_earlier_step():
     plan = build_plan()
     order = [s.id for s in plan.steps()]
     for step in plan.steps():
-        for provider, key in step.needs:
-            assert key in plan.step(provider).provides, (step.id, provider, key)
-            assert order.index(provider) < order.index(step.id), (step.id, provider)
+        for key in (*step.needs, *step.uses):
+            assert key in plan.step(key.provider).provides, (step.id, str(key))
+            assert order.index(key.provider) < order.index(step.id), (step.id, str(key))
+        for key in step.provides:
+            assert key.provider == step.id, (step.id, str(key))
 
 
 # -- a checkpoint knows its machines ----------------------------------------------------------
 
 
 async def _lab_run(lab, state, frontend, phases=("preflight", "packages")):
+    from frontend.runner import run_engine
     from steps import build_plan
-    from wizard.runner import run_engine
 
     plan = build_plan()
     only = [s.id for p in plan.phases if p.id in phases for s in p.steps]
@@ -265,8 +293,8 @@ async def _lab_run(lab, state, frontend, phases=("preflight", "packages")):
 async def test_a_rebuilt_machine_under_the_same_name_does_not_inherit_its_results(tmp_path):
     import io
 
-    from wizard.headless import HeadlessFrontEnd
-    from wizard.lab.lab import Lab
+    from frontend.headless import HeadlessFrontEnd
+    from simulator.lab import Lab
 
     state = tmp_path / "state"
     async with Lab(tmp_path / "lab") as lab:
@@ -288,8 +316,8 @@ async def test_a_rebuilt_machine_under_the_same_name_does_not_inherit_its_result
 async def test_a_reboot_re_verifies_settled_results_before_trusting_them(tmp_path):
     import io
 
-    from wizard.headless import HeadlessFrontEnd
-    from wizard.lab.lab import Lab
+    from frontend.headless import HeadlessFrontEnd
+    from simulator.lab import Lab
 
     state = tmp_path / "state"
     async with Lab(tmp_path / "lab") as lab:
@@ -308,8 +336,8 @@ async def test_a_read_only_run_between_does_not_use_up_a_reboot(tmp_path):
     """A reboot is noticed per settled result (its verified boot), not once per run."""
     import io
 
-    from wizard.headless import HeadlessFrontEnd
-    from wizard.lab.lab import Lab
+    from frontend.headless import HeadlessFrontEnd
+    from simulator.lab import Lab
 
     state = tmp_path / "state"
     async with Lab(tmp_path / "lab") as lab:

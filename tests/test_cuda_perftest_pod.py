@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from simulator.perf import PerftestArgs, topo_output
+from simulator.workloads import visible_gpus
 from steps.nccl.steps import FIND_NEAREST_GPU, CudaPerftest, nearest_gpu
 from tests.conftest import FIXTURES, K8S_PHASES, MINIMAL_SITE, findings_of
-from wizard.lab.perf import PerftestArgs, topo_output
-from wizard.lab.workloads import visible_gpus
 from wizard.model import Severity
 from wizard.site import parse_site
 
@@ -126,8 +126,8 @@ def test_the_images_are_pinned():
 
 
 async def test_the_live_run_measures_the_gpu_nearest_the_nic(tmp_path):
+    from frontend.headless import HeadlessFrontEnd
     from tests.conftest import run_in_lab
-    from wizard.headless import HeadlessFrontEnd
 
     outcome, _ = await run_in_lab(
         tmp_path,
@@ -148,8 +148,8 @@ async def test_a_nic_node_from_every_gpu_is_measured_and_named_not_refused(tmp_p
     """The usual HGX B300 layout (an add-in E810 on a CPU root port, NODE from every GPU):
     the proof runs on the nearest GPU there is and warns that NCCL's default GDR level will
     not use it."""
+    from frontend.headless import HeadlessFrontEnd
     from tests.conftest import run_in_lab
-    from wizard.headless import HeadlessFrontEnd
 
     outcome, _ = await run_in_lab(
         tmp_path,
@@ -164,3 +164,28 @@ async def test_a_nic_node_from_every_gpu_is_measured_and_named_not_refused(tmp_p
     assert perftest["T11.gpu-memory-rdma"].severity is Severity.PASS
     assert "GPU0, NODE from irdma0" in perftest["T12.dmabuf-perftest"].message
     assert perftest["T12.dmabuf-perftest"].severity in (Severity.PASS, Severity.WARN)
+
+
+async def test_against_a_production_peer_dmabuf_and_peermem_are_said_not_comparable(tmp_path):
+    """Both GPU-memory runs carry the same rate limit against a production peer: the
+    findings give the capped numbers and say the two paths are not comparable (#30 review)."""
+    from frontend.headless import HeadlessFrontEnd
+    from tests.conftest import run_in_lab
+
+    def production(lab):
+        text = lab.site_path.read_text()
+        assert "production: false" in text
+        lab.site_path.write_text(text.replace("production: false", "production: true"))
+
+    outcome, _ = await run_in_lab(
+        tmp_path,
+        HeadlessFrontEnd(
+            yes=True, window_open=True, allow_storage_load={"aistor-01"}, out=io.StringIO()
+        ),
+        phases=(*K8S_PHASES, "gpudirect", "nccl"),
+        prepare=production,
+    )
+    dmabuf = findings_of(outcome, "nccl.cuda-perftest")["T12.dmabuf-perftest"]
+    assert "capped at 25 Gb/s" in dmabuf.message and "not comparable" in dmabuf.message, dmabuf
+    gbps = float(dmabuf.message.split("DMA-BUF: ")[1].split(" Gb/s")[0])
+    assert gbps <= 25, dmabuf.message

@@ -39,7 +39,7 @@ DAMAGE = {
 
 
 def _wizard(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "wizard.cli", *argv], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "frontend.cli", *argv], cwd=REPO,
                           capture_output=True, text=True, timeout=timeout)  # fmt: skip
 
 

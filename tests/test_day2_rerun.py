@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import io
 
+from frontend.headless import HeadlessFrontEnd
+from frontend.runner import run_engine
+from simulator.lab import Lab
 from wizard.checkpoint import Checkpoint, read_journal
-from wizard.headless import HeadlessFrontEnd
-from wizard.lab.lab import Lab
 from wizard.model import StepState
-from wizard.runner import run_engine
 from wizard.site import load_site
 
 NODE = "gpu-b300-01"
@@ -41,7 +41,7 @@ async def _reboot_step(lab: Lab, state):
 
 async def test_a_rerun_after_an_outside_reboot_re_verifies_and_does_not_reboot_again(tmp_path):
     state = tmp_path / "state"
-    async with Lab(tmp_path / "lab", nodes=1) as lab:
+    async with Lab(tmp_path / "lab", nodes=1, faults=("greenfield",)) as lab:  # joined already
         lab.reboot_seconds = 0.2
         first, text = await _reboot_step(lab, state)
         assert first.summary.results[("operate.reboot", NODE)] is StepState.DONE, text
@@ -60,7 +60,7 @@ async def test_a_rerun_after_an_outside_reboot_re_verifies_and_does_not_reboot_a
 
 async def test_a_failed_re_verification_is_not_a_reason_to_reboot_again(tmp_path):
     state = tmp_path / "state"
-    async with Lab(tmp_path / "lab", nodes=1) as lab:
+    async with Lab(tmp_path / "lab", nodes=1, faults=("greenfield",)) as lab:  # joined already
         lab.reboot_seconds = 0.2
         first, text = await _reboot_step(lab, state)
         assert first.summary.results[("operate.reboot", NODE)] is StepState.DONE, text
@@ -85,7 +85,7 @@ async def test_a_changed_host_key_fails_run_whatever_the_checkpoint_says(tmp_pat
     from steps import build_plan
 
     state = tmp_path / "state"
-    async with Lab(tmp_path / "lab", nodes=1) as lab:
+    async with Lab(tmp_path / "lab", nodes=1, faults=("greenfield",)) as lab:  # joined already
         site = load_site(lab.site_path)
         plan = build_plan()
         # A finished checkpoint: every step done, on the machine as it is now.

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import io
 
+from frontend.headless import HeadlessFrontEnd
+from simulator.host import LabHost
+from simulator.perf import PerftestArgs, effective_tos, traffic_priority
 from steps.perf.suite import DEFAULT_TOS_EXTRA, judge_default_tos, suite_lines
 from tests.conftest import MINIMAL_SITE, findings_of, run_in_lab
 from tests.test_qos import UP_TO_QOS
-from wizard.headless import HeadlessFrontEnd
-from wizard.lab.host import LabHost
-from wizard.lab.perf import PerftestArgs, effective_tos, traffic_priority
 from wizard.model import Severity
 from wizard.site import parse_site
 
@@ -92,7 +92,7 @@ def test_the_configfs_value_decides_and_pause_counters_are_evidence():
 def test_the_labs_pause_frames_follow_the_load_and_its_direction():
     """Writes pause the sender (XOFF received), reads the receiver's far end; more QPs and
     longer runs congest more. Not one constant for every run."""
-    from wizard.lab.perf import pause_frames
+    from simulator.perf import pause_frames
 
     write4 = PerftestArgs.parse(["ib_write_bw", "-q", "4", "-R", "192.168.50.200"])
     write8 = PerftestArgs.parse(["ib_write_bw", "-q", "8", "-R", "192.168.50.200"])
@@ -103,7 +103,7 @@ def test_the_labs_pause_frames_follow_the_load_and_its_direction():
 
 async def test_the_labs_perftest_refuses_tos_without_rdma_cm_as_perftest_does():
     """perftest_parameters.c: -T without -R exits 1 before connecting, on stdout."""
-    from wizard.lab.perf import run_perftest
+    from simulator.perf import run_perftest
 
     host = _qos_port_host()
     out, _err, code = await run_perftest(

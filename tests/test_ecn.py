@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import io
 
+from frontend.headless import HeadlessFrontEnd
 from tests.conftest import K8S_PHASES, run_in_lab
-from wizard.headless import HeadlessFrontEnd
 from wizard.model import Severity
 
 UP_TO_ECN = (*K8S_PHASES, "qos", "ecn")
@@ -30,11 +30,11 @@ async def test_ecn_is_enabled_and_verified_when_the_site_asks(tmp_path):
 
 
 async def test_verify_fails_when_dcqcn_is_off_although_the_site_asks(tmp_path):
+    from simulator.lab import Lab
     from steps import build_plan
     from wizard.checkpoint import Checkpoint
     from wizard.engine import Engine
-    from wizard.lab.lab import Lab
-    from wizard.plan import StepContext
+    from wizard.engine.runtime import StepRuntime
     from wizard.services import build_services
     from wizard.site import load_site
 
@@ -51,7 +51,7 @@ async def test_verify_fails_when_dcqcn_is_off_although_the_site_asks(tmp_path):
                     site, build_plan(), checkpoint, HeadlessFrontEnd(out=io.StringIO()), services
                 )
                 step = build_plan().step("ecn.enable")
-                ctx = StepContext(site, step, "gpu-b300-01", site.nodes[0], services, engine)
+                ctx = StepRuntime(site, step, "gpu-b300-01", site.nodes[0], services, engine)
                 findings = await step.verify(ctx)
         finally:
             await services.close()

@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import fleet_site, with_nodes
 from tests.engine_world import ScriptedFrontEnd, World, WorldCheck, WorldMaintenance, world_plan
-from wizard.checkpoint import Checkpoint
+from wizard.checkpoint import Checkpoint, read_state
 from wizard.engine import Engine
 from wizard.events import Answer, DecisionKind, Notice, Reply, StepFinished
 from wizard.model import Finding, Severity, StepState
@@ -38,8 +38,8 @@ def run(site_path: Path, state_dir: Path, world: World, frontend=None, **kwargs)
     with Checkpoint.open(state_dir, site) as checkpoint:
         engine = Engine(site, world_plan(world), checkpoint, frontend, **kwargs)
         summary = asyncio.run(engine.run(**only))
-        state = checkpoint.state
-    return summary, frontend, state
+    # What the run left on disk (the checkpoint flushes on close).
+    return summary, frontend, read_state(checkpoint.directory)
 
 
 def test_whole_plan_passes_and_asks_before_every_change(two_node_site, state_dir, world):
@@ -115,8 +115,8 @@ def test_blocked_step_names_its_prerequisite(two_node_site, state_dir, world, tm
         engine = Engine(site, full, checkpoint, ScriptedFrontEnd())
         asyncio.run(engine.run(step="later.check"))
         record = checkpoint.record("later.check", "gpu-1")
-    assert record["state"] == "blocked"
-    assert record["message"] == "requires two.apply (apply two.apply), which is pending"
+    assert record.state is StepState.BLOCKED
+    assert record.message == "requires two.apply (apply two.apply), which is pending"
 
 
 def test_waiver_turns_a_failure_into_a_recorded_warning(two_node_site, state_dir, world):
@@ -232,8 +232,8 @@ def test_headless_front_end_stops_at_the_first_decision_and_names_the_flag(
 ):
     import io
 
+    from frontend.headless import HeadlessFrontEnd
     from wizard.engine import DecisionRequired
-    from wizard.headless import HeadlessFrontEnd
 
     out = io.StringIO()
     with pytest.raises(DecisionRequired, match="--yes"):
@@ -392,7 +392,7 @@ def test_a_shared_read_is_made_once_per_step_run_for_the_whole_fan_out(tmp_path,
 def test_compact_headless_output_groups_nodes_and_their_notes(tmp_path, state_dir, world):
     import io
 
-    from wizard.headless import HeadlessFrontEnd
+    from frontend.headless import HeadlessFrontEnd
 
     site = tmp_path / "three.yaml"
     site.write_text(THREE_NODES)

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from frontend.cli import main
 from steps import build_plan
 from tests.conftest import MINIMAL_SITE, REFS, fleet_site, leaf_paths, run_cli
-from wizard.cli import main
 from wizard.export import MANIFEST, RUNBOOK, export
 from wizard.site import load_site
 
@@ -214,7 +214,7 @@ def test_output_into_a_closed_pipe_is_not_a_traceback():
     os.close(read_end)
     try:
         result = subprocess.run(
-            [sys.executable, "-m", "wizard.cli", "parse", "--list"],
+            [sys.executable, "-m", "frontend.cli", "parse", "--list"],
             stdout=write_end, stderr=subprocess.PIPE, text=True, cwd=REPO, check=False,
         )  # fmt: skip
     finally:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from wizard.cli import main
+from frontend.cli import main
 from wizard.export import MANIFEST
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from simulator import persist
 from tests.conftest import MINIMAL_SITE, REPO
-from wizard.lab import persist
 from wizard.private import ForeignPathError
 
 NOBODY = 65534
@@ -31,7 +31,7 @@ def site(tmp_path: Path) -> Path:
 
 
 def _wizard(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "wizard.cli", *argv], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "frontend.cli", *argv], cwd=REPO,
                           capture_output=True, text=True, timeout=60)  # fmt: skip
 
 
@@ -88,7 +88,7 @@ def test_saved_lab_data_rebuilds_only_the_labs_own_classes():
     with pytest.raises(TypeError, match="not one of the lab's classes"):
         persist.from_data({"object": "subprocess:Popen", "attrs": {}})
     with pytest.raises(TypeError, match="not one of the lab's classes"):
-        persist.from_data({"object": "wizard.lab.persist:os", "attrs": {}})
+        persist.from_data({"object": "simulator.persist:os", "attrs": {}})
     with pytest.raises(TypeError, match="cannot save"):
         persist.to_data(object())
     value = {("a", "b"): {1, 2}, "k": [b"\x00", (1, None)]}

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import re
 
+from frontend.demo import run_demo_headless
+from frontend.lab_session import open_lab
 from steps import build_plan
 from tests.test_tui import SIZE, screen_name, wait_for
-from wizard.demo import run_demo_headless
 from wizard.report import checkpoint_report, verdict_line
-from wizard.session import open_lab
 from wizard.site import load_site
 from wizard.status import format_status, load_status
 
@@ -42,7 +42,7 @@ async def test_a_run_stopped_in_phase_1_has_no_gate_of_later_phases_passed(tmp_p
 
 
 async def test_the_tui_report_two_seconds_in_passes_nothing_that_has_not_run(tmp_path):
-    from screens.app import WizardApp
+    from frontend.tui.app import WizardApp
 
     app = WizardApp(lambda: open_lab((), 1, tmp_path / "state"), auto_start=True)
     async with app.run_test(size=SIZE) as pilot:

@@ -10,11 +10,15 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from frontend.headless import HeadlessFrontEnd
+from frontend.runner import run_engine
+from simulator.lab import Lab
 from steps import build_plan
 from steps.gpu_operator.install import tolerates
 from steps.gpu_operator.release import (
     ReleaseState,
     blast_radius,
+    changed_keys,
     chart_version,
     covers,
     gpu_node_names,
@@ -23,10 +27,7 @@ from steps.gpu_operator.release import (
 )
 from tests.conftest import K8S_PHASES, MINIMAL_SITE, findings_of, run_in_lab
 from wizard.events import Answer, DecisionKind, Reply
-from wizard.headless import HeadlessFrontEnd
-from wizard.lab.lab import Lab
 from wizard.model import Severity
-from wizard.runner import run_engine
 from wizard.site import load_site, parse_site
 
 PREINSTALLED = "gpu-operator/gpu-operator-1764547200"
@@ -34,10 +35,12 @@ STEP = "gpu-operator.install"
 
 
 class Reviewer(HeadlessFrontEnd):
-    """Headless with --yes, except that the GPU Operator review is recorded and answered."""
+    """Headless with --yes, except that the GPU Operator review is recorded and answered;
+    the release's change outside the new nodes is approved by name (as
+    --allow-cluster-change gpu-operator-upgrade does) so that the review decides."""
 
     def __init__(self, answer: Answer) -> None:
-        super().__init__(yes=True, out=io.StringIO())
+        super().__init__(yes=True, out=io.StringIO(), allow_cluster_change={"gpu-operator-upgrade"})
         self.answer = answer
         self.reviews = []
 
@@ -267,8 +270,9 @@ async def test_another_nfd_under_another_name_fails_the_preflight(tmp_path):
             "spec": {"template": {"spec": {"containers": [{"name": "w", "image": "x", "command": ["nfd-worker"]}]}}}})  # fmt: skip
 
     outcome, lab = await run_in_lab(
-        tmp_path, HeadlessFrontEnd(yes=True, out=io.StringIO()), prepare=add_nfd, phases=K8S_PHASES
-    )
+        tmp_path, HeadlessFrontEnd(yes=True, out=io.StringIO()), "greenfield", prepare=add_nfd,
+        phases=K8S_PHASES,
+    )  # fmt: skip
     nfd = findings_of(outcome, "gpu-operator.preflight")["T01.single-nfd"]
     assert nfd.severity is Severity.FAIL and "kube-system/labeller" in nfd.message
     assert not lab.releases
@@ -281,7 +285,10 @@ async def test_leftover_nfd_crds_are_a_warning(tmp_path):
 
     outcome, _ = await run_in_lab(
         tmp_path,
-        HeadlessFrontEnd(yes=True, out=io.StringIO()),
+        HeadlessFrontEnd(
+            yes=True, out=io.StringIO(), allow_cluster_change={"gpu-operator-install"}
+        ),
+        "greenfield",  # no release owns the CRDs
         prepare=add_crd,
         phases=("gpu-operator",),
     )
@@ -383,7 +390,9 @@ async def test_an_operator_installed_without_helm_is_not_installed_again(tmp_pat
         )
 
     frontend = Reviewer(Answer.PROCEED)
-    outcome, lab = await run_in_lab(tmp_path, frontend, phases=K8S_PHASES, prepare=olm)
+    outcome, lab = await run_in_lab(
+        tmp_path, frontend, "greenfield", phases=K8S_PHASES, prepare=olm
+    )
     refusal = findings_of(outcome, STEP)["T01.release"]
     assert refusal.severity is Severity.FAIL and "gpu-cluster-policy" in refusal.message
     assert frontend.reviews == [] and not lab.releases
@@ -436,3 +445,15 @@ def test_a_merge_never_drops_a_user_value_the_wizard_does_not_set(live, wanted):
         if not touched:
             assert get(merged, path) == value
     assert covers(merged, wanted)
+
+
+def test_a_key_the_release_lacks_but_the_wizard_sets_to_the_chart_default_is_covered():
+    """Review N9: a live release at the pinned version without `nfd.enabled` or `cdi.enabled`
+    has the chart's own default (true) for them; the wizard setting that very value is no
+    change, so covers() must not ask for an upgrade that changes nothing (one rule with
+    changed_keys)."""
+    live = {"devicePlugin": {"config": {"name": "time-slicing"}}}
+    wanted = {"nfd": {"enabled": True}, "cdi": {"enabled": True}}
+    assert changed_keys(live, merge_values(live, wanted)) == []
+    assert covers(live, wanted)
+    assert not covers(live, {"cdi": {"enabled": False}})

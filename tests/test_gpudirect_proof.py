@@ -5,10 +5,10 @@ from __future__ import annotations
 import io
 import shlex
 
+from frontend.headless import HeadlessFrontEnd
+from simulator.host import LabHost
 from tests.conftest import K8S_PHASES, findings_of, run_in_lab
 from wizard.driver_root import DRIVER_ROOT, nvidia_smi_command
-from wizard.headless import HeadlessFrontEnd
-from wizard.lab.host import LabHost
 from wizard.model import Severity
 
 
@@ -90,8 +90,8 @@ def test_a_warning_of_no_transport_is_the_verdict():
 def test_the_lab_refuses_the_nic_between_nvlink_gpus_like_nccl():
     """ncclTopoCheckNet: one node, P2P and SHM off, NVLink faster than the E810: no
     transport. P2P on: NVLink channels, no network."""
+    from simulator.nccl import single_node_log
     from wizard.facts import parse
-    from wizard.lab.nccl import single_node_log
 
     off = parse("nccl-log", single_node_log("n", 8, p2p=False, shm=False, hca="irdma0"))
     assert off.verdict == "no-transport"
@@ -120,9 +120,9 @@ def test_every_warning_reaches_the_findings():
 
 
 async def _two_node_run(tmp_path, *faults):
+    from frontend.runner import run_engine
+    from simulator.lab import Lab
     from steps import build_plan
-    from wizard.lab.lab import Lab
-    from wizard.runner import run_engine
     from wizard.site import load_site
 
     plan = build_plan()
@@ -217,20 +217,20 @@ def test_the_mpijob_and_pod_carry_what_rdma_needs():
 
 
 async def test_the_lab_pod_without_ipc_lock_cannot_register_memory(tmp_path):
-    from wizard.lab.lab import Lab
+    from simulator.lab import Lab
 
     lab = Lab(tmp_path / "lab")
     await lab.start()
     await lab.stop()
     host = lab.gpu_hosts()[0]
     container = {"resources": {"limits": {"nvidia.com/gpu": 1, "rdma/e810": 1}}}
-    output, ok = lab._perftest_in_pod(
+    output, ok = lab.workloads.perftest_in_pod(
         host, container, ["ib_write_bw", "--use_cuda=0", "--use_cuda_dmabuf", "10.0.0.1"]
     )
     assert not ok and "Couldn't allocate MR" in output
     container["securityContext"] = {"capabilities": {"add": ["IPC_LOCK"]}}
     del container["resources"]["limits"]["rdma/e810"]
-    output, ok = lab._perftest_in_pod(host, container, ["ib_write_bw", "10.0.0.1"])
+    output, ok = lab.workloads.perftest_in_pod(host, container, ["ib_write_bw", "10.0.0.1"])
     assert not ok and "Did not detect devices" in output
 
 

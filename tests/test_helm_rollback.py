@@ -49,10 +49,13 @@ class RecordingHelm:
 def context(helm):
     unfinished = [{"target": "helm", "command": "helm upgrade --install gpu-operator x "
                    "--namespace gpu-operator --wait"}]  # fmt: skip
-    engine = SimpleNamespace(
-        emit=lambda event: None, checkpoint=SimpleNamespace(unfinished=unfinished)
+    # the two calls of the StepContext protocol the rollback makes besides the helm runs
+    return SimpleNamespace(
+        services=SimpleNamespace(helm=helm),
+        emit=lambda event: None,
+        unfinished=lambda: unfinished,
+        target="cluster",
     )
-    return SimpleNamespace(services=SimpleNamespace(helm=helm), engine=engine, target="cluster")
 
 
 def test_the_newest_deployed_or_superseded_revision_is_chosen():

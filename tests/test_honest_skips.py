@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import io
 
+from frontend.headless import HeadlessFrontEnd
 from steps import build_plan
 from tests.conftest import K8S_PHASES, run_in_lab
-from wizard.checkpoint import read_state, site_state_dir
+from wizard.checkpoint import load_run, read_state, site_state_dir
 from wizard.events import Answer, Reply
-from wizard.headless import HeadlessFrontEnd
 from wizard.model import StepState
 from wizard.report import build_report
 from wizard.site import load_site
@@ -50,17 +50,17 @@ async def test_a_skipped_qos_window_skips_what_builds_on_it_and_t08_is_not_passe
     assert verdicts["T08"] is GateVerdict.SKIP  # qos.switch and qos.peers passed: still not a pass
     # The report says skipped, who and why, for the gate.
     site = load_site(lab.site_path)
-    state = read_state(site_state_dir(tmp_path / "state", site))
-    t08 = next(g for g in build_report(state, site, build_plan())["gates"] if g["gate"] == "T08")
+    run = load_run(site_state_dir(tmp_path / "state", site))
+    t08 = next(g for g in build_report(run, site, build_plan())["gates"] if g["gate"] == "T08")
     assert t08["status"] == "skip"
     assert "skipped by the operator: the maintenance window was not confirmed" in t08["evidence"]
-    persist = state["steps"]["qos.persist"][node]
+    persist = run.record("qos.persist", node)
     assert (
         "qos.apply (RoCE QoS on both bond ports (maintenance window)) was skipped"
-        in persist["message"]
+        in persist.message
     )
-    assert "qos_verified" not in state["steps"]["qos.apply"][node].get("extra", {})
-    assert not state["steps"]["qos.measure"][node].get("measurements")  # nothing "with QoS"
+    assert "qos_verified" not in run.record("qos.apply", node).result
+    assert not run.record("qos.measure", node).measurements  # nothing "with QoS"
     assert not any("-T 96" in c or "-R" in c.split() for c in host.commands)
 
 
@@ -83,19 +83,22 @@ async def test_a_confirmed_window_records_what_it_verified_for_the_steps_after_i
 async def test_in_the_tui_esc_at_the_qos_gate_shows_skipped_and_the_report_says_skip(tmp_path):
     """The same in the TUI: phases 1-10 are run headless first (on the engine's thread,
     into the state the TUI resumes), so the TUI part starts at phase 11."""
-    from screens.app import WizardApp
+    from frontend.lab_session import open_lab
+    from frontend.runner import run_engine
+    from frontend.tui.app import WizardApp
     from tests.test_tui import SIZE, screen_name, wait_for
-    from wizard.runner import run_engine
-    from wizard.session import open_lab
 
     state = tmp_path / "state"
     node = "gpu-b300-01"
 
     async def opener():
-        session = await open_lab((), 1, state)
+        session = await open_lab(("greenfield",), 1, state)  # the QoS gate is the point
         plan = build_plan()
         first = [s.id for p in plan.phases if p.id in K8S_PHASES for s in p.steps]
-        quiet = HeadlessFrontEnd(yes=True, window_open=True, out=io.StringIO())
+        quiet = HeadlessFrontEnd(
+            yes=True, window_open=True, out=io.StringIO(),
+            allow_cluster_change={"gpu-operator-install"},  # greenfield's first install
+        )  # fmt: skip
         await run_engine(session.site, plan, state, quiet, only=first)
         return session
 
@@ -103,7 +106,7 @@ async def test_in_the_tui_esc_at_the_qos_gate_shows_skipped_and_the_report_says_
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: screen_name(app) == "ManualScreen", 60)  # qos.switch
         assert app.screen.decision.step == "qos.switch"
-        await pilot.press("d")
+        await pilot.press("v")  # done, verify it
         await wait_for(pilot, lambda: screen_name(app) == "MaintenanceScreen", 30)
         assert app.screen.decision.step == "qos.apply"
         await pilot.click("#cancel")  # Cancel: the window stays shut (Esc never decides)

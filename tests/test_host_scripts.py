@@ -2,7 +2,7 @@
 
 - Every exported script of several site variants passes `sh -n` and `shellcheck`, and
   nothing executable (script, unit, manifest, playbook file) keeps a `<placeholder>`.
-- The scripts run in the real /bin/sh of a lab host (wizard/lab/shell.py), whose commands
+- The scripts run in the real /bin/sh of a lab host (simulator/shell.py), whose commands
   the driver model answers: the boot scripts and the exported apply and rollback scripts
   converge, and running them twice gives the same result; the old plain boot script does
   not survive a second run.
@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from simulator.host import LabHost
+from simulator.shell import LabShell
 from steps import build_plan
 from steps.qos import (
     BootPersistence,
@@ -29,8 +31,6 @@ from steps.qos import (
 )
 from tests.conftest import MINIMAL_SITE, with_nodes
 from wizard.export import export
-from wizard.lab.host import LabHost
-from wizard.lab.shell import LabShell
 from wizard.site import load_site, parse_site
 
 VARIANTS = {
@@ -159,12 +159,19 @@ async def test_exported_apply_and_rollback_converge_through_the_bonds_manager(la
     assert f"{node.bond.name} is managed by: {manager}" in result.stderr
     assert not any("released from controller" in line for line in host.kernel_log)
     for _ in range(2):
-        result = await shell.run(host, rollback_script(site, node, None, "0"))
+        result = await shell.run(host, rollback_script(site, node, None))
         assert result.exit_status == 0, result.stderr
         assert [(p.lldp_agent, sorted(p.pfc), list(p.app)) for p in host.ports] == [
             (True, [], [])
         ] * 2
         assert all(p.enslaved for p in host.ports) and host.configfs[TOS] == "0\n"
+
+
+def _install_boot_units(host, site, node) -> None:
+    """The two boot units as qos.persist installs and enables them."""
+    for artifact in BootPersistence().artifacts(site, node):
+        host.files[artifact.host_path] = artifact.content
+    host.enabled_units |= {"gpu-node-wizard-roce-qos.service", "gpu-node-wizard-roce-tos.service"}
 
 
 async def test_a_reboot_runs_the_units_before_and_after_the_network(lab_host):
@@ -174,9 +181,7 @@ async def test_a_reboot_runs_the_units_before_and_after_the_network(lab_host):
     shell, host = lab_host
     site = _site(host.os)
     node = site.nodes[0]
-    for artifact in BootPersistence().artifacts(site, node):
-        host.files[artifact.host_path] = artifact.content
-    host.enabled_units |= {"gpu-node-wizard-roce-qos.service", "gpu-node-wizard-roce-tos.service"}
+    _install_boot_units(host, site, node)
     host.reboot()
     await shell.boot(host)
     assert [entry["exit"] for entry in host.boot_log] == [0, 0], host.boot_log
@@ -186,6 +191,40 @@ async def test_a_reboot_runs_the_units_before_and_after_the_network(lab_host):
     host.files[TOS.replace("/default_roce_tos", "")] = ""
     host.reboot()
     await shell.boot(host)
+    assert host.configfs.get(TOS, "0\n") == "0\n"
+
+
+async def test_a_failed_boot_dcb_unit_stops_the_tos_unit(lab_host):
+    """host-r2 M5: the bond formed before the DCB unit ran (NetworkManager in the initrd),
+    so Intel's LAG refuses its dcb sets (ice_dcb_nl.c: -EINVAL while pf->lag->bonded) and
+    the unit fails. The ToS unit requires it: it is not started, so no RoCE ToS is
+    written for ports left with ice's default DCB (one TC, no PFC), and both show."""
+    shell, host = lab_host
+    site = _site(host.os)
+    node = site.nodes[0]
+    _install_boot_units(host, site, node)
+    host.reboot()
+    host.form_bond()  # bonded before the early unit
+    await shell.boot(host)
+    log = {entry["unit"]: entry for entry in host.boot_log}
+    assert log["gpu-node-wizard-roce-qos.service"]["exit"] != 0
+    assert log["gpu-node-wizard-roce-tos.service"].get("result") == "dependency"
+    assert host.configfs.get(TOS, "0\n") == "0\n"
+
+
+async def test_the_boot_tos_script_refuses_ports_whose_dcb_is_not_in_place(lab_host):
+    """host-r2 M5: the ToS script checks the DCB of both ports (the change's own
+    port_differs) before it marks RoCE traffic for a lossless class."""
+    shell, host = lab_host
+    site = _site(host.os)
+    node = site.nodes[0]
+    assert (await shell.run(host, procedure(site, node))).exit_status == 0
+    host.set_enslaved(host.ports[1], False)
+    host.ports[1].dcb.pfc = set()  # PFC gone on the second port
+    host.form_bond()
+    host.configfs.pop(TOS, None)
+    result = await shell.run(host, boot_tos_script(site, node))
+    assert result.exit_status == 1 and "ens5f1np1" in result.stderr, result.stderr
     assert host.configfs.get(TOS, "0\n") == "0\n"
 
 
@@ -203,9 +242,7 @@ async def test_with_ecn_the_boot_units_bring_dcqcn_back_on_the_re_registered_dev
     shell, host = lab_host
     site = parse_site(MINIMAL_SITE.replace("gpu-1", "gpu-b300-01") + "qos: {ecn: true}\n")
     node = site.nodes[0]
-    for artifact in BootPersistence().artifacts(site, node):
-        host.files[artifact.host_path] = artifact.content
-    host.enabled_units |= {"gpu-node-wizard-roce-qos.service", "gpu-node-wizard-roce-tos.service"}
+    _install_boot_units(host, site, node)
     host.configfs["/sys/kernel/config/irdma/irdma0/"] = ""
     host.configfs[DCQCN] = "1\n"
     host.reboot()  # configfs is gone; the bond forms after the early unit
@@ -237,5 +274,87 @@ async def test_a_failure_after_leaving_the_bond_rejoins_it(lab_host):
     site = _site(host.os)
     failing = procedure(site, site.nodes[0]).replace('join_bond "$manager"\ndev=', "false\ndev=", 1)
     result = await shell.run(host, failing)
-    assert result.exit_status != 0 and "rejoining bond1" in result.stderr
+    assert result.exit_status != 0 and "bond1 rejoined" in result.stderr
     assert all(p.enslaved for p in host.ports)
+
+
+async def test_a_rollback_lasts_across_the_next_boot(lab_host):
+    """#24 review host-r2 B2: after rollback-qos.sh the boot units (qos.persist) are
+    disabled, so the next boot leaves the captured QoS alone (before, they stayed enabled
+    and applied the rolled-back QoS again at the next boot)."""
+    shell, host = lab_host
+    site = _site(host.os)
+    node = site.nodes[0]
+    before = _qos(host)
+    assert (await shell.run(host, procedure(site, node))).exit_status == 0
+    for artifact in BootPersistence().artifacts(site, node):
+        host.files[artifact.host_path] = artifact.content
+    units = ["gpu-node-wizard-roce-qos.service", "gpu-node-wizard-roce-tos.service"]
+    host.enabled_units |= set(units)
+    result = await shell.run(host, rollback_script(site, node, None))
+    assert result.exit_status == 0, result.stderr
+    enabled = await shell.run(host, "systemctl is-enabled " + " ".join(units))
+    assert enabled.stdout.split() == ["disabled", "disabled"], enabled.stdout
+    host.reboot()
+    await shell.boot(host)
+    host.form_bond()
+    assert _qos(host) == before
+
+
+@pytest.mark.parametrize("stop", ["false", "kill -HUP $$"])
+@pytest.mark.parametrize("script", ["apply", "rollback"])
+async def test_a_failure_after_leaving_the_bond_rejoins_it_with_the_terminal_gone(
+    lab_host, script, stop
+):
+    """#24 review host-r2 B1: when the session is gone its stderr fails (EIO on a hung-up
+    tty, EPIPE on a closed channel), and the first `log` of
+    the EXIT trap used to end the script under `set -e` before it re-formed the bond. The
+    lab's shell refuses a redirection into a file, so stderr is closed instead (a write
+    to it fails, EBADF, as to a hung-up tty)."""
+    shell, host = lab_host
+    site = _site(host.os)
+    node = site.nodes[0]
+    if script == "rollback":
+        assert (await shell.run(host, procedure(site, node))).exit_status == 0
+        text = rollback_script(site, node, None)
+    else:
+        text = procedure(site, node)
+    # Out of the bond, the session goes (stderr closed), then the script stops.
+    failing = text.replace('join_bond "$manager"\ndev=', f"exec 2>&-\n{stop}\ndev=", 1)
+    assert failing.count(f"exec 2>&-\n{stop}\ndev=") == 1
+    result = await shell.run(host, failing)
+    assert result.exit_status != 0
+    assert any("Releasing" in line for line in host.kernel_log), host.kernel_log
+    assert all(p.enslaved and p.admin_up for p in host.ports)
+
+
+async def test_the_exported_apply_addresses_the_port_profiles_by_uuid(lab_host):
+    """#24 point 4 (review host-r2 M3): an old standalone ethernet profile of the same name
+    beside each port's bond profile, listed first (the lab's nmcli resolves names as nmcli
+    does: simulator/network.py nm_connections). `nmcli connection up NAME` would bring the
+    port up outside the bond; by UUID the bond re-forms with the ports' own profiles."""
+    shell, host = lab_host
+    host.faults.add("nm-duplicate-profile")
+    site = _site(host.os)
+    result = await shell.run(host, procedure(site, site.nodes[0]))
+    assert result.exit_status == 0, result.stderr
+    assert all(p.enslaved and p.admin_up and not p.nm_standalone for p in host.ports)
+    assert _qos(host) == WANTED
+
+
+async def test_the_boot_tos_unit_refuses_ports_without_their_dcb(lab_host):
+    """#24 review host-r2 M5: when the early DCB unit failed, the ToS unit fails too (its
+    script checks both ports' DCB first; the unit Requires= the DCB unit) instead of
+    writing the ToS on ports with no PFC and no DSCP map."""
+    shell, host = lab_host
+    site = _site(host.os)
+    node = site.nodes[0]
+    host.reboot()
+    host.form_bond()  # the bond formed, but no DCB unit ran
+    result = await shell.run(host, boot_tos_script(site, node))
+    assert result.exit_status != 0 and "DCB is not in place" in result.stderr, result.stderr
+    assert host.configfs.get(TOS, "0\n") == "0\n"
+    assert (
+        "Requires=gpu-node-wizard-roce-qos.service"
+        in BootPersistence().artifacts(site, node)[3].content
+    )

@@ -102,7 +102,7 @@ def test_every_such_file_is_exit_2_and_no_traceback_on_the_command_line(tmp_path
     for name, content in cases.items():
         path = tmp_path / name
         path.write_bytes(content if isinstance(content, bytes) else content.encode())
-        done = subprocess.run([sys.executable, "-m", "wizard.cli", "check", str(path)],
+        done = subprocess.run([sys.executable, "-m", "frontend.cli", "check", str(path)],
                               cwd=REPO, capture_output=True, text=True, timeout=60)  # fmt: skip
         assert done.returncode == 2, (name, done.stderr)
         assert "Traceback" not in done.stderr and "is not valid" in done.stderr, done.stderr

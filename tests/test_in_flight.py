@@ -132,7 +132,7 @@ def test_a_check_after_a_kill_inside_the_change_does_not_strand_the_node(
 def test_status_and_check_name_the_change_in_flight_and_the_command(site_path, state_dir, world):
     _killed_inside_the_change(site_path, state_dir, world)
     done = subprocess.run(
-        [sys.executable, "-m", "wizard.cli", "status", str(site_path), "--state-dir",
+        [sys.executable, "-m", "frontend.cli", "status", str(site_path), "--state-dir",
          str(state_dir), "--json"],
         cwd=REPO, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
@@ -141,7 +141,7 @@ def test_status_and_check_name_the_change_in_flight_and_the_command(site_path, s
     assert line.startswith("three.qos on gpu-1 (maintenance stage applying")
     assert f"gpu-node-wizard run {site_path} --state-dir {state_dir}" in line
     text = subprocess.run(
-        [sys.executable, "-m", "wizard.cli", "status", str(site_path), "--state-dir",
+        [sys.executable, "-m", "frontend.cli", "status", str(site_path), "--state-dir",
          str(state_dir)],
         cwd=REPO, capture_output=True, text=True, timeout=60,
     ).stdout  # fmt: skip
@@ -152,7 +152,7 @@ def test_a_site_edit_never_drops_the_capture_of_a_change_in_flight(site_path, st
     _killed_inside_the_change(site_path, state_dir, world)
     site = load_site(site_path)
     with Checkpoint.open(state_dir, site) as checkpoint:
-        before = checkpoint.record("three.qos", "gpu-1")["extra"]["maintenance"]["capture"]
+        before = checkpoint.record("three.qos", "gpu-1").maintenance.capture
     assert before == {"live": None}
     # The qos section changes between the kill and the resume (three.qos reads it).
     site_path.write_text(
@@ -203,13 +203,33 @@ def test_start_over_is_refused_while_a_change_is_in_flight(site_path, state_dir,
     with Checkpoint.open(state_dir, site) as checkpoint:
         with pytest.raises(CheckpointError, match="in flight"):
             checkpoint.reset_all()
-        assert checkpoint.record("three.qos", "gpu-1").get("extra", {}).get("maintenance")
+        assert checkpoint.record("three.qos", "gpu-1").maintenance
     done = subprocess.run(
-        [sys.executable, "-m", "wizard.cli", "run", str(site_path), "--headless",
+        [sys.executable, "-m", "frontend.cli", "run", str(site_path), "--headless",
          "--start-over", "--state-dir", str(state_dir)],
         cwd=REPO, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
     assert "in flight" in done.stderr + done.stdout, done.stderr
     with Checkpoint.open(state_dir, site) as checkpoint:
-        assert checkpoint.record("three.qos", "gpu-1").get("extra", {}).get("maintenance")
+        assert checkpoint.record("three.qos", "gpu-1").maintenance
+
+
+def test_a_resumed_change_left_failed_stops_the_run_before_its_window_is_asked_again(
+    site_path, state_dir, world
+):
+    """screen-r3 B3: the resumed change was cancelled, rolled back and left failed; the run
+    then went on through the later phases and asked for the same window again, as if
+    nothing had happened. Left failed stops the run, as a failed step of a phase does."""
+    from wizard.events import Answer, DecisionKind, Reply
+
+    _killed_inside_the_change(site_path, state_dir, world)
+    site = load_site(site_path)
+    frontend = ScriptedFrontEnd({"maintenance-window": Reply(Answer.SKIP)})
+    with Checkpoint.open(state_dir, site) as checkpoint:
+        summary = asyncio.run(Engine(site, plan(world), checkpoint, frontend).run())
+    assert summary.results[("three.qos", "gpu-1")] is StepState.FAILED
+    windows = [d for d in frontend.decisions if d.kind is DecisionKind.MAINTENANCE_WINDOW]
+    assert [(d.step, d.target) for d in windows] == [("three.qos", "gpu-1")]
+    assert summary.stopped and "three.qos" in summary.stopped
+    assert ("four.check", "gpu-1") not in summary.results

@@ -11,6 +11,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from frontend.headless import HeadlessFrontEnd
+from frontend.runner import Outcome
+from simulator.lab import Lab
 from steps import build_plan
 from steps.gpu_operator import (
     IMAGES_V26_7_0,
@@ -21,10 +24,7 @@ from steps.gpu_operator import (
 from steps.rdma_plugin import configmap, daemonset, plugin_config, rdma_test_pod
 from tests.conftest import K8S_PHASES, MINIMAL_SITE, REFS, leaf_paths, run_in_lab
 from wizard.export import export
-from wizard.headless import HeadlessFrontEnd
-from wizard.lab.lab import Lab
 from wizard.model import Severity
-from wizard.runner import Outcome
 from wizard.site import load_site, parse_site
 
 MIRRORED = MINIMAL_SITE + (
@@ -231,7 +231,7 @@ async def test_second_nfd_fails_before_the_install(tmp_path):
         lab.cluster.put("apps/v1", "daemonsets", {"metadata": {"name": "node-feature-discovery-worker", "namespace": "nfd"},
                                                   "spec": {}})  # fmt: skip
 
-    outcome, lab = await run_lab(tmp_path, prepare=add_nfd)
+    outcome, lab = await run_lab(tmp_path, "greenfield", prepare=add_nfd)  # a first install
     nfd = finding(outcome, "T01.single-nfd")
     assert nfd.severity is Severity.FAIL and "nfd/node-feature-discovery-worker" in nfd.message
     assert "gpu-operator/gpu-operator" not in lab.releases  # nothing installed

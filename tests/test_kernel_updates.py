@@ -7,6 +7,8 @@ from __future__ import annotations
 import io
 import subprocess
 
+from frontend.headless import HeadlessFrontEnd
+from simulator.host.model import RHEL_KERNEL, RHEL_NEXT_KERNEL
 from steps.kernel_modules import installed_kernels, next_boot
 from steps.packages import (
     HostPackages,
@@ -17,8 +19,6 @@ from steps.packages import (
 )
 from tests.conftest import MINIMAL_SITE, findings_of, run_in_lab
 from tests.test_lab_checks import by_check, check_lab
-from wizard.headless import HeadlessFrontEnd
-from wizard.lab.host.model import RHEL_KERNEL, RHEL_NEXT_KERNEL
 from wizard.model import Severity, StepState
 from wizard.site import parse_site
 
@@ -101,9 +101,13 @@ async def _operate(tmp_path, fault):
         booted["before"] = lab.hosts["gpu-b300-01"].boot_id
 
     outcome, lab = await run_in_lab(
-        tmp_path, HeadlessFrontEnd(yes=True, window_open=True, out=io.StringIO()),
-        fault, phases=("operate",), prepare=remember,
-    )  # fmt: skip
+        tmp_path,
+        HeadlessFrontEnd(yes=True, window_open=True, out=io.StringIO()),
+        "greenfield",
+        fault,
+        phases=("operate",),
+        prepare=remember,
+    )  # fmt: skip  (greenfield: only this phase runs, so the node must be in the cluster)
     return outcome, lab.hosts["gpu-b300-01"].boot_id != booted["before"]
 
 

@@ -5,7 +5,7 @@ a journal intent written before it; no non-idempotent change ran twice; bond, co
 QoS end correct on both nodes.
 
 The lab runs in its own process (``gpu-node-wizard lab --record-effects --kill-on-effect``)
-and does the killing itself, before it answers (wizard/lab/effects.py).
+and does the killing itself, before it answers (simulator/effects.py).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ SUDO = "sudo -n -- "
 
 
 def _lab(site: Path, effects: Path, control: Path) -> subprocess.Popen:
-    argv = [sys.executable, "-m", "wizard.cli", "lab", "--write-site", str(site), "--nodes", "2",
+    argv = [sys.executable, "-m", "frontend.cli", "lab", "--write-site", str(site), "--nodes", "2",
             "--record-effects", str(effects), "--kill-on-effect", str(control)]  # fmt: skip
     lab = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, cwd=REPO)
     for line in lab.stdout:
@@ -52,7 +52,7 @@ def test_kill_after_each_distinct_change_then_resume_to_the_end(tmp_path):
     effects, control, state = tmp_path / "effects.jsonl", tmp_path / "kill.json", tmp_path / "state"
     control.write_text(json.dumps({"pid": None, "killed_on": []}))
     lab = _lab(site, effects, control)
-    run = [sys.executable, "-m", "wizard.cli", "run", str(site), "--headless", "--yes",
+    run = [sys.executable, "-m", "frontend.cli", "run", str(site), "--headless", "--yes",
            "--maintenance-window-open", "--state-dir", str(state)]  # fmt: skip
     kills, outputs = 0, []
     deadline = time.monotonic() + RUN_BUDGET_S

@@ -10,17 +10,17 @@ import tomllib
 import pytest
 import yaml
 
+from frontend.headless import HeadlessFrontEnd
+from frontend.runner import run_engine
+from simulator.kubespray import BOOTSTRAP_TAG, JOIN_PATH, bootstrapped_hosts
+from simulator.lab import Lab
 from steps import build_plan
 from steps.join import GROUP_VARS_PATH, TOOLKIT_DROP_IN, KubesprayJoin
 from steps.kubespray import KubesprayError, PlaybookRun, merged_inventory, parse_recap
 from tests.conftest import REFS, findings_of, run_in_lab, with_nodes
 from wizard.events import Notice, OutputLine
 from wizard.export import export
-from wizard.headless import HeadlessFrontEnd
-from wizard.lab.kubespray import JOIN_PATH
-from wizard.lab.lab import Lab
 from wizard.model import Severity
-from wizard.runner import run_engine
 from wizard.site import load_site, parse_site
 
 
@@ -55,8 +55,9 @@ def test_the_sample_inventory_does_not_already_set_it():
 def test_join_commands_use_the_playbooks_of_kubespray_2_29():
     site = parse_site(with_nodes(2))
     facts, scale = KubesprayJoin().commands(site, None)
-    assert facts.endswith(" -b playbooks/facts.yml")  # v2.29.1 has no top-level facts.yml
-    assert " -b scale.yml --limit=gpu-1,gpu-2" in scale
+    assert " -b playbooks/facts.yml " in facts  # v2.29.1 has no top-level facts.yml
+    assert " -b scale.yml --limit=gpu-1,gpu-2)" in scale
+    assert facts.startswith("(cd <kubespray-checkout> && ansible-playbook ")
     assert GROUP_VARS_PATH in KubesprayJoin().instructions(site, None)
 
 
@@ -117,9 +118,10 @@ async def test_the_wizard_runs_the_join_with_the_checkout(tmp_path):
     assert f"+      ip: {lab.hosts['gpu-b300-01'].rdma_ip}" in inventory  # its address on bond1
     assert "containerd_extra_args" in diffs[GROUP_VARS_PATH].diff
     assert (
-        "runs playbooks/facts.yml over the whole inventory, then scale.yml --limit=gpu-b300-01"
+        "runs playbooks/facts.yml --skip-tags bootstrap_os over the whole inventory"
         in review.summary
     )
+    assert "then scale.yml --limit=gpu-b300-01 from the checkout" in review.summary
     assert lab.cluster.node("gpu-b300-01") is not None  # scale.yml registered it
     assert (
         findings_of(outcome, "join.kubespray")["T00.joined-gpu-b300-01"].severity is Severity.PASS
@@ -131,6 +133,26 @@ async def test_the_wizard_runs_the_join_with_the_checkout(tmp_path):
     assert progress[-1].startswith("scale.yml: task 2/2"), progress
     lines = [e.line for e in frontend.events if isinstance(e, OutputLine) and e.target == "ansible"]
     assert any(line.startswith("PLAY RECAP") for line in lines)  # the real output, streamed
+
+
+async def test_the_facts_refresh_runs_no_bootstrap_on_any_host(tmp_path):
+    """Kubespray's playbooks/facts.yml starts with the bootstrap_os role (hostname, packages,
+    dnf.conf, RHSM as root) on every host of the inventory; the wizard's facts refresh skips
+    that tag, so no existing node (and not the new one either: scale.yml bootstraps it) is
+    written by it. The lab's stand-in writes /etc/hostname on every host its bootstrap play
+    runs on."""
+    frontend = JoinReviewer()
+    _, lab = await run_in_lab(tmp_path, frontend, "not-joined", phases=("join",))
+    assert lab.cluster.node("gpu-b300-01") is not None  # the join ran
+    assert bootstrapped_hosts(lab.directory / "kubespray") == {}
+    (review,) = frontend.reviews
+    assert f"--skip-tags {BOOTSTRAP_TAG}" in review.summary
+    assert "other nodes are only read" not in review.summary
+
+
+def test_the_runbook_facts_line_skips_the_bootstrap_play():
+    facts, _ = KubesprayJoin().commands(parse_site(with_nodes(2)), None)
+    assert facts.endswith(f" -b playbooks/facts.yml --skip-tags {BOOTSTRAP_TAG})")
 
 
 async def test_a_second_run_changes_nothing_and_runs_no_playbook(tmp_path):

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from frontend.headless import HeadlessFrontEnd
+from frontend.runner import Outcome, run_checks
+from simulator.faults import FAULTS
+from simulator.lab import Lab
 from steps import build_plan
 from tests.conftest import run_cli, served_lab
-from wizard.headless import HeadlessFrontEnd
-from wizard.lab.faults import FAULTS
-from wizard.lab.lab import Lab
 from wizard.model import Severity
-from wizard.runner import Outcome, run_checks
 from wizard.site import load_site
 
 
@@ -82,6 +82,7 @@ EXPECTED = {
     "acs-enabled": ("T11.acs", Severity.WARN, "SrcValid+", "disable ACS"),
     "gpu-missing": ("T00.gpu-count", Severity.FAIL, "only 7 of 8", "BMC"),
     "ssh-over-bond1": ("T10.ssh-path", Severity.WARN, "runs over bond1", "oob_host"),
+    "ssh-over-bond1-vlan": ("T10.ssh-path", Severity.WARN, "runs over bond1", "oob_host"),
     "ddp-safe-mode": ("T02.ddp", Severity.FAIL, "Safe Mode", "DDP package"),
     "lag-dcb-mismatch": (
         "T02.lag-rdma",
@@ -269,9 +270,9 @@ async def test_the_far_end_without_lossless_qos_fails_t08_with_its_remedy(tmp_pa
 
 
 async def check_peer(tmp_path, *faults):
+    from frontend.runner import run_engine
+    from simulator.lab import Lab
     from steps import build_plan
-    from wizard.lab.lab import Lab
-    from wizard.runner import run_engine
     from wizard.site import load_site
 
     async with Lab(tmp_path / "lab", faults=faults) as lab:

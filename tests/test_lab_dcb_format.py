@@ -13,8 +13,8 @@ per entry. A script that compares these lines exactly must expect the trailing s
 
 from __future__ import annotations
 
+from simulator.dcb import DcbTool, PortDcb
 from wizard.facts import parse
-from wizard.lab.dcb import DcbTool, PortDcb
 
 TSA = {"strict", "cbs", "ets", "vendor"}  # dcb_ets.c tsa_names
 
@@ -88,3 +88,24 @@ def test_the_live_parsers_read_the_real_format():
     assert pfc.enabled() == [3]
     app = parse("dcb-app", show(dcb, "-N", "app", "show", "dev", "p0"))
     assert app.priorities_for(24) == [3]
+
+
+def test_the_software_default_is_ice_dcb_sw_dflt_cfg():
+    """The LLDP agent off or the last DSCP entry gone: ice_dcb_sw_dflt_cfg (ice 2.6.6
+    src/ice_dcb_lib.c) sets only TC0's selection (ETS), so TCs 1-7 show `strict`, and
+    ETS willing on; the first DSCP entry turns willing off and every TC to ETS
+    (ice_dcbnl_setapp)."""
+    dcb = PortDcb()
+    dcb.reset()
+    default = iproute2_ets(True, 8, False, [100] + [0] * 7, [100] + [0] * 7,
+                           ["ets"] + ["strict"] * 7, [0] * 8, [100] + [0] * 7,
+                           ["ets"] + ["strict"] * 7, [0] * 8)  # fmt: skip
+    assert show(dcb, "ets", "show", "dev", "p0") == default
+    tool = DcbTool([])
+    add = ["app", "add", "dev", "p0", "dscp-prio", "24:3"]
+    assert tool.run(add, dcb, port="p0", lldp_agent=False, bonded=False).exit_status == 0
+    text = show(dcb, "ets", "show", "dev", "p0")
+    assert text.startswith("willing off ") and named("tc-tsa", ["ets"] * 8) in text
+    delete = ["app", "del", "dev", "p0", "dscp-prio", "24:3"]
+    assert tool.run(delete, dcb, port="p0", lldp_agent=False, bonded=False).exit_status == 0
+    assert show(dcb, "ets", "show", "dev", "p0") == default

@@ -4,7 +4,7 @@ quietly deleted an earlier launcher pod on every rerun)."""
 
 from __future__ import annotations
 
-from wizard.lab.kubeapi import ClusterState, owner_reference
+from simulator.kubeapi import ClusterState, owner_reference
 
 
 def seeded():

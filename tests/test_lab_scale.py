@@ -10,9 +10,9 @@ import time
 
 import pytest
 
+from simulator.lab import MAX_NODES, Lab, _gpu_addresses, _peer_addresses
 from tests.conftest import run_cli
 from wizard.checkpoint import FLUSH_INTERVAL_S, SAVE_SHARE, Checkpoint, read_state
-from wizard.lab.lab import MAX_NODES, Lab, _gpu_addresses, _peer_addresses
 from wizard.model import StepState
 from wizard.site import load_site
 

@@ -1,5 +1,5 @@
-"""The lab's hosts run every command in this machine's real /bin/sh (wizard/lab/shell.py),
-with the host's tools on PATH answered by the host model (wizard/lab/shim.py): shell
+"""The lab's hosts run every command in this machine's real /bin/sh (simulator/shell.py),
+with the host's tools on PATH answered by the host model (simulator/shim.py): shell
 syntax, quoting and `sh -s < script` behave as on a real host, over the lab's SSH."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import subprocess
 
 import pytest
 
-from wizard.lab.lab import Lab
-from wizard.lab.shell import reads_stdin
+from simulator.lab import Lab
+from simulator.shell import reads_stdin
 
 
 @pytest.fixture
@@ -85,13 +85,22 @@ async def test_an_unknown_command_is_the_shells_not_found(lab):
 
 
 async def test_nothing_reaches_this_machines_files(lab, tmp_path):
-    """The shell runs as nobody when the lab runs as root: a redirection into a system
-    file is refused by the kernel, not written."""
+    """The shell runs as nobody when the lab runs as root, and in the host's own view of
+    /etc when bubblewrap is here (simulator/rootfs.py): a redirection into /etc lands in
+    the host's model, or is refused by the kernel; the rest of the machine is read-only.
+    Either way this machine's files are not written."""
     if os.geteuid() != 0:
         pytest.skip("only as root is there something to protect")
     status, _, err = await _ssh(lab, "echo x > /etc/gnw-lab-should-not-exist")
-    assert status != 0 and "Permission denied" in err
+    if lab.shell.sandbox:
+        assert status == 0, err
+        assert lab.hosts["gpu-b300-01"].files["/etc/gnw-lab-should-not-exist"] == "x\n"
+        status, _, err = await _ssh(lab, "echo x > /usr/gnw-lab-should-not-exist")
+        assert status != 0 and "Read-only file system" in err
+    else:
+        assert status != 0 and "Permission denied" in err
     assert not os.path.exists("/etc/gnw-lab-should-not-exist")
+    assert not os.path.exists("/usr/gnw-lab-should-not-exist")
 
 
 def test_only_tools_that_read_stdin_get_it():
@@ -104,8 +113,8 @@ def test_only_tools_that_read_stdin_get_it():
 async def test_both_shims_speak_the_same_protocol(monkeypatch, kind):
     """The C shim (with cc) and the Python stand-in (without) give the same answers:
     argv, stdin only for a tool that reads it, stdout, stderr and the exit status."""
-    from wizard.lab.host import LabHost
-    from wizard.lab.shell import LabShell
+    from simulator.host import LabHost
+    from simulator.shell import LabShell
 
     if kind == "c" and shutil.which("cc") is None and shutil.which("gcc") is None:
         pytest.skip("no C compiler")
@@ -126,7 +135,7 @@ async def test_both_shims_speak_the_same_protocol(monkeypatch, kind):
 async def test_the_tools_socket_is_only_for_the_shells_user():
     """Under root the lab's shells run as nobody; the socket that answers their tool calls
     is nobody's, mode 0600, not open to every local user."""
-    from wizard.lab.shell import LabShell
+    from simulator.shell import LabShell
 
     if os.geteuid() != 0:
         pytest.skip("the lab drops to nobody only when it runs as root")

@@ -7,9 +7,9 @@ import io
 
 import yaml
 
+from frontend.headless import HeadlessFrontEnd
 from steps import build_plan
 from tests.conftest import fleet_site
-from wizard.headless import HeadlessFrontEnd
 from wizard.plan import describe_waves, measurement_far_end, measurement_peer, measurement_waves
 from wizard.site import parse_site
 
@@ -79,8 +79,8 @@ def test_the_schedule_is_described_before_it_runs():
 async def test_a_fleet_measures_against_each_peer_in_parallel(tmp_path):
     """The lab with four nodes and two peers: each peer serves its own two nodes, and the
     operator sees the schedule first."""
-    from wizard.lab.lab import Lab
-    from wizard.runner import run_engine
+    from frontend.runner import run_engine
+    from simulator.lab import Lab
     from wizard.site import load_site
 
     plan = build_plan()
@@ -124,8 +124,8 @@ def test_an_odd_last_node_pairs_with_the_first_in_a_wave_of_its_own():
 
 
 async def test_paired_nodes_run_their_servers_on_each_other(tmp_path):
-    from wizard.lab.lab import Lab
-    from wizard.runner import run_engine
+    from frontend.runner import run_engine
+    from simulator.lab import Lab
     from wizard.site import load_site
 
     plan = build_plan()

@@ -11,18 +11,18 @@ from pathlib import Path
 import openpyxl
 import pytest
 
+from frontend.headless import HeadlessFrontEnd
+from simulator.lab import Lab
 from steps import build_plan
 from steps.nccl import explain_verdict
 from steps.nccl.steps import busbw_by_size
 from steps.perf import Endpoint, perftest_pair
 from tests.conftest import findings_of, fixture_text, run_in_lab
-from wizard.checkpoint import Checkpoint, read_state, site_state_dir
+from wizard.checkpoint import Checkpoint, RunState, read_state, site_state_dir
 from wizard.engine import Engine
+from wizard.engine.runtime import StepRuntime
 from wizard.facts import parse
-from wizard.headless import HeadlessFrontEnd
-from wizard.lab.lab import Lab
 from wizard.model import GATES, Severity
-from wizard.plan import StepContext
 from wizard.probe import Report
 from wizard.report import build_report, write_report
 from wizard.services import build_services
@@ -53,7 +53,7 @@ async def test_full_run_measures_every_gate_and_reports_in_three_formats(tmp_pat
     assert "baseline -> with QoS" in qos["T08.vs-baseline"].message
     assert not lab.broker.listeners  # every perftest/iperf3 server was paired or cleaned up
 
-    report = build_report(state, site, build_plan())
+    report = build_report(RunState.from_json(state), site, build_plan())
     paths = write_report(report, tmp_path / "report")
     data = json.loads(paths[0].read_text())
     assert [g["gate"] for g in data["gates"]] == list(GATES)
@@ -122,7 +122,7 @@ def test_host_memory_verdict_names_the_reason():
         "h:1:2 [0] NCCL INFO Channel 00/0 : 0[18000] -> 1[18000] [send] via NET/IB/0\n"
     )
     report = Report("T11")
-    explain_verdict(parse("nccl-log", text), {"distances": {"GPU4": "SYS"}}, "intel-e810", report)
+    explain_verdict(parse("nccl-log", text), {"GPU4": "SYS"}, "intel-e810", report)
     gdr = next(f for f in report.findings if f.check == "T12.gdr")
     assert gdr.severity is Severity.FAIL
     assert (
@@ -147,7 +147,7 @@ async def test_failed_client_leaves_no_server_behind(tmp_path):
                 site, build_plan(), checkpoint, HeadlessFrontEnd(out=io.StringIO()), services
             )
             step = build_plan().step("host-rdma.perftest")
-            ctx = StepContext(site, step, "gpu-b300-01", site.nodes[0], services, engine)
+            ctx = StepRuntime(site, step, "gpu-b300-01", site.nodes[0], services, engine)
             client = Endpoint("gpu-b300-01", "no-such-dev", 1, site.nodes[0].rdma_ip)
             server = Endpoint("aistor-01", "irdma0", 1, site.aistor.peers[0].rdma_ip)
             _, problem = await perftest_pair(ctx, "ib_write_bw", client, server, qps=4)
@@ -168,11 +168,13 @@ def test_compare_two_reports_side_by_side(tmp_path):
     state = {"updated": "x", "steps": {"preflight.containerd": {"gpu-1": {
         "state": "failed", "finished": "t", "findings": [
             {"check": "T00.containerd-version", "gate": "T00", "severity": "fail", "message": "1.7", "remediation": "", "evidence": []}]}}}}  # fmt: skip
-    other = build_report({"updated": "y", "steps": {}}, site, build_plan())
+    other = build_report(RunState.from_json({"updated": "y", "steps": {}}), site, build_plan())
     other["site"] = "connectx-node"
     (tmp_path / "other.json").write_text(json.dumps(other))
     paths = write_report(
-        build_report(state, site, build_plan()), tmp_path / "out", compare=tmp_path / "other.json"
+        build_report(RunState.from_json(state), site, build_plan()),
+        tmp_path / "out",
+        compare=tmp_path / "other.json",
     )
     markdown = paths[1].read_text()
     assert "| gate | what | lab | connectx-node |" in markdown
@@ -186,8 +188,8 @@ async def test_fleet_measurements_against_the_shared_peer_take_turns(tmp_path):
     """Five nodes each hold a perftest and an iperf3 server on the one AIStor peer during
     the coexistence run: all at once they exhausted the peer's SSH channels (and would
     have measured a share of its link). They take turns now."""
+    from frontend.runner import run_engine
     from wizard.events import StepFinished, StepStarted
-    from wizard.runner import run_engine
 
     frontend = HeadlessFrontEnd(out=io.StringIO(), yes=True)
     async with Lab(tmp_path / "lab", nodes=5) as lab:
@@ -217,7 +219,9 @@ def test_the_report_says_which_nodes_got_which_verdict(tmp_path):
 
     records = {f"gpu-{i:02d}": record("fail" if i == 3 else "pass") for i in range(1, 9)}
     report = build_report(
-        {"updated": "x", "steps": {"preflight.gpus": records}}, site, build_plan()
+        RunState.from_json({"updated": "x", "steps": {"preflight.gpus": records}}),
+        site,
+        build_plan(),
     )
     t00 = next(g for g in report["gates"] if g["gate"] == "T00")
     assert t00["status"] == "fail"

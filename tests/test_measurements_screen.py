@@ -14,7 +14,7 @@ import sys
 import pytest
 from textual.widgets import DataTable, Select, Static
 
-from screens.charts import (
+from frontend.tui.charts import (
     bandwidth_chart,
     chart_targets,
     charts,
@@ -22,7 +22,7 @@ from screens.charts import (
     qp_sweep_chart,
     size_text,
 )
-from screens.measurements import ChartPlot, MeasurementsScreen
+from frontend.tui.measurements import ChartPlot, MeasurementsScreen
 from tests.conftest import REPO
 from tests.test_tui import wait_for
 from tests.test_tui_keys import IdleApp
@@ -36,7 +36,7 @@ def demo(tmp_path_factory) -> list[dict]:
     report's list: target, name, value, unit, labels)."""
     out = tmp_path_factory.mktemp("demo")
     subprocess.run(
-        [sys.executable, "-m", "wizard.cli", "demo", "--headless",
+        [sys.executable, "-m", "frontend.cli", "demo", "--headless",
          "--report", str(out / "report"), "--state-dir", str(out / "state")],
         check=True, capture_output=True, cwd=REPO, timeout=600,
     )  # fmt: skip
@@ -251,8 +251,8 @@ async def test_measurements_snapshot(demo, size, snapshot):
 
 BUILD = """
 import json, sys
-from screens.charts import charts
-from screens.measurements import ChartPlot
+from frontend.tui.charts import charts
+from frontend.tui.measurements import ChartPlot
 for chart in charts(json.loads(sys.stdin.read()), "gpu-b300-01"):
     plot = ChartPlot(chart)
     plot.draw(chart)

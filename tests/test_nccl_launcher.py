@@ -11,9 +11,9 @@ import subprocess
 
 import pytest
 
+from simulator.nccl import MPIRUN_ROOT_REFUSAL, exec_failure, launcher_failure
 from steps.nccl.manifests import MPIRUN_AS_ROOT, diagnostic_job, mpijob, nvlink_job
 from tests.conftest import MINIMAL_SITE
-from wizard.lab.nccl import MPIRUN_ROOT_REFUSAL, exec_failure, launcher_failure
 from wizard.site import parse_site
 
 SITE = parse_site(MINIMAL_SITE)

@@ -8,10 +8,10 @@ import io
 
 import pytest
 
+from frontend.headless import HeadlessFrontEnd
 from steps.preflight import evaluate_containerd
 from tests.conftest import K8S_PHASES, MINIMAL_SITE
 from wizard.facts import parse
-from wizard.headless import HeadlessFrontEnd
 from wizard.model import Severity
 from wizard.probe import Probe, Report
 from wizard.site import parse_site
@@ -21,9 +21,9 @@ NODE = "gpu-b300-01"
 
 
 async def test_a_node_deleted_and_joined_again_resets_its_results(tmp_path):
+    from frontend.runner import run_engine
+    from simulator.lab import Lab
     from steps import build_plan
-    from wizard.lab.lab import Lab
-    from wizard.runner import run_engine
     from wizard.site import load_site
 
     plan = build_plan()

@@ -11,9 +11,9 @@ import shlex
 
 import pytest
 
+from simulator.perf import PERFTEST, PerftestArgs, PerftestUsageError
 from steps import build_plan
 from tests.conftest import MINIMAL_SITE
-from wizard.lab.perf import PERFTEST, PerftestArgs, PerftestUsageError
 from wizard.site import parse_site
 
 
@@ -121,7 +121,7 @@ def iperf3_lines(site_text: str) -> list[list[str]]:
 
 
 def test_every_iperf3_line_parses_as_iperf3_would():
-    from wizard.lab.perf import check_iperf3_args
+    from simulator.perf import check_iperf3_args
 
     lines = iperf3_lines(MINIMAL_SITE)
     assert any("-s" in a for a in lines) and any("-c" in a for a in lines)
@@ -140,6 +140,35 @@ def test_every_iperf3_line_parses_as_iperf3_would():
     ],
 )
 def test_the_lab_refuses_what_iperf3_refuses(argv, message):
-    from wizard.lab.perf import check_iperf3_args
+    from simulator.perf import check_iperf3_args
 
     assert message in (check_iperf3_args(argv) or "")
+
+
+def test_every_bandwidth_client_against_a_production_peer_is_rate_limited():
+    """MINIMAL_SITE's peer is production (the default): every perftest bandwidth client of
+    the runbook and of the exported pods carries the software rate limiter, every iperf3
+    client -b, and the lab's perftest (perftest's own option table) takes them."""
+    site = parse_site(MINIMAL_SITE)
+    clients = [
+        argv
+        for argv in perftest_lines(MINIMAL_SITE) + pod_perftest_lines(MINIMAL_SITE)
+        if argv[0].endswith("_bw") and not argv[-1].startswith("-") and "." in argv[-1]
+    ]
+    assert len(clients) > 10
+    for argv in clients:
+        parsed = PerftestArgs.parse(argv)
+        assert "--rate_limit_type=SW" in argv and "--rate_units=g" in argv, argv
+        # perftest's SW limiter paces the process, not each QP (perftest_resources.c
+        # run_iter_bw): the rate is the whole cap whatever -q (half of it only beside the
+        # concurrent iperf3 of T09), never the cap split over the QPs.
+        cap = site.aistor.load_rate_gbps
+        assert parsed.rate_limit in (cap, cap / 2), argv
+    assert sum(PerftestArgs.parse(a).rate_limit == site.aistor.load_rate_gbps for a in clients) > 10
+    iperf3 = [a for a in plan_lines(MINIMAL_SITE, {"iperf3"}) if "-c" in a]
+    assert iperf3 and all("-b" in a for a in iperf3)
+    spare = MINIMAL_SITE.replace(
+        "rdma_ip: 192.168.50.100}", "rdma_ip: 192.168.50.100, production: false}"
+    )
+    assert spare != MINIMAL_SITE
+    assert not any(w.startswith("--rate_limit") for argv in perftest_lines(spare) for w in argv)

@@ -7,8 +7,8 @@ import os
 import stat
 from pathlib import Path
 
+from frontend.cli import main
 from wizard.checkpoint import Checkpoint
-from wizard.cli import main
 from wizard.site import load_site
 
 
@@ -96,7 +96,7 @@ async def test_the_lab_never_tightens_a_shared_folder_it_writes_its_site_into(tm
     import os
     import stat
 
-    from wizard.lab.lab import Lab
+    from simulator.lab import Lab
 
     shared = tmp_path / "shared"
     shared.mkdir()

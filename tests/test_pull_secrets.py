@@ -9,13 +9,13 @@ import base64
 import io
 import json
 
+from frontend.headless import HeadlessFrontEnd
+from simulator.existing import LAB_MIRROR_HOST
+from simulator.lab import Lab
 from steps.nccl.manifests import NAMESPACE as NCCL_NAMESPACE
 from steps.pull_secrets import pull_namespaces
 from steps.rdma_plugin import TEST_NAMESPACE
 from tests.conftest import K8S_PHASES, run_in_lab
-from wizard.headless import HeadlessFrontEnd
-from wizard.lab.existing import LAB_MIRROR_HOST
-from wizard.lab.lab import Lab
 from wizard.model import Severity
 from wizard.site import load_site
 
@@ -82,7 +82,10 @@ async def test_no_secret_and_no_credentials_refuses_before_anything_pulls(tmp_pa
         for ns in ("default", "kube-system"):
             lab.cluster.delete("v1", "secrets", ns, SECRET)
 
-    outcome, lab = await run_in_lab(tmp_path, frontend(), phases=K8S_PHASES, prepare=no_secret)
+    # Greenfield: no release yet, so nothing may pull before the secret exists.
+    outcome, lab = await run_in_lab(
+        tmp_path, frontend(), "greenfield", phases=K8S_PHASES, prepare=no_secret
+    )
     refused = [f for _, _, f in outcome.findings if f.check == "T01.pull-secret"]
     assert refused and refused[0].severity is Severity.FAIL
     assert "gpu-operator" in refused[0].message and "username_env" in refused[0].remediation

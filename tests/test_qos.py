@@ -3,6 +3,7 @@ refusals and rollback, the boot unit, and a reboot that survives the wizard bein
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import os
@@ -16,24 +17,32 @@ from pathlib import Path
 
 import pytest
 
+from frontend.headless import HeadlessFrontEnd
+from simulator.host import LabHost, Result
 from steps import build_plan
-from steps.qos import FACTORY, PortQos, dcb_batch, desired_port, port_commands, restore_commands
+from steps.qos import FACTORY, PortQos, apply_targets, desired_port, restore_targets
+from steps.qos.operations import (
+    CAPTURE_FILE,
+    Reader,
+    capture,
+    converge,
+    operations,
+    parse_capture,
+)
 from tests.conftest import K8S_PHASES, MINIMAL_SITE, REPO, run_in_lab, served_lab
 from tests.engine_world import ScriptedFrontEnd
 from wizard.engine import DecisionRequired
 from wizard.events import Answer, Reply
 from wizard.export import export
-from wizard.headless import HeadlessFrontEnd
-from wizard.lab.host import LabHost, Result
 from wizard.model import Severity
 from wizard.site import load_site, parse_site
 
 SITE = parse_site(MINIMAL_SITE)
 
 
-def _port_after(commands: list[list[str]], start: PortQos = FACTORY, *, bonded: bool = False):
-    """Run commands on a lab port the way the ice driver answers them (wizard/lab/dcb.py);
-    the resulting port state, the answers, and the kernel log."""
+def _port(start: PortQos = FACTORY, *, bonded: bool = False) -> LabHost:
+    """A lab host whose first port starts in ``start`` (the driver model answers DCB as
+    Intel's ice does: simulator/dcb.py)."""
     host = LabHost("gpu-1", "gpu", "10.0.0.1", "192.168.50.1")
     port = host.ports[0]
     port.enslaved = bonded
@@ -43,22 +52,41 @@ def _port_after(commands: list[list[str]], start: PortQos = FACTORY, *, bonded: 
         port.dcb.app.append((dscp, prio))
         port.dcb.prio_tc = list(range(8))
     port.dcb.pfc.update(start.pfc)
-    answers = [host.execute(shlex.join(c)) for c in commands]
+    return host
+
+
+def _state(host: LabHost) -> PortQos:
+    port = host.ports[0]
     ets = json.loads(host.execute("dcb -j ets show dev ens5f0np0").stdout)
-    state = PortQos(
+    return PortQos(
         port.lldp_agent, tuple(sorted(port.dcb.pfc)), tuple(sorted(port.dcb.app)),
         tuple(ets["prio_tc"]), tuple(ets["tc_bw"]),
     )  # fmt: skip
-    return state, answers, host.kernel_log
+
+
+def _run(host: LabHost, targets, captured=None):
+    """The live run's executor (operations.converge) against the host: the effects it
+    ran and the driver's answers to them."""
+    answers = []
+
+    async def read(argv):
+        return host.execute(shlex.join(argv))
+
+    async def effect(argv):
+        answers.append(host.execute(shlex.join(argv)))
+        return answers[-1]
+
+    effects = asyncio.run(converge(Reader(read, effect), targets, captured))
+    return effects, answers
 
 
 def test_from_a_factory_port_the_driver_ends_in_the_desired_state():
-    commands = port_commands(SITE, "ens5f0np0", FACTORY)
-    state, answers, log = _port_after(commands)
+    host = _port()
+    commands, answers = _run(host, apply_targets(SITE, "ens5f0np0"))
     assert all(a.exit_status == 0 for a in answers), answers
-    assert state == desired_port(SITE)
-    assert state.tc_bw == (50, 0, 0, 50, 0, 0, 0, 0)  # the RoCE TC has a guaranteed share
-    assert "Non-contiguous TCs - Disabling DCB" not in log
+    assert _state(host) == desired_port(SITE)
+    assert _state(host).tc_bw == (50, 0, 0, 50, 0, 0, 0, 0)  # the RoCE TC has a guaranteed share
+    assert "Non-contiguous TCs - Disabling DCB" not in host.kernel_log
     # The ice order: LLDP agent off, the DSCP entry (switches to DSCP mode, resets ETS),
     # then PFC, ETS last; never a prio-tc.
     assert [c[:3] for c in commands] == [
@@ -66,6 +94,9 @@ def test_from_a_factory_port_the_driver_ends_in_the_desired_state():
         ["dcb", "pfc", "set"], ["dcb", "ets", "set"],
     ]  # fmt: skip
     assert not any("prio-tc" in c for c in commands)
+    # Run again: every operation's read shows its value, nothing runs (ice would refuse
+    # a set that changes nothing, and a second add of the same entry).
+    assert _run(host, apply_targets(SITE, "ens5f0np0")) == ([], [])
 
 
 def test_the_old_order_leaves_the_port_lossy_in_the_driver_model():
@@ -77,50 +108,94 @@ def test_the_old_order_leaves_the_port_lossy_in_the_driver_model():
         ["dcb", "ets", "set", "dev", "ens5f0np0", "prio-tc", *[f"{p}:{3 if p == 3 else 0}" for p in range(8)]],
         ["dcb", "app", "add", "dev", "ens5f0np0", "dscp-prio", "24:3"],
     ]  # fmt: skip
-    state, _, log = _port_after(old)
-    assert "Non-contiguous TCs - Disabling DCB" in log
+    host = _port()
+    for command in old:
+        host.execute(shlex.join(command))
+    assert "Non-contiguous TCs - Disabling DCB" in host.kernel_log
+    state = _state(host)
     assert state.pfc == () and state.tc_bw == (100, 0, 0, 0, 0, 0, 0, 0)
     assert state != desired_port(SITE)
 
 
-def test_each_command_can_run_twice_and_conflicts_are_removed_first():
-    live = PortQos(False, (3,), ((24, 2), (46, 5)), tuple(range(8)), (100,) + (0,) * 7)
-    commands = port_commands(SITE, "ens5f0np0", live)
+def test_a_conflicting_mapping_is_removed_first_and_ets_set_after_the_reset():
+    """DSCP 24 on another priority: deleted before the add (ice refuses a second mapping);
+    that delete is the port's last entry, so DCB resets and PFC, set before, is set again:
+    each operation reads the port again (a plan from one read would have skipped PFC)."""
+    host = _port(PortQos(False, (3,), ((24, 2),), tuple(range(8)), (100,) + (0,) * 7))
+    commands, answers = _run(host, apply_targets(SITE, "ens5f0np0"))
+    assert all(a.exit_status == 0 for a in answers), answers
     assert commands.index(["dcb", "app", "del", "dev", "ens5f0np0", "dscp-prio", "24:2"]) < (
         commands.index(["dcb", "app", "add", "dev", "ens5f0np0", "dscp-prio", "24:3"])
     )
     assert not any(c[0] == "ethtool" for c in commands)  # LLDP agent already off
-    done = desired_port(SITE)
-    assert port_commands(SITE, "ens5f0np0", done) == []  # nothing left to do
-    # The driver refuses a second add of the same entry: the commands never repeat one.
-    twice = port_commands(SITE, "ens5f0np0", FACTORY)
-    _, answers, _ = _port_after(twice + [c for c in twice if c[2] == "add"])
-    assert answers[-1].stderr == "Attribute write: File exists\n"
+    assert any(c[:3] == ["dcb", "pfc", "set"] for c in commands)
+    assert _state(host) == desired_port(SITE)
 
 
 def test_a_bonded_port_refuses_dcb_changes():
-    _, answers, _ = _port_after(port_commands(SITE, "ens5f0np0", FACTORY), bonded=True)
+    _, answers = _run(_port(bonded=True), apply_targets(SITE, "ens5f0np0"))
     assert [a.exit_status for a in answers[1:]] == [1, 1, 1]
     assert all(a.stderr == "Attribute write: Invalid argument\n" for a in answers[1:])
 
 
-def test_restore_puts_back_what_was_there():
-    commands = restore_commands("ens5f0np0", desired_port(SITE), FACTORY)
-    state, answers, log = _port_after(commands, desired_port(SITE))
+def _run_checked(host: LabHost, targets):
+    _, answers = _run(host, targets)
     assert all(a.exit_status == 0 for a in answers), answers
-    assert state == FACTORY
-    assert "Switched QoS to L2 VLAN mode" in " ".join(log)
+
+
+def test_the_firmware_agent_off_resets_dcb_and_on_is_refused_in_dscp_mode():
+    """ice_set_priv_flags: the agent off loads the software default DCB (what DCBX set is
+    gone); Intel's out-of-tree ice refuses the agent on while the port is in DSCP mode."""
+    host = _port()
+    port = host.ports[0]
+    port.dcb.pfc.add(3)  # as DCBX from the switch might have left it
+    assert host.execute("ethtool --set-priv-flags ens5f0np0 fw-lldp-agent off").exit_status == 0
+    assert port.dcb.pfc == set() and "FW LLDP is disabled" in " ".join(host.kernel_log)
+    _run_checked(host, apply_targets(SITE, "ens5f0np0"))
+    refused = host.execute("ethtool --set-priv-flags ens5f0np0 fw-lldp-agent on")
+    assert refused.exit_status == 1 and not port.lldp_agent
+    assert "FW Agent not allowed to start" in " ".join(host.kernel_log)
+
+
+def test_restore_puts_back_what_was_there():
+    host = _port()
+    captured = asyncio.run(_capture(host))
+    _run_checked(host, apply_targets(SITE, "ens5f0np0"))
+    assert _state(host) == desired_port(SITE)
+    commands, answers = _run(host, restore_targets(SITE, "ens5f0np0"), captured)
+    assert all(a.exit_status == 0 for a in answers), answers
+    assert _state(host) == FACTORY
+    assert "Switched QoS to L2 VLAN mode" in " ".join(host.kernel_log)
     assert commands[-1] == ["ethtool", "--set-priv-flags", "ens5f0np0", "fw-lldp-agent", "on"]
+    assert _run(host, restore_targets(SITE, "ens5f0np0"), captured) == ([], [])
+
+
+async def _capture(host: LabHost) -> dict[str, str]:
+    async def read(argv):
+        return host.execute(shlex.join(argv))
+
+    return await capture(Reader(read, read), SITE, "ens5f0np0")
 
 
 def _dcb_lines() -> list[list[str]]:
+    """Every dcb effect the operations can run: the change's, and a rollback's to a
+    factory port's values and to a VLAN-mode port with a priority map."""
     lines = []
-    for live in (FACTORY, PortQos(False, (3,), ((24, 2),), None)):
-        lines += [c[1:] for c in port_commands(SITE, "lo", live) if c[0] == "dcb"]
-    lines += [c[1:] for c in restore_commands("lo", desired_port(SITE), FACTORY) if c[0] == "dcb"]
-    batch = dcb_batch(port_commands(SITE, "lo", FACTORY), "lo")
-    lines += [line.split() for line in batch.splitlines() if not line.startswith("#")]
-    return lines
+    for target in apply_targets(SITE, "lo"):
+        lines.append(target.op.effect(target.want))
+    factory = asyncio.run(_capture(_port()))
+    for name, value in factory.items():
+        op = next(op for op in operations(SITE, "lo") if op.name == name)
+        lines.append(op.effect(value))
+        if op.entry is not None:
+            lines.append(op.effect("present"))
+    lines.append(
+        next(t.op for t in restore_targets(SITE, "lo") if t.op.name == "ets-map").effect(
+            "prio-tc 0:0 1:0 2:0 3:1 4:1 5:1 6:1 7:1 tc-tsa 0:ets 1:ets 2:strict 3:strict"
+            " 4:strict 5:strict 6:strict 7:strict tc-bw 0:50 1:50 2:0 3:0 4:0 5:0 6:0 7:0"
+        )
+    )
+    return [line[1:] for line in lines if line[0] == "dcb"]
 
 
 def test_every_dcb_line_is_valid_iproute2_syntax():
@@ -146,20 +221,19 @@ def test_every_dcb_line_is_valid_iproute2_syntax():
             assert bad not in result.stderr, (words, result.stderr)
 
 
-def test_export_has_batches_procedure_rollback_unit_and_switch_sheets(tmp_path):
+def test_export_has_procedure_rollback_unit_and_switch_sheets(tmp_path):
     path = tmp_path / "site.yaml"
     path.write_text(MINIMAL_SITE)
     out = tmp_path / "out"
     export(load_site(path), build_plan(), out)
     base = out / "nodes/gpu-1"
-    batch = (base / "qos/dcb-ens5f0np0.batch").read_text()
-    assert (
-        "app add dev ens5f0np0 dscp-prio 24:3" in batch
-        and "pfc set dev ens5f0np0 prio-pfc" in batch
-    )
     apply = (base / "qos/apply-qos.sh").read_text()
+    assert (
+        "effect dcb app add dev ens5f0np0 dscp-prio 24:3" in apply
+        and "effect dcb pfc set dev ens5f0np0 $want" in apply
+    )
     assert "nmcli connection down" in apply and "networkctl reconfigure" in apply
-    assert "fw-lldp-agent on" in (base / "qos/rollback-qos.sh").read_text()
+    assert "want=$(captured ens5f0np0 lldp)" in (base / "qos/rollback-qos.sh").read_text()
     unit = (base / "host/etc/systemd/system/gpu-node-wizard-roce-qos.service").read_text()
     assert (
         "After=sys-subsystem-net-devices-ens5f0np0.device" in unit
@@ -167,7 +241,7 @@ def test_export_has_batches_procedure_rollback_unit_and_switch_sheets(tmp_path):
     )
     assert "ExecStart=/usr/local/sbin/gpu-node-wizard-roce-qos" in unit
     boot = (base / "host/usr/local/sbin/gpu-node-wizard-roce-qos").read_text()
-    assert "PORTS='ens5f0np0 ens5f1np1'" in boot and "TC_BW='0:50 1:0 2:0 3:50" in boot
+    assert "PORTS='ens5f0np0 ens5f1np1'" in boot and "tc-bw 0:50 1:0 2:0 3:50" in boot
     tos_unit = (base / "host/etc/systemd/system/gpu-node-wizard-roce-tos.service").read_text()
     assert "After=network-online.target" in tos_unit
     for sheet in ("intent.md", "arista-eos.txt", "cisco-nxos.txt"):
@@ -199,6 +273,11 @@ async def test_maintenance_flow_applies_identical_qos_and_uncordons(tmp_path):
         assert port.pfc == {3} and port.app == [(24, 3)] and not port.lldp_agent and port.enslaved
     assert host.configfs["/sys/kernel/config/rdma_cm/irdma0/ports/1/default_roce_tos"] == "96\n"
     assert "gpu-node-wizard-roce-qos.service" in host.enabled_units
+    # The live run kept its capture where apply-qos.sh keeps one, for rollback-qos.sh:
+    # the ports as they were (factory: the firmware LLDP agent on, no DSCP entry).
+    kept, tos = parse_capture(host.files[CAPTURE_FILE])
+    assert kept["ens5f0np0"]["lldp"] == "fw-lldp-agent on" and tos == "0"
+    assert kept["ens5f1np1"]["dscp-24:3"] == "absent"
     node = lab.cluster.node("gpu-b300-01")
     assert not node["spec"].get("unschedulable")
     checks = {f.check: f for f in step_findings(outcome, "qos.apply")}
@@ -208,12 +287,13 @@ async def test_maintenance_flow_applies_identical_qos_and_uncordons(tmp_path):
     # change, and the ToS was written after the bond re-formed (a re-registered device
     # starts at 0).
     commands = host.commands
-    assert commands.index("nmcli connection down bond1-port1") < commands.index(
+    port1, port2 = _port_uuids(host)
+    assert commands.index(f"nmcli connection down uuid {port1}") < commands.index(
         "dcb app add dev ens5f0np0 dscp-prio 24:3"
     )
     assert not any(c.endswith("nomaster") for c in commands)
     tos_write = max(i for i, c in enumerate(commands) if "default_roce_tos" in c and "printf" in c)
-    assert tos_write > commands.index("nmcli connection up bond1-port2")
+    assert tos_write > commands.index(f"nmcli connection up uuid {port2}")
 
 
 async def test_raw_ip_under_network_manager_is_undone_and_the_change_refused(tmp_path):
@@ -251,9 +331,12 @@ async def test_wrong_node_name_skips_and_touches_nothing(tmp_path):
     assert not any(c.startswith("dcb ") and " set " in c for c in host.commands)
 
 
-async def test_ssh_over_bond1_is_refused_before_any_question(tmp_path):
+@pytest.mark.parametrize("fault", ["ssh-over-bond1", "ssh-over-bond1-vlan"])
+async def test_ssh_over_bond1_is_refused_before_any_question(tmp_path, fault):
+    """On bond1's address, or on a VLAN stacked on bond1 (host-r2 B4: the guard followed
+    only "master", and a VLAN's parent is "link")."""
     frontend = HeadlessFrontEnd(yes=True, window_open=True, out=io.StringIO())
-    outcome, lab = await run_lab(tmp_path, frontend, "ssh-over-bond1")
+    outcome, lab = await run_lab(tmp_path, frontend, fault)
     refusal = next(f for f in step_findings(outcome, "qos.apply") if f.check == "T10.ssh-path")
     assert refusal.severity is Severity.FAIL and refusal.message.startswith("refused:")
     assert "oob_host" in refusal.remediation
@@ -270,6 +353,8 @@ async def test_failed_verification_rolls_back_and_leaves_the_node_cordoned(tmp_p
     assert findings["T08.qos-ens5f1np1"].severity is Severity.FAIL
     assert findings["T08.rollback"].message == "rolled back to the captured previous QoS"
     host = lab.hosts["gpu-b300-01"]
+    # The capture is retired (as rollback-qos.sh retires it): the next window captures afresh.
+    assert CAPTURE_FILE not in host.files and f"{CAPTURE_FILE}.restored" in host.files
     for port in host.ports:  # the factory state is back on both ports, and the bond is whole
         assert port.pfc == set() and port.app == [] and port.enslaved and port.admin_up
     assert lab.cluster.node("gpu-b300-01")["spec"]["unschedulable"] is True
@@ -281,9 +366,9 @@ async def test_failed_verification_rolls_back_and_leaves_the_node_cordoned(tmp_p
 def test_reboot_survives_the_wizard_being_killed_and_resumed(tmp_path):
     site = tmp_path / "lab" / "site.yaml"
     state = tmp_path / "state"
-    command = [sys.executable, "-m", "wizard.cli", "run", str(site), "--headless", "--yes",
+    command = [sys.executable, "-m", "frontend.cli", "run", str(site), "--headless", "--yes",
                "--maintenance-window-open", "--step", "operate.reboot", "--state-dir", str(state)]  # fmt: skip
-    with served_lab(site):
+    with served_lab(site, "greenfield"):  # the node already in the cluster
         first = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 60
         waiting = None
@@ -348,8 +433,9 @@ async def test_a_failed_change_rejoins_the_bond_even_when_the_rollback_is_declin
     assert any(d.kind.value == "rollback" for d in frontend.decisions)  # it was offered
     host = lab.hosts["gpu-b300-01"]
     assert all(p.enslaved and p.admin_up for p in host.ports)
-    assert host.commands.index("nmcli connection up bond1-port1") > host.commands.index(
-        "nmcli connection down bond1-port1"
+    port1, _ = _port_uuids(host)
+    assert host.commands.index(f"nmcli connection up uuid {port1}") > host.commands.index(
+        f"nmcli connection down uuid {port1}"
     )
 
 
@@ -366,3 +452,23 @@ def test_the_runbooks_rollback_runs_as_root_through_sudo_when_the_site_says_so()
     assert "'sh -s' < nodes/gpu-1/qos/rollback-qos.sh" in rollback("{user: root}")
     assert "sudo" not in rollback("{user: root}")
     assert "sudo" not in rollback("{user: ops, sudo: false}")
+
+
+def _port_uuids(host) -> list[str]:
+    """The UUIDs of the bond ports' own NetworkManager profiles, in port order."""
+    return [uid for _, uid, _, _, bond_port in host.nm_connections() if bond_port]
+
+
+async def test_the_live_window_addresses_the_port_profiles_by_uuid(tmp_path):
+    """#24 point 4: with a same-named standalone profile listed first (nm-duplicate-profile),
+    the live run leaves and rejoins the bond by the UUIDs `nmcli -t -f NAME,UUID,TYPE,DEVICE
+    connection show` lists for the ports, and the bond re-forms."""
+    frontend = HeadlessFrontEnd(yes=True, window_open=True, out=io.StringIO())
+    outcome, lab = await run_lab(tmp_path, frontend, "nm-duplicate-profile")
+    host = lab.hosts["gpu-b300-01"]
+    assert outcome.exit_code == 0, [
+        (f.check, f.message) for _, _, f in outcome.findings if f.severity is Severity.FAIL
+    ]
+    assert all(p.enslaved and not p.nm_standalone for p in host.ports)
+    assert all(f"nmcli connection up uuid {uid}" in host.commands for uid in _port_uuids(host))
+    assert not any(c.startswith("nmcli connection up bond1-") for c in host.commands)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import io
 
+from frontend.headless import HeadlessFrontEnd
+from simulator.host import LabHost
 from tests.conftest import run_in_lab
-from wizard.headless import HeadlessFrontEnd
-from wizard.lab.host import LabHost
 from wizard.model import Severity
 
 PHASES = ("preflight", "packages", "e810", "bond", "irdma")

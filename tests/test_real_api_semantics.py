@@ -2,7 +2,7 @@
 and compared: strategic merge patches of lists (spec.taints has no patch strategy: the
 list is replaced whole, as by a JSON merge patch), optimistic concurrency (a stale
 resourceVersion is a 409 Conflict), and an eviction a PodDisruptionBudget refuses (429). Each divergence found here was fixed in the embedded
-server (wizard/lab/kubeapi.py)."""
+server (simulator/kubeapi.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from wizard.lab.lab import Lab
+from simulator.lab import Lab
+from tests.real_tier import mpijob
 from wizard.transports.kube import KubeClient, KubeError
 
 SMP = "application/strategic-merge-patch+json"
@@ -27,7 +28,9 @@ async def kube(request, tmp_path):
         client.path = str(lab.kubeconfig)  # type: ignore[attr-defined]
         yield client
         return
-    async with Lab(tmp_path / "lab") as lab:
+    # The same cluster as real_lab's (greenfield): cpu-worker-2 without the default lab's
+    # site taint and PDB-protected workload, which these tests would see.
+    async with Lab(tmp_path / "lab", faults=("greenfield",)) as lab:
         client = KubeClient(str(lab.directory / "kubeconfig"))
         client.real = False  # type: ignore[attr-defined]
         client.path = str(lab.directory / "kubeconfig")  # type: ignore[attr-defined]
@@ -249,3 +252,142 @@ async def test_apply_rereads_and_retries_on_a_conflict(kube):
         assert caught.value.status == 409
     finally:
         await kube.request("DELETE", f"{path}/gnw-race")
+
+
+def _generation(obj: dict) -> int | None:
+    return obj["metadata"].get("generation")
+
+
+async def test_generation_counts_spec_changes_only(kube):
+    """metadata.generation (API conventions, "metadata"; k8s.io/apiserver registry/rest
+    BeforeUpdate keeps the stored one, whatever a client sends): 1 on create for the kinds
+    whose strategy sets it (a DaemonSet: pkg/registry/apps/daemonset/strategy.go), one more
+    on each change of the spec, none on a label's; a custom resource counts a change of
+    anything but its metadata (apiextensions-apiserver registry/customresource strategy.go);
+    a ConfigMap has none."""
+    ns = "default"
+    path = f"/apis/apps/v1/namespaces/{ns}/daemonsets"
+    name = "gnw-generation"
+    body = {"apiVersion": "apps/v1", "kind": "DaemonSet",
+            "metadata": {"name": name, "generation": 7},
+            "spec": {"selector": {"matchLabels": {"app": name}}, "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"nodeSelector": {"gnw.test/none": "x"},
+                         "containers": [{"name": "a", "image": "lab:1"}]}}}}  # fmt: skip
+    if await _exists(kube, f"{path}/{name}"):
+        await kube.request("DELETE", f"{path}/{name}")
+    try:
+        assert _generation(await kube.request("POST", path, body)) == 1
+        labelled = {"metadata": {"labels": {"gnw.test/label": "x"}}}
+        live = await kube.request("PATCH", f"{path}/{name}", labelled, content_type=MERGE)
+        assert _generation(live) == 1
+        image = {"spec": {"template": {"spec": {"containers": [{"name": "a", "image": "lab:2"}]}}}}
+        live = await kube.request("PATCH", f"{path}/{name}", image, content_type=SMP)
+        assert _generation(live) == 2
+        live["metadata"]["generation"] = 99  # a client's value is not taken
+        live = await kube.request("PUT", f"{path}/{name}", live)
+        assert _generation(live) == 2
+    finally:
+        await kube.request("DELETE", f"{path}/{name}")
+    jobs = f"/apis/kubeflow.org/v2beta1/namespaces/{ns}/mpijobs"
+    job = mpijob(name)
+    if await _exists(kube, f"{jobs}/{name}"):
+        await kube.request("DELETE", f"{jobs}/{name}")
+    try:
+        assert _generation(await kube.request("POST", jobs, job)) == 1
+        live = await kube.request("PATCH", f"{jobs}/{name}", labelled, content_type=MERGE)
+        assert _generation(live) == 1
+        live = await kube.request("PATCH", f"{jobs}/{name}", {"spec": {"slotsPerWorker": 2}},
+                                  content_type=MERGE)  # fmt: skip
+        assert _generation(live) == 2
+    finally:
+        await kube.request("DELETE", f"{jobs}/{name}")
+    maps = f"/api/v1/namespaces/{ns}/configmaps"
+    if await _exists(kube, f"{maps}/{name}"):
+        await kube.request("DELETE", f"{maps}/{name}")
+    created = await kube.request("POST", maps, {"apiVersion": "v1", "kind": "ConfigMap",
+                                                "metadata": {"name": name}, "data": {"a": "1"}})  # fmt: skip
+    await kube.request("DELETE", f"{maps}/{name}")
+    assert _generation(created) is None
+
+
+async def test_scale_is_served_where_the_kind_declares_it(kube):
+    """The /scale subresource: a Deployment's is an autoscaling/v1 Scale (its replicas and
+    its selector as a string: pkg/registry/apps/deployment/storage ScaleREST); a custom
+    resource has one only when its CRD declares ``subresources.scale`` (apiextensions
+    CustomResourceSubresourceScale), and none we serve does (the MPIJob CRD, the GPU
+    Operator's crds/: status only), so there as on a ConfigMap it is 404."""
+    ns, name = "default", "gnw-scale"
+    deployments = f"/apis/apps/v1/namespaces/{ns}/deployments"
+    body = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": name}}, "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"nodeSelector": {"gnw.test/none": "x"},
+                         "containers": [{"name": "a", "image": "lab:1"}]}}}}  # fmt: skip
+    maps = f"/api/v1/namespaces/{ns}/configmaps"
+    jobs = f"/apis/kubeflow.org/v2beta1/namespaces/{ns}/mpijobs"
+    for path in (deployments, maps, jobs):
+        if await _exists(kube, f"{path}/{name}"):
+            await kube.request("DELETE", f"{path}/{name}")
+    await kube.request("POST", deployments, body)
+    await kube.request("POST", maps, {"apiVersion": "v1", "kind": "ConfigMap",
+                                      "metadata": {"name": name}, "data": {}})  # fmt: skip
+    await kube.request("POST", jobs, mpijob(name))
+    try:
+        scale = await kube.request("GET", f"{deployments}/{name}/scale")
+        assert (scale["apiVersion"], scale["kind"]) == ("autoscaling/v1", "Scale")
+        assert scale["metadata"]["name"] == name and scale["spec"] == {"replicas": 2}
+        assert scale["status"]["selector"] == f"app={name}"
+        for path in (
+            f"{maps}/{name}/scale",
+            f"/apis/kubeflow.org/v2beta1/namespaces/{ns}/mpijobs/none/scale",
+        ):
+            with pytest.raises(KubeError) as refused:
+                await kube.request("GET", path)
+            assert refused.value.status == 404, path
+    finally:
+        for path in (deployments, maps, jobs):
+            await kube.request("DELETE", f"{path}/{name}")
+
+
+async def test_a_subresource_write_changes_only_what_the_subresource_owns(kube):
+    """cp-r4 B1: an update of /status takes the status alone (registry StatusStrategy
+    PrepareForUpdate keeps spec and metadata), so the generation stays; an update of
+    /scale sets spec.replicas alone and answers a Scale (ScaleREST), one more generation;
+    a verb a subresource does not serve (DELETE of /status, POST of /scale) is 405."""
+    ns, name = "default", "gnw-subwrite"
+    deployments = f"/apis/apps/v1/namespaces/{ns}/deployments"
+    body = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}}, "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"nodeSelector": {"gnw.test/none": "x"},
+                         "containers": [{"name": "a", "image": "lab:1"}]}}}}  # fmt: skip
+    if await _exists(kube, f"{deployments}/{name}"):
+        await kube.request("DELETE", f"{deployments}/{name}")
+    created = await kube.request("POST", deployments, body)
+    try:
+        patched = await kube.request(
+            "PATCH", f"{deployments}/{name}/status",
+            {"spec": {"replicas": 9}, "status": {"observedGeneration": 1, "replicas": 0}},
+            content_type=MERGE,
+        )  # fmt: skip
+        assert patched["spec"]["replicas"] == 1  # the spec is not the status's to change
+        assert _generation(patched) == _generation(created)
+        scale = await kube.request("GET", f"{deployments}/{name}/scale")
+        scale["spec"]["replicas"] = 3
+        # Unconditional (no resourceVersion): the real Deployment controller writes the
+        # status between the read and the write, which a conditional write would lose to.
+        scale["metadata"].pop("resourceVersion", None)
+        answered = await kube.request("PUT", f"{deployments}/{name}/scale", scale)
+        assert (answered["kind"], answered["spec"]) == ("Scale", {"replicas": 3})
+        live = await kube.request("GET", f"{deployments}/{name}")
+        assert live["spec"]["replicas"] == 3
+        assert live["spec"]["template"]["spec"]["containers"][0]["image"] == "lab:1"
+        assert _generation(live) == _generation(created) + 1
+        for verb, path in (("DELETE", "status"), ("POST", "scale")):
+            with pytest.raises(KubeError) as refused:
+                await kube.request(verb, f"{deployments}/{name}/{path}", {})
+            assert refused.value.status == 405, (verb, path)
+        assert await _exists(kube, f"{deployments}/{name}")
+    finally:
+        await kube.request("DELETE", f"{deployments}/{name}")

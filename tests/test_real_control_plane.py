@@ -13,9 +13,9 @@ import time
 import pytest
 import yaml
 
-from tests.real_tier import ServedLab, require_real
-from wizard.lab.controlplane.serve import UNPRIVILEGED_TOKEN
-from wizard.lab.controlplane.versions import HELM_VERSION, KUBERNETES_VERSION
+from simulator.controlplane.serve import UNPRIVILEGED_TOKEN
+from simulator.controlplane.versions import HELM_VERSION, KUBERNETES_VERSION
+from tests.real_tier import ServedLab, mpijob, require_real
 from wizard.transports.kube import KubeClient, KubeError
 
 
@@ -144,3 +144,38 @@ def _alive(pid: int) -> bool:
             return handle.read().split()[2] != "Z"
     except OSError:
         return False
+
+
+async def test_the_mpi_operator_acts_with_its_own_service_account(real_lab):
+    """The MPI Operator's controller acts with its service account's token, bound by its
+    manifests' ClusterRole (kubeflow/mpi-operator manifests/base/cluster-role.yaml): that
+    account may create pods and watch MPIJobs, not change nodes, and an MPIJob's launcher
+    still appears (created with its token)."""
+    client = kube(real_lab)
+    user = "system:serviceaccount:mpi-operator:mpi-operator"
+
+    async def allowed(verb: str, resource: str, group: str = "", ns: str = "default") -> bool:
+        review = await client.request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", {
+            "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+            "spec": {"user": user, "groups": ["system:serviceaccounts"],
+                     "resourceAttributes": {"verb": verb, "resource": resource, "group": group,
+                                            "namespace": ns}}})  # fmt: skip
+        return bool(review["status"].get("allowed"))
+
+    assert await allowed("create", "pods")
+    assert await allowed("watch", "mpijobs", "kubeflow.org")
+    assert not await allowed("patch", "nodes", ns="")
+    assert not await allowed("delete", "daemonsets", "apps", "kube-system")
+    jobs = "/apis/kubeflow.org/v2beta1/namespaces/default/mpijobs"
+    job = mpijob("gnw-sa")
+    await client.request("POST", jobs, job)
+    try:
+        deadline = time.monotonic() + 60
+        launchers: list = []
+        while time.monotonic() < deadline and not launchers:
+            launchers = [p for p in await client.pods("default")
+                         if p["metadata"]["name"].startswith("gnw-sa-launcher")]  # fmt: skip
+            await asyncio.sleep(0.5)
+        assert launchers, "the MPI Operator created no launcher"
+    finally:
+        await client.request("DELETE", f"{jobs}/gnw-sa")

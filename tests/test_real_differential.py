@@ -1,5 +1,5 @@
 """The differential tier: the same wizard runs against both control planes and must come to
-the same results. A divergence is fixed in the embedded server (wizard/lab/kubeapi.py) or
+the same results. A divergence is fixed in the embedded server (simulator/kubeapi.py) or
 written down in the README's "The real control plane" where it cannot be matched."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import re
 import subprocess
 import sys
 
+from frontend.headless import HeadlessFrontEnd
+from frontend.runner import run_checks
+from simulator.lab import Lab
 from steps import build_plan
 from tests.conftest import REPO
 from tests.real_tier import require_real
-from wizard.headless import HeadlessFrontEnd
-from wizard.lab.lab import Lab
-from wizard.runner import run_checks
 from wizard.site import load_site
 
 
@@ -46,7 +46,7 @@ def test_the_headless_demo_ends_with_the_same_gates_on_both_control_planes():
     runs = {}
     for control_plane in ("embedded", "real"):
         result = subprocess.run(
-            [sys.executable, "-m", "wizard.cli", "demo", "--headless",
+            [sys.executable, "-m", "frontend.cli", "demo", "--headless",
              "--control-plane", control_plane],
             capture_output=True, text=True, cwd=REPO, timeout=1200,
         )  # fmt: skip

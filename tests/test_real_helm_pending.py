@@ -1,6 +1,8 @@
 """helm's pending state after a kill -9 in the middle of the wizard's `helm upgrade
 --install --wait`, on the real control plane with the real helm: the next run sees it,
-says so, and resolves it (its own interrupted operation, by the journal), never forcing."""
+says so, and resolves it (its own interrupted operation, by the journal), never forcing:
+pending-install (uninstalled) and pending-upgrade (rolled back to the last deployed
+revision), each with the real helm binary."""
 
 from __future__ import annotations
 
@@ -15,11 +17,11 @@ import time
 
 import yaml
 
+from simulator.controlplane import build
+from simulator.controlplane.client import Api
+from simulator.controlplane.versions import HELM
 from tests.conftest import REPO
 from tests.real_tier import ServedLab, require_real
-from wizard.lab.controlplane import build
-from wizard.lab.controlplane.client import Api
-from wizard.lab.controlplane.versions import HELM
 
 NODES = ("cp-1", "cpu-worker-1", "cpu-worker-2", "gpu-b300-01")
 
@@ -68,14 +70,16 @@ def _processes_running(binary: str) -> list[int]:
 
 
 def _wizard(lab: ServedLab, state: str) -> list[str]:
-    argv = [sys.executable, "-m", "wizard.cli", "run", str(lab.site), "--headless", "--yes",
-            "--phase", "gpu-operator", "--state-dir", state]  # fmt: skip
+    argv = [sys.executable, "-m", "frontend.cli", "run", str(lab.site), "--headless", "--yes",
+            "--phase", "gpu-operator", "--allow-cluster-change", "gpu-operator-install",
+            "--allow-cluster-change", "gpu-operator-upgrade",  # the later runs upgrade
+            "--state-dir", state]  # fmt: skip
     return argv
 
 
 def test_an_install_killed_mid_way_is_seen_said_and_resolved_by_the_next_run(tmp_path):
     require_real()
-    lab = ServedLab(tmp_path / "lab")
+    lab = ServedLab(tmp_path / "lab", "--fault", "greenfield")  # a first install
     state = str(tmp_path / "state")
     try:
         # Every node cordoned: the operator's pod cannot be scheduled, helm --wait waits.
@@ -135,7 +139,7 @@ def test_a_killed_wizard_whose_helm_lives_on_is_waited_for_never_rolled_back_und
     beside the running helm). When helm goes on, it gets its SIGTERM and ends, and the
     next run finishes the install."""
     require_real()
-    lab = ServedLab(tmp_path / "lab")
+    lab = ServedLab(tmp_path / "lab", "--fault", "greenfield")  # a first install
     state = str(tmp_path / "state")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     helms: list[int] = []
@@ -187,4 +191,106 @@ def test_a_killed_wizard_whose_helm_lives_on_is_waited_for_never_rolled_back_und
         for pid in helms:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
+        lab.stop()
+
+
+def _history(lab: ServedLab) -> list[dict]:
+    result = subprocess.run(
+        [str(lab.helm), "--kubeconfig", str(lab.kubeconfig), "history", "gpu-operator",
+         "--namespace", "gpu-operator", "-o", "json"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    return json.loads(result.stdout or "[]")
+
+
+def test_an_upgrade_killed_mid_way_is_rolled_back_to_the_last_deployed_revision(tmp_path):
+    """pending-upgrade with the real helm: the wizard installed the release (revision 1), an
+    operator changed a value by hand (revision 2, `helm upgrade --reuse-values --set`), then
+    tried to put it back and timed out (revision 3 failed), the wizard's next upgrade
+    (revision 4, putting the value back) is killed with helm in its --wait. The run after
+    sees pending-upgrade, rolls back to revision 2, the last deployed, by number (not 3:
+    helm rollback without one goes to current-1, which is the failed revision), then
+    upgrades; never --force."""
+    require_real()
+    lab = ServedLab(tmp_path / "lab", "--fault", "greenfield")  # its node joined, no release
+    state = str(tmp_path / "state")
+    helms: list[int] = []
+    try:
+        # The install, by an earlier run of the wizard (a state folder of its own: this one's
+        # checkpoint would call the phase done and plan nothing the next time).
+        first = subprocess.run(_wizard(lab, str(tmp_path / "installed")), cwd=REPO,
+                               capture_output=True, text=True, timeout=900)  # fmt: skip
+        assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
+        changed = subprocess.run(
+            [str(lab.helm), "--kubeconfig", str(lab.kubeconfig), "upgrade", "gpu-operator",
+             "nvidia/gpu-operator", "--namespace", "gpu-operator", "--version", "v26.7.0",
+             "--reuse-values", "--set", "nfd.enabled=false", "--wait", "--timeout", "5m"],
+            capture_output=True, text=True, timeout=400,
+        )  # fmt: skip
+        assert changed.returncode == 0, changed.stderr
+        assert [(h["revision"], h["status"]) for h in _history(lab)] == [
+            (1, "superseded"),
+            (2, "deployed"),
+        ]
+        # Every node cordoned: the NFD master the wizard's upgrade brings back cannot be
+        # scheduled, helm --wait waits.
+        _cordon(lab, True)
+        # The operator's own try to bring it back times out: revision 3 failed.
+        failed = subprocess.run(
+            [str(lab.helm), "--kubeconfig", str(lab.kubeconfig), "upgrade", "gpu-operator",
+             "nvidia/gpu-operator", "--namespace", "gpu-operator", "--version", "v26.7.0",
+             "--reuse-values", "--set", "nfd.enabled=true", "--wait", "--timeout", "1s"],
+            capture_output=True, text=True, timeout=400,
+        )  # fmt: skip
+        assert failed.returncode != 0, failed.stdout
+        assert [(h["revision"], h["status"]) for h in _history(lab)] == [
+            (1, "superseded"),
+            (2, "deployed"),
+            (3, "failed"),
+        ]
+        log = tmp_path / "killed.log"
+        with log.open("w") as out:
+            killed = subprocess.Popen(_wizard(lab, state), cwd=REPO, stdout=out,
+                                      stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        deadline = time.monotonic() + 300
+        status = None
+        while time.monotonic() < deadline and status != "pending-upgrade":
+            status = next(
+                (r["status"] for r in _releases(lab) if r["name"] == "gpu-operator"), None
+            )
+            time.sleep(1)
+        assert status == "pending-upgrade", log.read_text()[-4000:]
+        helms = _processes_running(str(build.binary(HELM, "helm")))
+        os.killpg(killed.pid, signal.SIGKILL)
+        for pid in helms:
+            os.kill(pid, signal.SIGKILL)
+        killed.wait(30)
+        assert helms, "the wizard's helm was not running"
+        assert [(h["revision"], h["status"]) for h in _history(lab)][-1] == (4, "pending-upgrade")
+        _cordon(lab, False)
+        second = subprocess.run(_wizard(lab, state), cwd=REPO, capture_output=True, text=True,
+                                timeout=900)  # fmt: skip
+        out = second.stdout + second.stderr
+        assert second.returncode == 0, out[-4000:]
+        assert "gpu-operator/gpu-operator is pending-upgrade: this wizard's own" in out
+        assert (
+            "resolving it with `helm rollback gpu-operator 2 --namespace gpu-operator --wait`"
+            in out
+        )
+        # The journal of the two runs: the killed upgrade, then the rollback and the upgrade.
+        assert _helm_commands(tmp_path) == ["upgrade", "rollback", "upgrade"]
+        journal = (tmp_path / "state" / "lab" / "journal.jsonl").read_text()
+        assert "--force" not in journal
+        history = _history(lab)
+        assert [(h["revision"], h["status"]) for h in history][-2:] == [
+            (5, "superseded"),
+            (6, "deployed"),
+        ]
+        assert history[4]["description"] == "Rollback to 2"
+        releases = [(r["name"], r["status"], r["chart"]) for r in _releases(lab)]
+        assert releases == [("gpu-operator", "deployed", "gpu-operator-v26.7.0")]
+    finally:
+        for pid in helms:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         lab.stop()

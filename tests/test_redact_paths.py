@@ -13,9 +13,9 @@ import sys
 import asyncssh
 import pytest
 
+from simulator.host import LabHost
+from simulator.sshd import LabSshServer
 from tests.conftest import MINIMAL_SITE, REPO
-from wizard.lab.host import LabHost
-from wizard.lab.sshd import LabSshServer
 from wizard.redact import REDACTED, Redactor, redact_logs
 from wizard.secrets import command_secrets
 from wizard.site import SshSettings, parse_site
@@ -77,7 +77,7 @@ def test_the_runbook_keeps_no_benchmark_credentials(tmp_path):
         + f"measurements:\n  vllm: {{command: '{CURL}', metric_regex: '(?P<value>[0-9]+)'}}\n"
     )
     done = subprocess.run(
-        [sys.executable, "-m", "wizard.cli", "export", str(site), "--out", str(tmp_path / "x")],
+        [sys.executable, "-m", "frontend.cli", "export", str(site), "--out", str(tmp_path / "x")],
         cwd=REPO, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr

@@ -70,14 +70,14 @@ DEMO = textwrap.dedent(
     import json, sys
     from pathlib import Path
     from tests.test_redaction_property import plant
-    from wizard.lab import lab as lab_module
+    from simulator import site_files
     token = json.loads(sys.argv[1])
-    original = lab_module.Lab._write_site
+    original = site_files.SiteFiles.write_site
     def write_site(self, key_path, helm):
         original(self, key_path, helm)
-        plant(self.directory, self.site_path, token)
-    lab_module.Lab._write_site = write_site
-    from wizard.cli import main
+        plant(self.lab.directory, self.lab.site_path, token)
+    site_files.SiteFiles.write_site = write_site
+    from frontend.cli import main
     sys.exit(main(sys.argv[2:]))
     """
 )
@@ -117,7 +117,7 @@ def test_no_planted_secret_is_printed_or_written(tmp_path):
     printed: dict[str, bytes] = {}
 
     def cli(*args: str, env) -> subprocess.CompletedProcess[bytes]:
-        done = subprocess.run([sys.executable, "-m", "wizard.cli", *args], env=env,
+        done = subprocess.run([sys.executable, "-m", "frontend.cli", *args], env=env,
                               cwd=REPO, capture_output=True, timeout=300, check=False)  # fmt: skip
         printed[f"{args[0]} stdout"] = done.stdout
         printed[f"{args[0]} {args[-1]} stderr"] = done.stderr

@@ -18,17 +18,20 @@ from wizard.events import Answer, Reply
 from wizard.model import StepState
 from wizard.plan import Phase, Plan
 from wizard.redo import Redo, forget_for_redo, parse_redo
+from wizard.result_keys import ResultKey
 from wizard.site import load_site
+
+QOS = ResultKey("qos.apply", "qos", str)
 
 
 class QosWindow(WorldMaintenance):
     """A maintenance change that provides what it verified (as qos.apply does)."""
 
-    provides = ("qos",)
+    provides = (QOS,)
 
     async def verify(self, ctx):
         findings = await super().verify(ctx)
-        ctx.data["qos"] = "verified"
+        ctx.provide(QOS, "verified")
         return findings
 
 
@@ -38,7 +41,7 @@ def plan_of(world: World) -> Plan:
             Phase("one", 1, "First", "checks", (WorldCheck("one.check", world),)),
             Phase("qos", 2, "QoS", "maintenance", (QosWindow("qos.apply", world),)),
             Phase("after", 3, "After", "uses the QoS",
-                  (WorldCheck("qos.measure", world, needs=(("qos.apply", "qos"),)),)),
+                  (WorldCheck("qos.measure", world, needs=(QOS,)),)),
         )
     )  # fmt: skip
 

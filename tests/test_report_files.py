@@ -12,11 +12,11 @@ from typing import Any
 import openpyxl
 import pytest
 
+from frontend.headless import HeadlessFrontEnd
 from steps import build_plan
 from tests.conftest import K8S_PHASES, MINIMAL_SITE, run_in_lab
 from tests.test_honest_skips import WindowKeptShut
-from wizard.checkpoint import read_state, site_state_dir, who_am_i
-from wizard.headless import HeadlessFrontEnd
+from wizard.checkpoint import RunState, load_run, site_state_dir, who_am_i
 from wizard.model import GATES
 from wizard.report import build_report, verdict_line, write_report
 from wizard.site import load_site, parse_site
@@ -31,7 +31,7 @@ async def lab_report(
     """Run the lab, write the report files, read them back: (report, report.md, workbook)."""
     _, lab = await run_in_lab(tmp_path, frontend, *faults, phases=phases, waivers=waivers)
     site = load_site(lab.site_path)
-    report = build_report(read_state(site_state_dir(tmp_path / "state", site)), site, build_plan())
+    report = build_report(load_run(site_state_dir(tmp_path / "state", site)), site, build_plan())
     paths = write_report(report, tmp_path / "report")
     return report, paths[1].read_text(), openpyxl.load_workbook(paths[2])
 
@@ -170,7 +170,7 @@ async def test_a_skipped_window_and_a_waiver_are_named_with_who_and_why(tmp_path
     frontend = WindowKeptShut(yes=True, window_open=True, out=io.StringIO())
     report, markdown, book = await lab_report(
         tmp_path, frontend, "gpu-missing", phases=(*K8S_PHASES, "qos"),
-        waivers={"T00.gpu-count": RMA, "T01.allocatable": RMA},
+        waivers={"T00.gpu-count": RMA, "T01.allocatable": RMA, "T01.dcgm.gpus": RMA},
     )  # fmt: skip
     verdict = markdown.splitlines()[2]
     assert [s["step"] for s in report["skipped_steps"]] == [
@@ -179,7 +179,8 @@ async def test_a_skipped_window_and_a_waiver_are_named_with_who_and_why(tmp_path
         "qos.measure",
     ]
     # qos.apply carries T08 and T10, qos.persist T17: skipped, not passed. The missing GPU
-    # fails T00 and then T01 (7 allocatable): both waived, counted as waived, not as passes.
+    # fails T00 and then T01 (7 allocatable, DCGM reports 7 GPUs): all waived, counted as
+    # waived, not as passes.
     assert verdict.startswith(
         "**Verdict: not ready (incomplete)** — 3 skipped (T08, T10, T17); "
     ), verdict
@@ -223,7 +224,7 @@ def test_every_gate_passing_is_ready():
             {**finding, "check": f"{gate}.ok", "gate": gate} for gate in step.gates]}  # fmt: skip
 
     steps = {s.id: {t: record(s) for t in plan.targets(s, site)} for s in plan.steps()}
-    report = build_report({"updated": "x", "steps": steps}, site, plan)
+    report = build_report(RunState.from_json({"updated": "x", "steps": steps}), site, plan)
     assert verdict_line(report) == "**Verdict: ready** — all 18 gates pass"
     assert set(GATES) == {g for s in plan.steps() for g in s.gates}
 
@@ -237,7 +238,7 @@ def test_a_gate_passes_only_when_every_step_that_proves_it_ran():
     phase1 = {s.id: {t: {"state": "done", "findings": [acs] if "T11" in s.gates else []}
                      for t in plan.targets(s, site)}
               for s in plan.phase("preflight").steps}  # fmt: skip
-    report = build_report({"updated": "x", "steps": phase1}, site, plan)
+    report = build_report(RunState.from_json({"updated": "x", "steps": phase1}), site, plan)
     t11 = next(g for g in report["gates"] if g["gate"] == "T11")
     assert t11["status"] == "partial"
     assert "nccl.all-reduce on gpu-1" in t11["evidence"] and t11["evidence"].startswith(

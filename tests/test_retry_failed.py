@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import with_nodes
 from tests.engine_world import ScriptedFrontEnd, World, world_plan
-from wizard.checkpoint import Checkpoint
+from wizard.checkpoint import Checkpoint, read_state
 from wizard.engine import Engine
 from wizard.events import Answer, DecisionKind, Reply
 from wizard.model import Finding, Severity, StepState
@@ -47,7 +47,8 @@ def run(site_path: Path, state_dir: Path, world: World, frontend):
     site = load_site(site_path)
     with Checkpoint.open(state_dir, site) as checkpoint:
         summary = asyncio.run(Engine(site, world_plan(world), checkpoint, frontend).run())
-        return summary, checkpoint.state
+    # What the run left on disk (the checkpoint flushes on close).
+    return summary, read_state(checkpoint.directory)
 
 
 def retries(frontend: ScriptedFrontEnd):
@@ -149,10 +150,10 @@ def test_a_failed_change_can_be_retried_but_not_waived(site_path, tmp_path):
     site = load_site(site_path)
     with Checkpoint.open(tmp_path / "state", site) as checkpoint:
         summary = asyncio.run(Engine(site, plan, checkpoint, frontend).run())
-        waivers = checkpoint.state["waivers"]
+        waivers = checkpoint.waivers()
     asked = retries(frontend)
     assert asked and not asked[0].waivable  # a change's verification is not waivable
-    assert waivers == []
+    assert waivers == ()
     assert summary.results[("two.apply", "gpu-1")] is StepState.FAILED
 
 
@@ -184,7 +185,7 @@ def test_a_front_end_that_does_not_offer_retries_is_never_asked(site_path, tmp_p
 
 
 async def answer_of(decision, *keys: str):
-    from screens.failed import FailedStepScreen
+    from frontend.tui.failed import FailedStepScreen
     from tests.test_tui import ModalHost
 
     app = ModalHost(FailedStepScreen(decision))
@@ -200,7 +201,7 @@ async def answer_of(decision, *keys: str):
 
 
 async def test_the_dialog_retries_on_ctrl_r_and_leaves_it_failed_on_ctrl_l():
-    from screens.bridge import SET_ASIDE
+    from frontend.tui.bridge import SET_ASIDE
     from tests.test_tui_keys import failed_decision
 
     assert (await answer_of(failed_decision(), "ctrl+r")).answer is Answer.PROCEED
@@ -221,7 +222,7 @@ async def test_typing_goes_into_the_reason_and_enter_waives_with_it():
 
 
 async def test_enter_without_a_reason_waives_nothing():
-    from screens.failed import FailedStepScreen
+    from frontend.tui.failed import FailedStepScreen
     from tests.test_tui import ModalHost
     from tests.test_tui_keys import failed_decision
 
@@ -235,7 +236,7 @@ async def test_enter_without_a_reason_waives_nothing():
 
 
 async def test_a_dialog_for_checks_that_cannot_be_waived_has_no_waiver():
-    from screens.failed import FailedStepScreen
+    from frontend.tui.failed import FailedStepScreen
     from tests.test_tui import ModalHost
     from tests.test_tui_keys import failed_decision
 

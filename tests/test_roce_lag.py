@@ -5,10 +5,10 @@ is missing, src/ice_lag.c ice_lag_init_feature_support_flag) instead of taking t
 
 from __future__ import annotations
 
+from simulator.host import LabHost
 from steps.e810 import ddp_from_devlink, evaluate_lag_log
 from tests.conftest import MINIMAL_SITE
 from tests.test_lab_checks import by_check, check_lab
-from wizard.lab.host import LabHost
 from wizard.model import Severity
 from wizard.probe import Report
 from wizard.site import parse_site

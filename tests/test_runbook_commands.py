@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from frontend.headless import HeadlessFrontEnd
 from steps import build_plan
 from tests.conftest import run_in_lab
 from wizard.checkpoint import site_state_dir
 from wizard.export import collect, runbook
-from wizard.headless import HeadlessFrontEnd
 from wizard.plan import Scope
 from wizard.site import Site, load_site
 from wizard.transports.base import WRITE_FILE_SCRIPT, WRITE_VALUE_SCRIPT
@@ -46,12 +46,24 @@ DISCOVERED = (
 )
 # A token after one of these options is discovered: the RoCEv2 GID index (ibv_devinfo).
 DISCOVERED_AFTER = {"-x": (re.compile(r"^\d+$"), "<gid-index>")}
-# The NetworkManager profile of a bond port (`nmcli device status`), after `connection up/down`.
+# The UUID of a bond port's NetworkManager profile (`nmcli ... connection show`), after
+# `connection up/down uuid`.
 PROFILE = (("connection", "down"), ("connection", "up"))
 
 
 def normalise(tokens: list[str], site: Site) -> tuple[str, ...]:
     """One command, as argv tokens, in the form both sides are compared in."""
+    # Kubespray runs from its checkout: the runbook says `(cd CHECKOUT && ansible-playbook
+    # ...)`, the wizard runs the jump host's ansible-playbook with the checkout as its
+    # working directory (steps/join.py); both are the playbook command.
+    if len(tokens) > 3 and tokens[0] == "(cd" and tokens[2] == "&&" and tokens[-1].endswith(")"):
+        tokens = [*tokens[3:-1], tokens[-1][:-1]]
+    if tokens and tokens[0].endswith("/ansible-playbook"):
+        tokens = ["ansible-playbook", *tokens[1:]]
+    if tokens[:2] == ["ansible-playbook", "-i"] and len(tokens) > 2:
+        # The inventory as the site names it, resolved where it is used (test_kubespray_join
+        # checks both forms name the same file).
+        tokens = [*tokens[:2], "<kubespray-inventory>", *tokens[3:]]
     # The file-writing helper (transports/base.py) counts as the file it writes, with its mode;
     # the runbook shows it as `install -m MODE <export file> PATH`.
     if tokens[:3] == ["sh", "-c", WRITE_FILE_SCRIPT] and len(tokens) == 6:
@@ -66,6 +78,9 @@ def normalise(tokens: list[str], site: Site) -> tuple[str, ...]:
     resolved = {
         str(site.resolve_path(path)): path for path in (site.cluster.kubeconfig, site.cluster.helm)
     }
+    # The runbook names the kubeconfig once (its opening block exports KUBECONFIG, checked in
+    # tests/test_runbook_follow.py); its lines read "$KUBECONFIG".
+    resolved["$KUBECONFIG"] = site.cluster.kubeconfig
     out = []
     for i, token in enumerate(tokens):
         token = resolved.get(token, token)
@@ -74,7 +89,7 @@ def normalise(tokens: list[str], site: Site) -> tuple[str, ...]:
         after = DISCOVERED_AFTER.get(tokens[i - 1]) if i else None
         if after and after[0].match(token):
             token = after[1]
-        if i == 3 and tokens[0] == "nmcli" and tuple(tokens[1:3]) in PROFILE:
+        if i == 4 and tokens[0] == "nmcli" and tuple(tokens[1:3]) in PROFILE:
             token = "<profile>"
         out.append(token)
     return tuple(out)
@@ -116,7 +131,8 @@ def unlisted_commands(site: Site, journal: list[dict]) -> list[str]:
     missing = []
     peers = {peer.name for peer in site.aistor.peers}
     for entry in journal:
-        host = JUMP_HOST if entry["target"] == HELM_TARGET else entry["target"]
+        # Helm and Kubespray run on the jump host (their journal targets name the tool).
+        host = JUMP_HOST if entry["target"] in (HELM_TARGET, "kubespray") else entry["target"]
         tokens = shlex.split(entry["command"])
         if host in peers and tokens[:1] == ["dcb"] and "dev" in tokens:
             # An AIStor peer's netdev is found on the peer (its `rdma link`), not in the site.

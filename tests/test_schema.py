@@ -8,9 +8,9 @@ import jsonschema
 import pytest
 import yaml
 
+from frontend.cli import build_parser, main
 from tests.conftest import MINIMAL_SITE
 from wizard.artifacts import render
-from wizard.cli import build_parser, main
 
 
 def schema_from_cli(capsys) -> dict:

@@ -5,7 +5,7 @@ resumed each time to the end. Every stop says which nodes are out of service and
 resumes; a fresh `check` afterwards passes; the node is schedulable and rebooted once.
 
 The lab runs in its own process and sends the signal itself, before it answers
-(wizard/lab/effects.py, the control file's ``signal`` and ``only``), so the lab lives on
+(simulator/effects.py, the control file's ``signal`` and ``only``), so the lab lives on
 across the wizard's stops.
 """
 
@@ -29,7 +29,7 @@ MAINTENANCE = ["dcb ", "nmcli ", "ip link set", "/api/v1/nodes/", "systemctl reb
 
 
 def _lab(site: Path, effects: Path, control: Path) -> subprocess.Popen:
-    argv = [sys.executable, "-m", "wizard.cli", "lab", "--write-site", str(site), "--nodes", "1",
+    argv = [sys.executable, "-m", "frontend.cli", "lab", "--write-site", str(site), "--nodes", "1",
             "--record-effects", str(effects), "--kill-on-effect", str(control)]  # fmt: skip
     lab = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, cwd=REPO)
     for line in lab.stdout:
@@ -43,7 +43,7 @@ def test_a_signal_at_each_entry_of_a_maintenance_change_then_resume(tmp_path):
     effects, control, state = tmp_path / "effects.jsonl", tmp_path / "kill.json", tmp_path / "state"
     control.write_text(json.dumps({"pid": None, "killed_on": [], "only": MAINTENANCE}))
     lab = _lab(site, effects, control)
-    run = [sys.executable, "-m", "wizard.cli", "run", str(site), "--headless", "--yes",
+    run = [sys.executable, "-m", "frontend.cli", "run", str(site), "--headless", "--yes",
            "--maintenance-window-open", "--state-dir", str(state)]  # fmt: skip
     stops: list[tuple[str, str]] = []
     deadline = time.monotonic() + RUN_BUDGET_S
@@ -60,7 +60,7 @@ def test_a_signal_at_each_entry_of_a_maintenance_change_then_resume(tmp_path):
                 break
             stops.append((sig, err))
         check = subprocess.run(
-            [sys.executable, "-m", "wizard.cli", "check", str(site), "--state-dir", str(state)],
+            [sys.executable, "-m", "frontend.cli", "check", str(site), "--state-dir", str(state)],
             cwd=REPO, capture_output=True, text=True, timeout=120,
         )  # fmt: skip
         base = yaml.safe_load((site.parent / "kubeconfig").read_text())["clusters"][0]["cluster"]

@@ -7,15 +7,15 @@ import asyncio
 import json
 import os
 
+from frontend.runner import Outcome
+from simulator.lab import Lab
 from tests.conftest import with_nodes
 from tests.engine_world import ScriptedFrontEnd, World, WorldApply, WorldCheck
 from wizard.checkpoint import Checkpoint
 from wizard.engine import Engine
 from wizard.errors import EXIT_CHECK_FAILED
-from wizard.lab.lab import Lab
 from wizard.model import StepState
 from wizard.plan import Phase, Plan
-from wizard.runner import Outcome
 from wizard.site import load_site
 
 
@@ -53,13 +53,13 @@ def test_a_killed_labs_temporary_folders_and_socket_are_swept_by_the_next(tmp_pa
     import subprocess
     import sys
 
+    from simulator.scratch import OWNER, sweep
     from tests.conftest import REPO
-    from wizard.lab.scratch import OWNER, sweep
     from wizard.transports.children import start_time
 
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     lab = subprocess.Popen(
-        [sys.executable, "-m", "wizard.cli", "lab", "--write-site", str(tmp_path / "l" / "site.yaml")],
+        [sys.executable, "-m", "frontend.cli", "lab", "--write-site", str(tmp_path / "l" / "site.yaml")],
         cwd=REPO, env=env, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     for line in lab.stdout:

@@ -17,8 +17,8 @@ from pathlib import Path
 import asyncssh
 import pytest
 
-from wizard.lab.host import LabHost
-from wizard.lab.sshd import LabSshServer
+from simulator.host import LabHost
+from simulator.sshd import LabSshServer
 from wizard.site import SshSettings
 from wizard.transports.base import (
     AuthenticationError,

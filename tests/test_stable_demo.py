@@ -12,13 +12,13 @@ import asyncio
 import io
 import stat
 
+from frontend.headless import HeadlessFrontEnd
+from frontend.lab_session import kept_lab_dir, open_lab
+from frontend.runner import run_engine
+from simulator import persist
+from simulator.lab import Lab
 from steps import build_plan
-from wizard.headless import HeadlessFrontEnd
-from wizard.lab import persist
-from wizard.lab.lab import Lab
 from wizard.model import StepState
-from wizard.runner import run_engine
-from wizard.session import kept_lab_dir, open_lab
 from wizard.site import load_site
 
 FIRST = ("preflight", "packages", "e810", "bond", "irdma", "join")

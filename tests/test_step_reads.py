@@ -45,7 +45,7 @@ def test_the_check_rejects_a_name_the_model_does_not_have():
 def invalidated(before: str, after: str) -> set[tuple[str, str]]:
     """What the real plan resets when the site file goes from ``before`` to ``after``."""
     old, new = parse_site(before), parse_site(after)
-    changed = changed_sections({"site": {"sections": old.sections()}}, new)
+    changed = changed_sections(old.sections(), new)
     assert changed, "the edit changed nothing"
     return set(build_plan().invalidated(changed, new))
 

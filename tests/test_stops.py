@@ -25,7 +25,7 @@ NODE = "gpu-b300-01"
 
 
 def _command(site: Path, state: Path) -> list[str]:
-    return [sys.executable, "-m", "wizard.cli", "run", str(site), "--headless", "--yes",
+    return [sys.executable, "-m", "frontend.cli", "run", str(site), "--headless", "--yes",
             "--maintenance-window-open", "--step", "operate.reboot", "--state-dir", str(state)]  # fmt: skip
 
 
@@ -57,7 +57,7 @@ def _resumed(site: Path, state: Path) -> None:
 
 def test_every_signal_mid_change_names_the_node_and_the_resume(tmp_path):
     site = tmp_path / "lab" / "site.yaml"
-    with served_lab(site):
+    with served_lab(site, "greenfield"):  # the node already in the cluster
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
             state = tmp_path / f"state-{sig.name}"
             wizard = _start_mid_change(site, state)
@@ -85,7 +85,7 @@ def test_a_state_folder_that_refuses_writes_mid_change_is_a_clear_stop(tmp_path,
     state = tmp_path / f"mnt-{uuid.uuid4().hex[:6]}"
     _mount_tmpfs(state, "4m")
     try:
-        with served_lab(site):
+        with served_lab(site, "greenfield"):  # the node already in the cluster
             wizard = _start_mid_change(site, state)
             if fault == "read-only":
                 # The folder as it is now, read-only, over the one the wizard writes to (a

@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import io
 
+from frontend.headless import HeadlessFrontEnd
+from simulator.host import LabHost
+from simulator.perf import CONGESTED_PACKETS, PerftestArgs, client_output, congestion
 from steps import build_plan
 from tests.conftest import findings_of
 from wizard.facts import parse
-from wizard.headless import HeadlessFrontEnd
-from wizard.lab.host import LabHost
-from wizard.lab.perf import CONGESTED_PACKETS, PerftestArgs, client_output, congestion
 from wizard.model import Severity
 
 
 async def _suite(tmp_path, *faults):
-    from wizard.lab.lab import Lab
-    from wizard.runner import run_engine
+    from frontend.runner import run_engine
+    from simulator.lab import Lab
     from wizard.site import load_site
 
     plan = build_plan()

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from simulator.kubeapi import ClusterState, KubeApiServer
 from steps.join import LabelsAndTaint
 from tests.conftest import MINIMAL_SITE
 from tests.test_kube_client import kubeconfig
-from wizard.lab.kubeapi import ClusterState, KubeApiServer
 from wizard.site import parse_site
 from wizard.transports.kube import KubeClient
 

@@ -13,13 +13,14 @@ import pytest
 from textual.app import App
 from textual.widgets import Button, Input, Static
 
-from screens.app import WizardApp
-from screens.modals import MaintenanceScreen, ReviewScreen
+from frontend.lab_session import open_lab
+from frontend.session import open_site
+from frontend.tui.app import WizardApp
+from frontend.tui.modals import MaintenanceScreen, ReviewScreen
 from tests.conftest import REPO
 from wizard.checkpoint import Checkpoint
 from wizard.events import Answer, ArtifactDiff, Decision, DecisionKind
 from wizard.model import Severity, StepState
-from wizard.session import open_lab, open_site
 
 SIZE = (140, 45)
 
@@ -30,7 +31,11 @@ async def wait_for(pilot, condition, timeout: float = 30.0) -> None:
         await pilot.pause(0.05)
         if condition():
             return
-    raise AssertionError("timed out waiting for the TUI")
+    app = pilot.app
+    raise AssertionError(
+        f"timed out waiting for the TUI (on {type(app.screen).__name__}; "
+        f"last notices: {[str(n.message)[:120] for n in list(app._notifications)[-3:]]})"
+    )
 
 
 async def run_to_end(pilot, app, timeout: float = 30.0) -> list:
@@ -80,7 +85,7 @@ async def test_start_review_skip_then_apply_on_resume(tmp_path):
         assert review.decision.step == "irdma.enable"
         diffs = "".join(d.diff for d in review.decision.diffs)
         assert "+irdma" in diffs and "+options irdma roce_ena=1" in diffs
-        assert app.focused is review.query_one("#skip", Button)  # the safe choice has the focus
+        assert app.focused is review.query_one("#diffs")  # no button: Enter decides nothing
         lab_host = holder["session"].lab.hosts["gpu-b300-01"]
         assert "irdma" not in lab_host.modules
         await pilot.press("s")  # skip: irdma.verify builds on it, so it asks first
@@ -98,7 +103,10 @@ async def test_apply_changes_the_host_and_the_run_continues(tmp_path):
     holder = {}
 
     async def opener():
-        holder["session"] = await open_lab(("irdma-not-loaded",), 1, tmp_path / "state")
+        # greenfield: the join is the operator's manual Kubespray run (no checkout named)
+        holder["session"] = await open_lab(
+            ("greenfield", "irdma-not-loaded"), 1, tmp_path / "state"
+        )
         return holder["session"]
 
     app = WizardApp(opener, auto_start=True)
@@ -164,7 +172,8 @@ async def test_resume_shows_the_interruption_and_does_not_redo_done_steps(tmp_pa
     holder = {}
 
     async def opener():  # on the engine's loop, which then owns (and closes) the lab
-        session = holder["session"] = await open_lab((), 1, state)
+        # greenfield: its first manual step is the Kubespray join the test waits for
+        session = holder["session"] = await open_lab(("greenfield",), 1, state)
         with Checkpoint.open(state, session.site) as checkpoint:
             for step in ("preflight.host", "preflight.containerd"):
                 checkpoint.set_step(step, "gpu-b300-01", StepState.DONE, message="ok")
@@ -249,7 +258,7 @@ async def test_review_offers_the_same_change_on_other_nodes(how):
         await pilot.pause()
         button = app.screen.query_one("#proceed_same", Button)
         assert "Apply + 6 alike" in str(button.label)
-        assert app.focused is app.screen.query_one("#skip", Button)  # still the safe default
+        assert app.focused is app.screen.query_one("#diffs")  # still no button by default
         if how == "key":
             await pilot.press("A")
         else:
@@ -362,7 +371,7 @@ def test_demo_in_tmux_walks_to_the_report():
             pytest.fail("tmux is missing: .ci/run installs it")
         pytest.skip("tmux not installed")
     session = f"gnw-smoke-{os.getpid()}"
-    command = f"{sys.executable} -m wizard.cli demo; sleep 5"
+    command = f"{sys.executable} -m frontend.cli demo; sleep 5"
 
     def screen() -> str:
         return subprocess.run(
@@ -390,7 +399,8 @@ def test_demo_in_tmux_walks_to_the_report():
         wait("No checkpoint yet")
         subprocess.run([tmux, "send-keys", "-t", session, "Enter"], check=True)
         seen = []
-        deadline = time.monotonic() + 120
+        # A hang guard: the default demo also runs two real ansible-playbook runs (the join).
+        deadline = time.monotonic() + 240
         shown = ""
 
         def act(marker: str, *keys: list[str], settle: float = 0.5) -> None:
@@ -458,13 +468,13 @@ async def test_measurements_view_after_a_run(tmp_path):
         await pilot.press("m")
         await wait_for(pilot, lambda: screen_name(app) == "MeasurementsScreen")
         # The charts are drawn from what the run recorded, as the report reads it.
-        from screens.charts import charts
-        from screens.measurements import ChartPlot
-        from wizard.checkpoint import read_state, site_state_dir
+        from frontend.tui.charts import charts
+        from frontend.tui.measurements import ChartPlot
+        from wizard.checkpoint import load_run, site_state_dir
         from wizard.report import build_report
 
-        state = read_state(site_state_dir(tmp_path / "state", app.session.site))
-        recorded = build_report(state, app.session.site, app.plan)["measurements"]
+        run = load_run(site_state_dir(tmp_path / "state", app.session.site))
+        recorded = build_report(run, app.session.site, app.plan)["measurements"]
         bandwidth, sweep, nccl = charts(recorded, "gpu-b300-01")
         assert [s.label for s in bandwidth.series] == ["baseline", "with QoS"]
         assert [s.label for s in sweep.series] == ["baseline", "with QoS"]

@@ -14,13 +14,13 @@ from textual.binding import Binding
 from textual.widgets import Static
 
 import steps.preflight
-from screens.app import InternalErrorScreen, WizardApp, tui_exit_code
-from screens.modals import QuitScreen
+from frontend.lab_session import open_lab
+from frontend.tui.app import InternalErrorScreen, WizardApp, tui_exit_code
+from frontend.tui.modals import QuitScreen
 from tests.test_tui import SIZE, ModalHost, run_to_end, screen_name, wait_for
 from wizard.checkpoint import Checkpoint, site_state_dir
 from wizard.errors import EXIT_INTERNAL
 from wizard.model import StepState
-from wizard.session import open_lab
 
 
 def lab_opener(holder: dict, state, faults=("irdma-not-loaded",), nodes=1):

@@ -7,16 +7,16 @@ from __future__ import annotations
 import pytest
 from textual.widgets import Static
 
-from screens.app import WizardApp
-from screens.bridge import SET_ASIDE
-from screens.failed import FailedStepScreen
-from screens.modals import MaintenanceScreen, ManualScreen, ReviewScreen, RollbackScreen
+from frontend.lab_session import open_lab
+from frontend.tui.app import WizardApp
+from frontend.tui.bridge import SET_ASIDE
+from frontend.tui.failed import FailedStepScreen
+from frontend.tui.modals import MaintenanceScreen, ManualScreen, ReviewScreen, RollbackScreen
 from tests.test_tui import SIZE, ModalHost, maintenance_decision, screen_name, wait_for
 from tests.test_tui_keys import failed_decision, manual_decision, rollback_decision
 from wizard.checkpoint import Checkpoint
 from wizard.events import Answer, Decision, DecisionKind
 from wizard.model import StepState
-from wizard.session import open_lab
 
 NODE = "gpu-b300-01"
 
@@ -101,6 +101,22 @@ async def test_a_skip_that_nothing_builds_on_is_not_asked_twice():
     app.plan = __import__("steps").build_plan()
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
+        await pilot.press("s")
+        await pilot.pause()
+    assert app.return_value.answer is Answer.SKIP
+
+
+@pytest.mark.parametrize("size", [SIZE, (80, 24)])
+async def test_enter_in_a_review_decides_nothing_skip_is_its_own_key(size):
+    """screen-r3 N1: Skip had the focus, so a reflex Enter (the start screen's key) skipped
+    the step. The diffs have the focus now: Enter scrolls nothing away and answers nothing."""
+    app = ModalHost(ReviewScreen(review_decision()))
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        assert app.focused is app.screen.query_one("#diffs")
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, ReviewScreen) and app.return_value is None
         await pilot.press("s")
         await pilot.pause()
     assert app.return_value.answer is Answer.SKIP

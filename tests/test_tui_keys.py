@@ -14,13 +14,13 @@ import pytest
 from textual.screen import Screen
 from textual.widgets import Button, Input, Static
 
-from screens.app import ErrorScreen, Failure, InternalErrorScreen, WizardApp
-from screens.failed import FailedStepScreen
-from screens.fleet import FleetScreen
-from screens.logview import FollowLog, LogScreen
-from screens.main import MainScreen
-from screens.measurements import MeasurementsScreen
-from screens.modals import (
+from frontend.tui.app import ErrorScreen, Failure, InternalErrorScreen, WizardApp
+from frontend.tui.failed import FailedStepScreen
+from frontend.tui.fleet import FleetScreen
+from frontend.tui.logview import FollowLog, LogScreen
+from frontend.tui.main import MainScreen
+from frontend.tui.measurements import MeasurementsScreen
+from frontend.tui.modals import (
     HelpScreen,
     MaintenanceScreen,
     ManualScreen,
@@ -28,8 +28,8 @@ from screens.modals import (
     ReviewScreen,
     RollbackScreen,
 )
-from screens.report import ReportData, ReportScreen
-from screens.start import StartScreen
+from frontend.tui.report import ReportData, ReportScreen
+from frontend.tui.start import StartScreen
 from steps import build_plan
 from tests.conftest import MINIMAL_SITE
 from tests.test_tui import labels_review, maintenance_decision, wait_for
@@ -287,7 +287,11 @@ async def test_pagedown_scrolls_a_dialogs_diff_from_any_focus():
         await app.push_screen(ReviewScreen(decision))
         await wait_for(pilot, lambda: app.screen.is_mounted and app.screen.query("#diffs"))
         diffs = app.screen.query_one("#diffs")
-        assert isinstance(app.focused, Button)  # Skip has the focus
+        # The diffs have the focus (Enter decides nothing); from a button too, pagedown
+        # scrolls the diff.
+        app.screen.query(Button).first().focus()
+        await pilot.pause(0.05)
+        assert isinstance(app.focused, Button)
         await pilot.press("pagedown")
         await pilot.pause(0.1)
         assert diffs.scroll_y > 0
@@ -322,14 +326,15 @@ async def test_step_and_run_elapsed_times_are_shown():
         await pilot.pause(0.1)
         # Every log line says when (a log read later, or copied into a ticket, needs it).
         assert main.transcript[-1] == "23:04:05 gpu-1: preflight.host: done (12.5s)"
-        # A reboot: a countdown from the step's own limit, gone when the step ends.
+        # A reboot: how far into the step's own limit (first: it is cut last), gone when
+        # the step ends.
         main.deliver(StepStarted("operate.reboot", "gpu-1", "Reboot"))
         main.deliver(Waiting("operate.reboot", "gpu-1", "waiting for gpu-1 to come back", 900.0))
         await pilot.pause(0.1)
         now[0] = 1072.5
         main._tick()
         assert str(main.query_one("#elapsed").content) == (
-            "operate.reboot on gpu-1: 1:00 · ⧗ waiting for gpu-1 to come back: at most 14:00 left"
+            "⧗ 1:00 of 15:00: waiting for gpu-1 to come back · operate.reboot on gpu-1: 1:00"
             " · run 2:52"
         )
         main.deliver(StepFinished("operate.reboot", "gpu-1", StepState.DONE))

@@ -8,11 +8,11 @@ from __future__ import annotations
 import pytest
 from textual.widgets import Input
 
-from screens.failed import FailedStepScreen
-from screens.fleet import FleetScreen
-from screens.main import MESSAGE_MIN
-from screens.modals import MaintenanceScreen, ReviewScreen
-from screens.report import ReportData, ReportScreen
+from frontend.tui.failed import FailedStepScreen
+from frontend.tui.fleet import FleetScreen
+from frontend.tui.modals import MaintenanceScreen, ReviewScreen
+from frontend.tui.report import ReportData, ReportScreen
+from frontend.tui.widgets.findings_table import MESSAGE_MIN
 from tests.test_tui import maintenance_decision, wait_for
 from tests.test_tui_keys import PLAN, SITE, IdleApp, failed_decision, show
 from wizard.events import (
@@ -211,7 +211,7 @@ async def test_check_names_and_node_names_are_never_cut_the_message_shrinks(size
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 async def test_help_starts_in_view_and_scrolls_to_its_end(size):
     """At 160x48 the help's first lines were above the screen and could not be reached."""
-    from screens.modals import HelpScreen
+    from frontend.tui.modals import HelpScreen
 
     app = IdleApp()
     async with app.run_test(size=size) as pilot:

@@ -8,10 +8,10 @@ import json
 import os
 import stat
 
-from screens.commands import export_artifacts, write_report_files
-from screens.failed import FailedStepScreen
-from screens.findings import detail_text
-from screens.preferences import preferences_path
+from frontend.tui.commands import export_artifacts, write_report_files
+from frontend.tui.failed import FailedStepScreen
+from frontend.tui.findings import detail_text
+from frontend.tui.preferences import preferences_path
 from tests.test_tui import wait_for
 from tests.test_tui_keys import PLAN, SITE, IdleApp, failed_decision, show
 from wizard.events import StepFinished
@@ -185,7 +185,7 @@ async def test_slash_filters_the_findings_by_node_gate_or_severity_and_escape_cl
 async def test_a_retried_steps_result_replaces_the_one_before_and_the_report_says_waived():
     """After a waiver the report showed T00 fail and the failure twice (a new user's review):
     the failed result stood beside the waived one."""
-    from screens.report import ReportData, ReportScreen
+    from frontend.tui.report import ReportData, ReportScreen
 
     app = IdleApp()
     async with app.run_test(size=(120, 40)) as pilot:
@@ -217,7 +217,7 @@ async def test_a_retried_steps_result_replaces_the_one_before_and_the_report_say
 async def test_a_node_with_a_skipped_step_is_not_all_done_in_the_fleet_view():
     """The nodes view said "1 ✔ all phases done" with phases 11, 12 and 16 skipped, and p
     (problems only) hid the node (a new user's review)."""
-    from screens.fleet import FleetScreen
+    from frontend.tui.fleet import FleetScreen
 
     app = IdleApp()
     async with app.run_test(size=(120, 40)) as pilot:
@@ -241,7 +241,7 @@ async def test_a_node_with_a_skipped_step_is_not_all_done_in_the_fleet_view():
 def test_the_start_screen_counts_skips_apart_from_done():
     from pathlib import Path
 
-    from screens.start import checkpoint_summary
+    from frontend.tui.start import checkpoint_summary
     from wizard.status import Status, StepStatus
 
     steps = [StepStatus("preflight.host", "Host", "preflight", "gpu-1", StepState.DONE),

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 from textual.widgets import Static
 
-from screens.report import ReportScreen
+from frontend.lab_session import open_lab
+from frontend.tui.report import ReportScreen
 from steps import build_plan
 from tests.test_tui import SIZE, screen_name, wait_for
 from wizard.report import checkpoint_report, verdict_line
-from wizard.session import open_lab
 
 
 async def test_the_tui_report_is_report_md_and_follows_the_run(tmp_path):
-    from screens.app import WizardApp
+    from frontend.tui.app import WizardApp
 
     holder = {}
 
@@ -38,7 +38,9 @@ async def test_the_tui_report_is_report_md_and_follows_the_run(tmp_path):
         # The run went on under the report: it read the checkpoint again and shows it.
         await wait_for(pilot, lambda: report.verdicts() == statuses(), 10)
         assert report.verdicts()["T00"] != "not run"
-        await pilot.press("ctrl+x")  # abort the run
+        await pilot.press("ctrl+x")  # abort the run: it asks first
+        await wait_for(pilot, lambda: screen_name(app) == "ConfirmAbortScreen")
+        await pilot.press("y")
         await wait_for(pilot, lambda: app.finished, 30)
         await pilot.pause(0.3)
         if screen_name(app) != "ReportScreen":

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from textual.widgets import Label
 
-from screens.failed import FailedStepScreen
+from frontend.lab_session import open_lab
+from frontend.tui.failed import FailedStepScreen
 from tests.test_tui import SIZE, ModalHost, run_to_end, screen_name, wait_for
 from tests.test_tui_keys import failed_decision
-from wizard.session import open_lab
 
 
 async def test_a_failed_retry_says_which_attempt_it_is_and_retrying_says_so():
@@ -25,7 +25,7 @@ async def test_a_failed_retry_says_which_attempt_it_is_and_retrying_says_so():
 
 
 async def test_the_tui_exits_1_after_a_stopped_run_and_says_why_with_the_verdict(tmp_path):
-    from screens.app import WizardApp
+    from frontend.tui.app import WizardApp
 
     app = WizardApp(lambda: open_lab(("containerd-1.7",), 1, tmp_path / "state"), auto_start=True)
     async with app.run_test(size=SIZE) as pilot:
@@ -39,7 +39,7 @@ async def test_the_tui_exits_1_after_a_stopped_run_and_says_why_with_the_verdict
 
 
 async def test_leaving_mid_run_says_the_checkpoint_keeps_it(tmp_path):
-    from screens.app import WizardApp
+    from frontend.tui.app import WizardApp
 
     app = WizardApp(lambda: open_lab(("irdma-not-loaded",), 1, tmp_path / "state"),
                     auto_start=True)  # fmt: skip
@@ -52,7 +52,7 @@ async def test_leaving_mid_run_says_the_checkpoint_keeps_it(tmp_path):
 
 
 async def test_q_mid_step_asks_first_as_ctrl_c_does_and_not_at_a_question():
-    from screens.app import TuiFrontEnd
+    from frontend.tui.app import TuiFrontEnd
     from tests.test_tui_keys import IdleApp, show
 
     app = IdleApp()
@@ -72,3 +72,44 @@ async def test_q_mid_step_asks_first_as_ctrl_c_does_and_not_at_a_question():
         await pilot.press("q")
         await pilot.pause(0.3)
     assert app.return_value == 0
+
+
+async def test_leaving_mid_run_names_a_node_left_cordoned(monkeypatch):
+    """Nothing else is on the terminal once the TUI is gone: a cordoned node is said there."""
+    from types import SimpleNamespace
+
+    import frontend.tui.app
+    from tests.test_tui_keys import IdleApp, show
+    from wizard.status import Cordon
+
+    cordon = Cordon("gpu-1", "qos.apply", "its change failed to verify", "01:27:51")
+    monkeypatch.setattr(frontend.tui.app, "_cordons", lambda session, plan: [cordon])
+    monkeypatch.setattr(frontend.tui.app, "_in_flight_lines", lambda session: [])
+    app = IdleApp()
+    async with app.run_test(size=SIZE) as pilot:
+        await show(app, pilot, "main")
+        app.session = SimpleNamespace()
+        code, said = app.exit_summary()
+    assert code == 0
+    assert said.splitlines()[1:] == [
+        "gpu-1 is cordoned (by qos.apply, since 01:27:51): its change failed to verify",
+        f"  to uncordon: {cordon.remedy}",
+    ]
+
+
+async def test_notices_never_cover_the_command_palettes_search_box():
+    """Notices sit at the top right (off the dialogs' buttons), but over the palette that is
+    its search box (seen at 80x24): while the palette is open they go to the bottom."""
+    from textual.widgets._toast import ToastRack
+
+    from tests.test_tui_keys import IdleApp, show
+
+    app = IdleApp()
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await show(app, pilot, "main")
+        app.notify("The run stopped: phase 11 (RoCE QoS (maintenance window)) did not pass")
+        await pilot.pause(0.2)
+        assert app.screen.query_one(ToastRack).styles.dock == "top"
+        await pilot.press("ctrl+p")
+        await wait_for(pilot, lambda: type(app.screen).__name__ == "CommandPalette", 5)
+        assert app.screen.query_one(ToastRack).styles.dock == "bottom"

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import io
 
+from frontend.headless import HeadlessFrontEnd
 from steps import build_plan
 from tests.conftest import run_in_lab
 from tests.test_k8s_phases import K8S_PHASES
 from wizard.events import Answer, DecisionKind, Reply
-from wizard.headless import HeadlessFrontEnd
 
 NODE = "gpu-b300-01"
 

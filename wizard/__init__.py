@@ -1,6 +1,6 @@
 """gpu-node-wizard: the engine, site model, facts, transports and artifacts.
 
-Nothing in this package imports Textual: the TUI (``screens``), the headless CLI and
+Nothing in this package imports Textual: the TUI (``frontend.tui``), the headless CLI and
 the tests are three front ends over the same engine.
 """
 

@@ -41,13 +41,15 @@ import socket
 import stat
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import platformdirs
 
+from wizard.approvals import Addition, Approval, ClusterChange
 from wizard.errors import (
     CheckpointError,
     CheckpointMissingError,
@@ -84,15 +86,19 @@ def site_state_dir(state_dir: Path, site: Site) -> Path:
     return state_dir / site.name
 
 
-def foreign_site_file(state: dict[str, Any] | None, site: Site) -> str | None:
-    """Why the checkpoint ``state`` is not this site file's, or None when it is.
+def foreign_site_file(run: RunState | None, site: Site) -> str | None:
+    """Why the checkpoint ``run`` is not this site file's, or None when it is."""
+    return _foreign(run.site.path if run is not None else None, site)
+
+
+def _foreign(recorded: str | None, site: Site) -> str | None:
+    """Why a checkpoint made from the site file ``recorded`` is not this site file's.
 
     A checkpoint belongs to one site file: the one it was made from (its resolved path).
     Another file that is still there with the same ``name:`` (a copy with another host) is
     a different site: sharing the checkpoint would let a ``check`` of the copy overwrite the
     real site's results. A file that moved (the recorded one is gone) is the same site, and
     the checkpoint follows it (``adopt_site``)."""
-    recorded = ((state or {}).get("site") or {}).get("path")
     here = site.source
     if not recorded or here is None or Path(recorded) == here:
         return None
@@ -224,10 +230,274 @@ def _empty_state(site: Site) -> dict[str, Any]:
         "steps": {},
         "artifacts": {},
         "waivers": [],
+        "approvals": [],
+        # The nodes the wizard itself cordoned and has not uncordoned yet (``CORDONS``).
+        "cordons": {},
+        "additions": [],
         # What the settled results describe: each node's machine and the cluster
         # (wizard/identity.py); a different machine under the same name resets its steps.
         "identity": {"nodes": {}, "cluster": None},
     }
+
+
+# -- the typed run state ---------------------------------------------------------------------
+#
+# Every reader outside this module sees the checkpoint through these types: the JSON below
+# them (``state.json``) is this module's alone (tests/test_run_state_boundary.py enforces it).
+
+# The keys of a record's ``extra`` that the engine itself writes; the rest is the step's
+# own result (``StepRecord.result``, what ``StepContext.recorded`` hands to later steps).
+MAINTENANCE = "maintenance"
+CORDONED = "cordoned"  # the per-record mark of earlier versions (read into ``CORDONS``)
+# Top level, beside the step records: node -> the wizard's own cordon of it, written before
+# the cordon and dropped only once its uncordon returned. Kept apart from the step records
+# so that no record's replacement, a skip, a redo or a start over forgets a node that is
+# still out of service; any step that uncordons the node clears it.
+CORDONS = "cordons"
+CORDON_STAGES = ("cordoning", "cordoned", "uncordoning")
+EARLIER = "earlier"
+SKIPPED_BY = "skipped_by"
+REVERIFIED = "reverified"
+VERIFIED_BOOT = "verified_boot"
+ENGINE_KEYS = frozenset({MAINTENANCE, CORDONED, EARLIER, SKIPPED_BY, REVERIFIED, VERIFIED_BOOT})
+# What a failed result keeps of itself when a later skip takes its place (``extra.earlier``).
+EARLIER_KEYS = ("state", "message", "findings", "finished", "attempts")
+
+
+@dataclass(frozen=True)
+class Maintenance:
+    """A maintenance change in flight (``extra.maintenance``): the stage it reached and the
+    capture it is finished or rolled back from."""
+
+    stage: str = "confirmed"
+    capture: Mapping[str, Any] = field(default_factory=dict)
+    at: str | None = None  # when the change began (its capture was persisted)
+    at_stage: str | None = None  # when it entered ``stage``
+
+    @property
+    def since(self) -> str:
+        return self.at_stage or self.at or "?"
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"stage": self.stage, "capture": dict(self.capture)}
+        if self.at is not None:
+            data["at"] = self.at
+        if self.at_stage is not None:
+            data["at_stage"] = self.at_stage
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Maintenance:
+        stage, at, at_stage = data.get("stage"), data.get("at"), data.get("at_stage")
+        return cls(
+            stage=stage if isinstance(stage, str) else "confirmed",
+            capture=dict(data.get("capture") or {}),
+            at=str(at) if at is not None else None,
+            at_stage=str(at_stage) if at_stage is not None else None,
+        )
+
+
+@dataclass(frozen=True)
+class CordonMark:
+    """A node the wizard cordoned and has not uncordoned (``CORDONS``): by which step, why,
+    since when, and whether the cordon or the uncordon was under way when it was written
+    ("cordoning" and "uncordoning" are intents: the node may or may not be cordoned, and
+    is named so until the effect is known)."""
+
+    by: str
+    why: str
+    since: str
+    stage: str = "cordoned"
+
+    @classmethod
+    def from_json(cls, mark: Mapping[str, Any]) -> CordonMark:
+        stage = str(mark.get("stage", "cordoned"))
+        return cls(
+            str(mark.get("by", "")),
+            str(mark.get("why", "")),
+            str(mark.get("since", "?")),
+            stage if stage in CORDON_STAGES else "cordoned",
+        )
+
+
+def _cordons_raw(state: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The ``CORDONS`` of a state; for a checkpoint written before they existed, the marks
+    its step records held (``extra.cordoned``), one per node."""
+    if isinstance(state.get(CORDONS), dict):
+        return state[CORDONS]
+    found: dict[str, dict[str, Any]] = {}
+    for step, targets in (state.get("steps") or {}).items():
+        for target, record in targets.items():
+            mark = (record.get("extra") or {}).get(CORDONED)
+            if isinstance(mark, dict):
+                found.setdefault(target, {**mark, "by": mark.get("by") or step})
+    return found
+
+
+@dataclass(frozen=True)
+class EarlierResult:
+    """A failed result a later skip took the place of (kept beside the skip)."""
+
+    state: str
+    message: str
+    finished: str | None
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One step's record on one target, as the checkpoint holds it."""
+
+    state: StepState = StepState.PENDING
+    attempts: int = 0
+    message: str = ""
+    started: str | None = None
+    finished: str | None = None
+    findings: tuple[Finding, ...] = ()
+    # name -> {"value", "unit", "labels"}, as ``StepContext.record`` measured them.
+    measurements: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # The step's own result (its ``ctx.data``), what later steps read through ``needs``.
+    result: Mapping[str, Any] = field(default_factory=dict)
+    maintenance: Maintenance | None = None
+    earlier: tuple[EarlierResult, ...] = ()
+    skipped_by: str | None = None
+    reverified: bool = False
+    verified_boot: str | None = None
+    recorded: bool = False  # False: the step never ran on the target
+
+    @property
+    def in_flight(self) -> bool:
+        """A maintenance change begun (capture persisted), neither finished nor rolled back."""
+        return self.maintenance is not None and self.state.value in IN_FLIGHT_STATES
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> StepRecord:
+        if not data:
+            return _NEVER_RUN
+        extra = data.get("extra") or {}
+        inflight = extra.get(MAINTENANCE)
+        return cls(
+            state=StepState(data.get("state", StepState.PENDING.value)),
+            attempts=int(data.get("attempts", 0) or 0),
+            message=str(data.get("message", "")),
+            started=data.get("started"),
+            finished=data.get("finished"),
+            findings=tuple(Finding.from_json(f) for f in data.get("findings", ())),
+            measurements=dict(data.get("measurements") or {}),
+            result={k: v for k, v in extra.items() if k not in ENGINE_KEYS},
+            maintenance=Maintenance.from_json(inflight) if isinstance(inflight, dict) else None,
+            earlier=tuple(
+                EarlierResult(str(e.get("state")), str(e.get("message", "")), e.get("finished"))
+                for e in extra.get(EARLIER) or ()
+                if isinstance(e, dict)
+            ),
+            skipped_by=extra.get(SKIPPED_BY),
+            reverified=bool(extra.get(REVERIFIED)),
+            verified_boot=extra.get(VERIFIED_BOOT),
+            recorded=True,
+        )
+
+
+_NEVER_RUN = StepRecord()
+
+
+@dataclass(frozen=True)
+class Waiver:
+    """A failed check the operator waived, with the reason, when and by whom."""
+
+    check: str
+    reason: str
+    at: str | None = None
+    by: str | None = None
+
+    def to_json(self) -> dict[str, str]:
+        data = {"check": self.check, "reason": self.reason}
+        data.update({k: v for k, v in (("at", self.at), ("by", self.by)) if v is not None})
+        return data
+
+
+@dataclass(frozen=True)
+class SiteFile:
+    """Which site file the checkpoint describes: its name, path and section digests."""
+
+    name: str
+    path: str | None
+    fingerprint: str | None
+    sections: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class RunState:
+    """The whole checkpoint, typed: what ``status``, the report, the front ends and the
+    exit code read (through ``wizard.runview.fold``)."""
+
+    site: SiteFile
+    created: str | None
+    updated: str | None
+    steps: Mapping[tuple[str, str], StepRecord]
+    waivers: tuple[Waiver, ...] = ()
+    approvals: tuple[Approval, ...] = ()
+    # The objects made for the new nodes only (wizard/approvals.py Addition).
+    additions: tuple[Addition, ...] = ()
+    artifacts: Mapping[str, str] = field(default_factory=dict)
+    # What the settled results describe: each node's machine and the cluster
+    # (wizard/identity.py); a different machine under the same name resets its steps.
+    nodes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    cluster: Mapping[str, Any] | None = None
+    # node -> the wizard's own cordon of it, not yet uncordoned (``CORDONS``).
+    cordons: Mapping[str, CordonMark] = field(default_factory=dict)
+
+    def record(self, step: str, target: str) -> StepRecord:
+        return self.steps.get((step, target), _NEVER_RUN)
+
+    def in_flight(self) -> list[tuple[str, str, Maintenance]]:
+        """(step, target, change) of every maintenance change in flight."""
+        return [
+            (step, target, record.maintenance)
+            for (step, target), record in self.steps.items()
+            if record.maintenance is not None and record.in_flight
+        ]
+
+    @classmethod
+    def from_json(cls, state: dict[str, Any] | None) -> RunState:
+        state = state or {}
+        site = state.get("site") or {}
+        identity = state.get("identity") or {}
+        return cls(
+            site=SiteFile(
+                str(site.get("name", "")),
+                site.get("path"),
+                site.get("fingerprint"),
+                dict(site.get("sections") or {}),
+            ),
+            created=state.get("created"),
+            updated=state.get("updated"),
+            steps={
+                (step, target): StepRecord.from_json(record)
+                for step, targets in (state.get("steps") or {}).items()
+                for target, record in targets.items()
+            },
+            waivers=tuple(
+                Waiver(w["check"], w["reason"], w.get("at"), w.get("by"))
+                for w in state.get("waivers") or ()
+            ),
+            approvals=tuple(Approval.from_json(a) for a in state.get("approvals") or ()),
+            additions=tuple(Addition.from_json(a) for a in state.get("additions") or ()),
+            artifacts=dict(state.get("artifacts") or {}),
+            nodes={k: dict(v) for k, v in (identity.get("nodes") or {}).items()},
+            cluster=dict(identity["cluster"]) if identity.get("cluster") else None,
+            cordons={
+                node: CordonMark.from_json(mark)
+                for node, mark in _cordons_raw(state).items()
+                if isinstance(mark, dict)
+            },
+        )
+
+
+def load_run(directory: Path) -> RunState | None:
+    """The typed state of a site's checkpoint without taking the lock (for ``status``, the
+    report, the TUI's start screen); None if there is none."""
+    state = read_state(directory)
+    return None if state is None else RunState.from_json(state)
 
 
 def read_state(directory: Path) -> dict[str, Any] | None:
@@ -303,6 +573,24 @@ def _shape_problem(state: Any) -> str | None:
         for w in waivers
     ):
         return "'waivers' is not a list of {check, reason} objects"
+    approvals = state.get("approvals", [])
+    known = {c.value for c in ClusterChange}
+    if not isinstance(approvals, list) or not all(
+        isinstance(a, dict)
+        and a.get("change") in known
+        and isinstance(a.get("step"), str)
+        and isinstance(a.get("target"), str)
+        and isinstance(a.get("predicted", []), list)
+        and isinstance(a.get("restarted") or [], list)
+        for a in approvals
+    ):
+        return "'approvals' is not a list of {change, step, target} objects of known changes"
+    additions = state.get("additions", [])
+    if not isinstance(additions, list) or not all(
+        isinstance(a, dict) and isinstance(a.get("object"), str) and isinstance(a.get("step"), str)
+        for a in additions
+    ):
+        return "'additions' is not a list of {object, step} objects"
     steps = state.get("steps")
     if not isinstance(steps, dict):
         return "'steps' is not an object"
@@ -357,7 +645,9 @@ class Checkpoint:
 
     def __init__(self, directory: Path, state: dict[str, Any], lock_fd: int, redactor: Redactor):
         self.directory = directory
-        self.state = state
+        # The JSON of state.json: read and written here only, through the typed methods.
+        self._state = state
+        state[CORDONS] = _cordons_raw(state)  # an older checkpoint's marks, kept
         self._lock_fd = lock_fd
         self.redactor = redactor
         # The command that finishes a change in flight (set by ``open``, which knows the
@@ -426,11 +716,11 @@ class Checkpoint:
                     raise
                 set_aside(directory)
                 state = None
-            foreign = foreign_site_file(state, site)
+            foreign = _foreign(((state or {}).get("site") or {}).get("path"), site)
             if foreign is not None:
                 raise CheckpointError(f"{directory}: {foreign}")
             if state is not None and start_over:
-                refuse_start_over(state, finish_command(site, state_dir))
+                _refuse_start_over(state, finish_command(site, state_dir))
                 state["steps"] = {}
                 state["identity"] = {"nodes": {}, "cluster": None}
             if state is None and not start_over and _journal_has_work(directory):
@@ -444,7 +734,9 @@ class Checkpoint:
             checkpoint.finish = finish_command(site, state_dir)
             try:
                 if start_over:
-                    checkpoint.journal({"event": "start over: every step result was reset"})
+                    checkpoint.journal(
+                        {"event": "start over: every step result was reset", **_kept(state)}
+                    )
                 if start_over or not (directory / "state.json").exists():
                     checkpoint.save()
                 yield checkpoint
@@ -463,11 +755,11 @@ class Checkpoint:
     def save(self) -> None:
         # Everything is redacted as it enters the state (set_step, add_waiver), so a save is
         # a plain dump: its cost does not grow with redaction work over the whole history.
-        self.state["updated"] = now()
+        self._state["updated"] = now()
         # Compact on purpose: json's C encoder (no indent) keeps a write cheap on a big fleet;
         # `gpu-node-wizard status` is the readable view.
         started = time.monotonic()
-        blob = json.dumps(self.state, sort_keys=True, separators=(",", ":"))
+        blob = json.dumps(self._state, sort_keys=True, separators=(",", ":"))
         with self._writing(self.directory / "state.json"):
             # The journal reaches the disk no later than the state that points past it.
             os.fsync(self._journal.fileno())
@@ -485,12 +777,133 @@ class Checkpoint:
         if self._pending:
             self.save()
 
-    def record(self, step: str, target: str) -> dict[str, Any]:
-        """The stored record of ``step`` on ``target`` (empty dict if never run)."""
-        return self.state["steps"].get(step, {}).get(target, {})
+    def _record(self, step: str, target: str) -> dict[str, Any]:
+        """The stored JSON of ``step`` on ``target`` (empty dict if never run)."""
+        return self._state["steps"].get(step, {}).get(target, {})
+
+    def record(self, step: str, target: str) -> StepRecord:
+        """The record of ``step`` on ``target`` (``recorded`` False if it never ran)."""
+        return StepRecord.from_json(self._record(step, target))
 
     def step_state(self, step: str, target: str) -> StepState:
-        return StepState(self.record(step, target).get("state", StepState.PENDING))
+        return StepState(self._record(step, target).get("state", StepState.PENDING))
+
+    def run(self) -> RunState:
+        """The whole state, typed (a snapshot: later writes do not change it)."""
+        return RunState.from_json(self._state)
+
+    def in_flight(self) -> list[tuple[str, str, Maintenance]]:
+        """(step, target, change) of every maintenance change in flight."""
+        return [
+            (step, target, Maintenance.from_json(inflight))
+            for step, target, inflight in _in_flight_raw(self._state)
+        ]
+
+    def changed_sections(self, site: Site) -> list[str]:
+        """Site sections whose content differs from what the checkpoint was made with."""
+        return changed_sections(self._state["site"].get("sections", {}), site)
+
+    def has_results(self, target: str) -> bool:
+        """Whether any step recorded a result for ``target``."""
+        return any(target in targets for targets in self._state["steps"].values())
+
+    def waivers(self) -> tuple[Waiver, ...]:
+        return RunState.from_json({"waivers": self._state.get("waivers", [])}).waivers
+
+    def drop_result(self, step: str, target: str, keys: tuple[str, ...] | list[str]) -> None:
+        """Forget result keys of a record (in memory: the next transition writes it)."""
+        extra = self._record(step, target).get("extra", {})
+        for key in keys:
+            extra.pop(key, None)
+
+    # -- the wizard's own cordons: intent before effect, cleared by any uncordon ---------
+
+    def cordon_of(self, node: str) -> CordonMark | None:
+        """The wizard's cordon of ``node`` (None: it holds none)."""
+        mark = self._state.setdefault(CORDONS, {}).get(node)
+        return CordonMark.from_json(mark) if isinstance(mark, dict) else None
+
+    def cordoning(self, node: str, by: str, why: str) -> None:
+        """Written before ``by`` cordons ``node``: from here on the node is named cordoned
+        (status, the report, every screen) until an uncordon of it returned."""
+        self._state.setdefault(CORDONS, {})[node] = {
+            "by": by,
+            "why": self.redactor.text(why),
+            "since": now(),
+            "stage": "cordoning",
+        }
+        self.save()
+
+    def cordon_held(self, node: str, why: str | None = None, *, by: str | None = None) -> None:
+        """The cordon returned (or why, and for which step, the node stays cordoned)."""
+        cordons = self._state.setdefault(CORDONS, {})
+        mark = cordons.get(node)
+        if mark is None and by is not None:  # cordoned by a run before the marks existed
+            mark = cordons[node] = {"by": by, "why": "", "since": now()}
+        if mark is None:
+            return
+        mark["stage"] = "cordoned"
+        if by is not None:
+            mark["by"] = by
+        if why is not None:
+            mark["why"] = self.redactor.text(why)
+        self.save()
+
+    def uncordoning(self, node: str) -> None:
+        """Written before an uncordon of ``node``: a kill now leaves it named cordoned."""
+        mark = self._state.setdefault(CORDONS, {}).get(node)
+        if mark is not None:
+            mark["stage"] = "uncordoning"
+            self.save()
+
+    def uncordoned(self, node: str) -> None:
+        """The uncordon of ``node`` returned: whichever step cordoned it, it is in service."""
+        if self._state.setdefault(CORDONS, {}).pop(node, None) is not None:
+            self.save()
+
+    def end_maintenance(self, step: str, target: str) -> None:
+        """The change is over (done or failed): nothing of it is in flight any more (in
+        memory: the transition that ends the step writes it)."""
+        self._record(step, target).get("extra", {}).pop(MAINTENANCE, None)
+
+    def earlier_with_failure(self, step: str, target: str) -> list[dict[str, Any]] | None:
+        """The ``earlier`` results of a record that failed, with that failure added (a
+        skip about to take its place keeps them); None when it did not fail."""
+        before = self._record(step, target)
+        if before.get("state") != StepState.FAILED.value:
+            return None
+        earlier = before.get("extra", {}).get(EARLIER, [])
+        return [*earlier, {key: before.get(key) for key in EARLIER_KEYS}]
+
+    def forget(self, step: str, target: str) -> bool:
+        """Forget one record in memory (the caller saves); whether there was one."""
+        return self._state["steps"].get(step, {}).pop(target, None) is not None
+
+    # -- identity: which machines the results describe ----------------------------------
+
+    def node_identity(self, name: str) -> dict[str, Any] | None:
+        known = self._identity()["nodes"].get(name)
+        return dict(known) if known is not None else None
+
+    def set_node_identity(self, name: str, identity: dict[str, Any]) -> None:
+        """Store a node's identity (in memory: ``save`` writes it)."""
+        self._identity()["nodes"][name] = dict(identity)
+
+    def note_boot(self, name: str, boot_id: str) -> None:
+        """A step saw the node boot anew: that boot is the known one (in memory)."""
+        self._identity()["nodes"].setdefault(name, {})["boot_id"] = boot_id
+
+    def cluster_identity(self) -> dict[str, Any] | None:
+        known = self._identity().get("cluster")
+        return dict(known) if known is not None else None
+
+    def set_cluster_identity(self, identity: dict[str, Any]) -> None:
+        self._identity()["cluster"] = dict(identity)
+
+    def _identity(self) -> dict[str, Any]:
+        known = self._state.setdefault("identity", {"nodes": {}, "cluster": None})
+        known.setdefault("nodes", {})
+        return known
 
     def set_step(
         self,
@@ -509,7 +922,7 @@ class Checkpoint:
         ``durable=False`` is for the results of read-only checks: they are group-committed
         (see the module docstring), because losing one costs only a re-check.
         """
-        record = self.state["steps"].setdefault(step, {}).setdefault(target, {})
+        record = self._state["steps"].setdefault(step, {}).setdefault(target, {})
         stamp = now()
         if state == StepState.RUNNING:
             record["started"] = stamp
@@ -533,46 +946,74 @@ class Checkpoint:
         self, step: str, target: str, *, message: str, extra: dict[str, Any] | None = None
     ) -> None:
         """Record progress inside a step (its state unchanged), durably, before going on."""
-        record = self.state["steps"].setdefault(step, {}).setdefault(target, {})
+        record = self._state["steps"].setdefault(step, {}).setdefault(target, {})
         record["message"] = self.redactor.text(message)
         if extra is not None:
             record.setdefault("extra", {}).update(self.redactor.data(extra))
         self.save()
 
     def findings(self, step: str, target: str) -> list[Finding]:
-        return [Finding.from_json(f) for f in self.record(step, target).get("findings", [])]
+        return [Finding.from_json(f) for f in self._record(step, target).get("findings", [])]
 
     def reset(self, step: str, target: str | None = None) -> None:
         """Forget a step's result (for every target when ``target`` is None)."""
         if target is None:
-            self.state["steps"].pop(step, None)
+            self._state["steps"].pop(step, None)
         else:
-            self.state["steps"].get(step, {}).pop(target, None)
+            self._state["steps"].get(step, {}).pop(target, None)
         self.save()
 
     def reset_all(self) -> None:
         """Start over: forget every step result (the journal keeps the history); refused
-        while a change is in flight (its capture is what finishes or rolls it back)."""
-        refuse_start_over(self.state, self.finish)
-        self.state["steps"] = {}
-        self.state["identity"] = {"nodes": {}, "cluster": None}
-        self.journal({"event": "start over: every step result was reset"})
+        while a change is in flight (its capture is what finishes or rolls it back). The
+        nodes the wizard holds cordoned are kept (``CORDONS``): they are still out of
+        service, and every reader keeps naming them until an uncordon."""
+        _refuse_start_over(self._state, self.finish)
+        self._state["steps"] = {}
+        self._state["identity"] = {"nodes": {}, "cluster": None}
+        self.journal({"event": "start over: every step result was reset", **_kept(self._state)})
         self.save()
 
     def add_waiver(self, check: str, reason: str) -> None:
-        self.state["waivers"] = [w for w in self.state["waivers"] if w["check"] != check]
-        self.state["waivers"].append(
+        self._state["waivers"] = [w for w in self._state["waivers"] if w["check"] != check]
+        self._state["waivers"].append(
             {"check": check, "reason": self.redactor.text(reason), "at": now(), "by": who_am_i()}
         )
         self.save()
 
+    # -- approvals of changes outside the new nodes (wizard/approvals.py) -------------------
+
+    def add_approval(self, approval: Approval) -> None:
+        """Record an approved change outside the new nodes (replacing the record of the same
+        change by the same step and target: its measured outcome is written later)."""
+        kept = [
+            a
+            for a in self._state.setdefault("approvals", [])
+            if (a.get("change"), a.get("step"), a.get("target"))
+            != (approval.change.value, approval.step, approval.target)
+        ]
+        self._state["approvals"] = [*kept, self.redactor.value(approval.as_json())]
+        self.save()
+
+    def add_addition(self, addition: Addition) -> None:
+        """Record an object made for the new nodes (once per object: a rerun that finds it
+        in place adds nothing, and the first record's time stays)."""
+        kept = self._state.setdefault("additions", [])
+        if any(a.get("object") == addition.obj for a in kept):
+            return
+        kept.append(self.redactor.value(addition.as_json()))
+        self.save()
+
+    def approvals(self) -> tuple[Approval, ...]:
+        return RunState.from_json({"approvals": self._state.get("approvals", [])}).approvals
+
     def record_artifacts(self, checksums: dict[str, str]) -> None:
-        self.state["artifacts"].update(checksums)
+        self._state["artifacts"].update(checksums)
         self.save()
 
     def adopt_site(self, site: Site) -> None:
         """Store the current site's fingerprint and section digests."""
-        self.state["site"].update(
+        self._state["site"].update(
             fingerprint=site.fingerprint(),
             sections=site.sections(),
             path=str(site.source) if site.source else None,
@@ -738,7 +1179,7 @@ def _journal_has_work(directory: Path) -> bool:
 IN_FLIGHT_STATES = (StepState.RUNNING.value, StepState.WAITING.value, StepState.FAILED.value)
 
 
-def in_flight_changes(state: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+def _in_flight_raw(state: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
     """(step, target, maintenance record) of every maintenance change a checkpoint holds in
     flight: begun (its capture persisted) and neither finished nor rolled back. Such a node
     may be cordoned and half changed, whatever any other result says."""
@@ -751,11 +1192,11 @@ def in_flight_changes(state: dict[str, Any]) -> list[tuple[str, str, dict[str, A
     return found
 
 
-def refuse_start_over(state: dict[str, Any], finish: str) -> None:
+def _refuse_start_over(state: dict[str, Any], finish: str) -> None:
     """Starting over forgets every result, the persisted capture of a change in flight
     with them: the node would stay cordoned and half changed with nothing to roll it back
     from. A CheckpointError naming each change and the command that finishes it."""
-    changes = in_flight_changes(state)
+    changes = _in_flight_raw(state)
     if changes:
         named = "; ".join(
             f"{step} on {target} (maintenance stage {record.get('stage', '?')})"
@@ -766,6 +1207,13 @@ def refuse_start_over(state: dict[str, Any], finish: str) -> None:
             f"the capture it is finished or rolled back from. Finish it first with {finish}, "
             "then start over"
         )
+
+
+def _kept(state: dict[str, Any]) -> dict[str, Any]:
+    """What a start over keeps: the nodes the wizard still holds cordoned (a start over
+    forgets results, never that a node is out of service)."""
+    cordoned = sorted(_cordons_raw(state))
+    return {"kept_cordons": cordoned} if cordoned else {}
 
 
 def finish_command(site: Site, state_dir: Path | None = None) -> str:
@@ -781,22 +1229,19 @@ def finish_command(site: Site, state_dir: Path | None = None) -> str:
     )
 
 
-def out_of_service(state: dict[str, Any], site: Site) -> list[str]:
+def out_of_service(run: RunState, site: Site) -> list[str]:
     """One line per node of the site that a stop leaves out of service: mid-change (a
     maintenance change in flight) or left cordoned by a change that did not verify."""
     names = {node.name for node in site.nodes}
     lines = []
-    for step, target, inflight in in_flight_changes(state):
+    for step, target, change in run.in_flight():
         if target in names:
-            stage = inflight.get("stage", "confirmed")
-            lines.append(f"{target}: mid-change in {step} (maintenance stage {stage!s:.40})")
+            lines.append(f"{target}: mid-change in {step} (maintenance stage {change.stage:.40})")
     flagged = {line.split(":", 1)[0] for line in lines}
-    for step, targets in state.get("steps", {}).items():
-        for target, record in targets.items():
-            message = str(record.get("message", ""))
-            if target in names and target not in flagged and "stays cordoned" in message:
-                lines.append(f"{target}: cordoned ({step}: {message[:200]})")
-                flagged.add(target)
+    for target, mark in sorted(run.cordons.items()):
+        if target in names and target not in flagged:
+            lines.append(f"{target}: cordoned ({mark.by}: {mark.why[:200]})")
+            flagged.add(target)
     return lines
 
 
@@ -819,15 +1264,14 @@ def in_flight_elsewhere(directory: Path, site: Site) -> list[tuple[str, str, str
         if state is None:
             continue
         same_file = source is not None and state.get("site", {}).get("path") == source
-        for step, target, _ in in_flight_changes(state):
+        for step, target, _ in _in_flight_raw(state):
             if target in names or same_file:
                 found.append((str(state.get("site", {}).get("name", other.name)), step, target))
     return found
 
 
-def changed_sections(state: dict[str, Any], site: Site) -> list[str]:
-    """Site sections whose content differs from what the checkpoint was made with."""
-    old = state.get("site", {}).get("sections", {})
+def changed_sections(old: Mapping[str, str], site: Site) -> list[str]:
+    """Site sections whose content differs from ``old`` (what the checkpoint was made with)."""
     new = site.sections()
     return sorted(key for key in old.keys() | new.keys() if old.get(key) != new.get(key))
 

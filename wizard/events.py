@@ -67,6 +67,9 @@ class CommandFinished(Event):
     command: str
     exit_status: int | None
     duration_s: float
+    # What a non-zero exit status means when the command's definition expects it (pkill:
+    # no process was left; a read of a file that is not there yet): no error to show.
+    expected: str = ""
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,15 @@ class Waiting(Event):
     target: str
     message: str
     timeout_s: float
+
+
+@dataclass(frozen=True)
+class WaitEnded(Event):
+    """The wait a ``Waiting`` announced is over (what it waited for came, or its time ran
+    out) while the step goes on: the countdown stops."""
+
+    step: str
+    target: str
 
 
 @dataclass(frozen=True)
@@ -97,6 +109,8 @@ class DecisionKind(StrEnum):
     ROLLBACK = "rollback"
     # Load on a production AIStor peer: a typed confirmation naming the peer.
     STORAGE_LOAD = "storage-load"
+    # A change outside the new nodes (wizard/approvals.py): a typed confirmation naming it.
+    CLUSTER_CHANGE = "cluster-change"
 
 
 class Answer(StrEnum):
@@ -156,6 +170,8 @@ class Decision:
     # A failed step: whether its failing checks may be waived (read-only checks whose
     # failure is the site's, never a change, an unreachable host or the wizard's own bug).
     waivable: bool = False
+    # Why not, when a failing check is a hard requirement (``Step.hard_requirements``).
+    not_waivable: str = ""
     # A manual step: the files it hands the operator, each shown whole.
     files: tuple[ShownFile, ...] = ()
 

@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import stat
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -22,6 +23,7 @@ from wizard.model import GATES
 from wizard.plan import Plan, Scope
 from wizard.redact import Redactor
 from wizard.site import Site
+from wizard.transports.base import write_file_command
 
 MANIFEST = "MANIFEST.json"
 RUNBOOK = "RUNBOOK.md"
@@ -36,6 +38,7 @@ class StepBlock:
     artifacts: list[Artifact]
     instructions: str
     rollback: str | None
+    by_hand: str | None = None
 
 
 def collect(site: Site, plan: Plan) -> tuple[list[Artifact], dict[str, list[StepBlock]]]:
@@ -55,6 +58,7 @@ def collect(site: Site, plan: Plan) -> tuple[list[Artifact], dict[str, list[Step
                     artifacts=rendered,
                     instructions=step.instructions(site, node),
                     rollback=step.rollback(site, node),
+                    by_hand=step.by_hand(site, node),
                 )
             )
         if len(site.nodes) > 1 and step.scope == Scope.NODE:
@@ -71,16 +75,41 @@ def _merge_identical(blocks: list[StepBlock]) -> list[StepBlock]:
         and not b.artifacts
         and b.instructions == first.instructions
         and b.rollback == first.rollback
+        and b.by_hand == first.by_hand
         for b in blocks
     ):
-        return [StepBlock("every node", first.commands, [], first.instructions, first.rollback)]
+        return [StepBlock("every node", first.commands, [], first.instructions, first.rollback,
+                          first.by_hand)]  # fmt: skip
     return blocks
+
+
+def kubeconfig_assignment(site: Site) -> str:
+    """The value of the runbook's ``export KUBECONFIG=...``: the site's cluster.kubeconfig
+    as one shell word that names the same file from any folder. ``~/`` stays the home of
+    whoever follows the runbook (``"$HOME"/...``: POSIX sh does not expand a tilde after
+    ``=`` in an ``export`` argument); a relative path is resolved against the site file's
+    folder, as the wizard reads it, so it no longer depends on where the site file was."""
+    value = site.cluster.kubeconfig
+    if value.startswith("~/"):
+        rest = value[2:]
+        return '"$HOME"' + (f"/{shlex.quote(rest)}" if rest else "")
+    return shlex.quote(str(site.resolve_path(value).absolute()))
+
+
+def file_writer() -> str:
+    """How the runbook's ``install -m MODE FILE PATH`` is run from the export folder: FILE
+    on the standard input of the wizard's own atomic writer on the node (one remote
+    command, quoted once more for the remote shell that ssh hands it to)."""
+    writer = shlex.quote(shlex.join(write_file_command("PATH", "MODE")))
+    return f"ssh -F ansible/ssh_config HOST {writer} < FILE"
 
 
 def runbook(site: Site, plan: Plan, blocks: dict[str, list[StepBlock]]) -> str:
     return render(
         "runbook.md.j2",
         site=site,
+        file_writer=file_writer(),
+        kubeconfig=kubeconfig_assignment(site),
         phases=plan.phases,
         gates=GATES,
         step_blocks=blocks,

@@ -10,6 +10,48 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+
+class Gate(StrEnum):
+    """The acceptance gates, T00-T17 (DOMAIN.md). The value is the id the CLI, the JSON,
+    the report and the runbook spell; a step's ``gates`` and a ``Report``'s gate must be
+    one of them (a misspelt gate is refused, not a gate of its own)."""
+
+    T00 = "T00"
+    T01 = "T01"
+    T02 = "T02"
+    T03 = "T03"
+    T04 = "T04"
+    T05 = "T05"
+    T06 = "T06"
+    T07 = "T07"
+    T08 = "T08"
+    T09 = "T09"
+    T10 = "T10"
+    T11 = "T11"
+    T12 = "T12"
+    T13 = "T13"
+    T14 = "T14"
+    T15 = "T15"
+    T16 = "T16"
+    T17 = "T17"
+
+
+def gate_id(gate: str) -> str:
+    """``gate`` checked against ``Gate``, as its plain id (ValueError names the known)."""
+    try:
+        return Gate(gate).value
+    except ValueError:
+        raise ValueError(f"{gate!r} is no gate; the gates are T00-T17") from None
+
+
+# The gate of a finding about a step that proves no gate (its ``gates`` is empty): such a
+# finding counts against no gate's verdict, and its check is named after the step
+# ("<step>.internal-error"), never after a gate it does not prove. The run's verdict still
+# counts it (``wizard.verdict.judge_run``).
+NO_GATE = ""
+
+
+# What each gate checks, by id (plain strings: the form every output writes).
 GATES: dict[str, str] = {
     "T00": "OS / Kubernetes / containerd",
     "T01": "GPU Operator 26.7",

@@ -8,27 +8,18 @@ per phase; they never import Textual.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
+from wizard.approvals import ClusterEffect
 from wizard.artifacts import Artifact
-from wizard.errors import WizardError
-from wizard.events import CommandFinished, CommandStarted, OutputLine, Waiting
-from wizard.model import Finding, Measurement, StepKind, StepState
+from wizard.events import Event
+from wizard.model import NO_GATE, Finding, Measurement, StepKind, StepState
+from wizard.result_keys import ResultKey
 from wizard.site import AIStorPeer, Node, Site
-from wizard.transports.base import (
-    CommandResult,
-    HostTransport,
-    read_file_command,
-    render_command,
-    write_file_command,
-)
-
-if TYPE_CHECKING:
-    from wizard.engine import Engine
+from wizard.transports.base import CommandResult, HostTransport
 
 CLUSTER = "cluster"  # the target name of cluster-scope steps
 
@@ -38,13 +29,6 @@ T = TypeVar("T")
 class Scope(StrEnum):
     NODE = "node"  # once per GPU node, concurrently across nodes
     CLUSTER = "cluster"  # once for the site
-
-
-class MissingResultError(WizardError):
-    """A step needs a result an earlier step did not record."""
-
-    def __init__(self, step: str, provider: str, key: str) -> None:
-        super().__init__(f"{step} needs {key!r} from {provider}, which did not record it")
 
 
 class NotAutomated(Exception):
@@ -60,6 +44,13 @@ class Change:
     # What applying it touches beyond the artifact itself (a Helm upgrade that restarts the
     # driver on every GPU node): shown in the review, with the diff.
     note: str = ""
+    # What it changes outside the new nodes, when anything: applied only once the operator
+    # approved it by name (wizard/approvals.py, wizard/engine/cluster_gate.py).
+    effect: ClusterEffect | None = None
+    # The new object applying it creates, when it creates one that serves only the new
+    # nodes ("Secret gpu-operator/nexus-pull", and why): no approval, but the report lists
+    # it under "Added for the new nodes". An update of an existing object is an ``effect``.
+    adds: tuple[str, str] | None = None
 
     @property
     def changed(self) -> bool:
@@ -93,12 +84,19 @@ class Step:
     # tests/test_step_reads.py checks every step's names against the Site and Node models.
     reads: ClassVar[tuple[str, ...]] = ()
     explain: ClassVar[str] = ""
-    # Results of earlier steps this one uses, as (step id, key) on the same node: the
-    # engine blocks the step with the reason when one was not recorded, and
-    # ``ctx.need(key)`` reads it. Never a silent default in its place.
-    needs: ClassVar[tuple[tuple[str, str], ...]] = ()
-    # The keys this step records in ``ctx.data`` for the steps that need them.
-    provides: ClassVar[tuple[str, ...]] = ()
+    # Results of earlier steps this one cannot run without (``ResultKey``s, declared next
+    # to the step that records them), read on the same node (a cluster-scope step needing
+    # a node step's result needs it from every node): the engine blocks the step with the
+    # reason when one was not recorded (``wizard.result_keys.missing_result``), and
+    # ``ctx.need(KEY)`` returns it typed. Never a silent default in its place.
+    needs: ClassVar[tuple[ResultKey[Any], ...]] = ()
+    # Results this step reads when they exist and says what it does without them (a
+    # comparison with a baseline, a fallback to a live read): ``ctx.result_if_any(KEY)``
+    # returns the typed value or None. Neither blocks nor skips the step.
+    uses: ClassVar[tuple[ResultKey[Any], ...]] = ()
+    # The results this step records in ``ctx.data`` for the steps that need them (each
+    # ``ResultKey``'s provider is this step; tests/test_crash_safety.py checks it).
+    provides: ClassVar[tuple[ResultKey[Any], ...]] = ()
     # A measurement that must not share its far end: nodes run in waves in which no two
     # runs hold the same resource (``measured_with``: the node and its AIStor peer), so
     # that each number is the node's own rather than a share of the peer's link. With one
@@ -108,6 +106,22 @@ class Step:
     # storage benchmark): against a production AIStor peer the engine asks first for a typed
     # confirmation naming the peer (wizard/engine/storage_gate.py).
     loads_far_end: ClassVar[bool] = False
+    # Checks of this step that no waiver may pass, by their full name ("T00.containerd-
+    # version"), each with why: what fails later if the run went on without it. The TUI
+    # offers no waiver for them and ``--waive`` refuses them (``Plan.hard_requirement``).
+    hard_requirements: ClassVar[Mapping[str, str]] = {}
+
+    @property
+    def gate(self) -> str | None:
+        """The gate a finding of the engine's own about this step (a bug, an unreachable
+        host, a held lease) counts against: its first; None when it proves no gate."""
+        return self.gates[0] if self.gates else None
+
+    def engine_check(self, name: str) -> tuple[str, str]:
+        """The check name and gate of the engine's own finding ``name`` about this step:
+        "<gate>.<name>" on its gate, or "<step>.<name>" on ``NO_GATE`` when it proves none."""
+        gate = self.gate
+        return (f"{self.id}.{name}", NO_GATE) if gate is None else (f"{gate}.{name}", gate)
 
     def measured_with(self, site: Site, target: str) -> frozenset[str]:
         """What a run of this step on ``target`` holds exclusively (``one_node_at_a_time``):
@@ -144,6 +158,13 @@ class Step:
 
     def rollback(self, site: Site, node: Node | None) -> str | None:
         """For maintenance steps: how to undo the change (the dry-run form, for the export)."""
+        return None
+
+    def by_hand(self, site: Site, node: Node | None) -> str | None:
+        """For a step whose "Commands" list alternatives and conditions (who manages the
+        bond, `unless ... shows`, `until ...`): the shell lines an operator runs instead,
+        from the export folder, that do the same through the exported files (the runbook's
+        "By hand" block); None where the "Commands" block can be followed as it stands."""
         return None
 
     # -- maintenance pieces (kind MAINTENANCE) ------------------------------------------------
@@ -205,11 +226,25 @@ class Step:
 
 @dataclass(frozen=True)
 class Phase:
+    """One phase of the procedure. What the engine, the runners, the report and the
+    screens treat specially is said here, as the phase's capabilities, never by its id."""
+
     id: str
     number: int
     title: str
     summary: str
     steps: tuple[Step, ...]
+    # Its checks only read the host (nothing before them changes anything): `check` runs
+    # them, with no requirement, on a node the wizard has not touched yet.
+    read_only: bool = False
+    # It makes the node a member of the cluster: results from here on belong to the
+    # Kubernetes Node object, so a node deleted and joined again resets them.
+    joins_cluster: bool = False
+
+    @property
+    def measures(self) -> bool:
+        """Whether it measures (perftest, NCCL, storage): its numbers are the report's."""
+        return any(step.kind is StepKind.MEASURE for step in self.steps)
 
 
 @dataclass(frozen=True)
@@ -257,6 +292,15 @@ def capped_load_seconds(site: Site, node: str, seconds: int) -> int:
     if far is None or far.is_node or peer is None or not peer.production:
         return seconds
     return min(seconds, site.aistor.load_max_seconds)
+
+
+def load_rate_gbps(site: Site, node: str) -> float | None:
+    """The bandwidth cap of a load run from ``node`` (``aistor.load_rate_gbps``) when its far
+    end is a production AIStor peer; None (line rate) otherwise."""
+    far, peer = measurement_far_end(site, node), measurement_peer(site, node)
+    if far is None or far.is_node or peer is None or not peer.production:
+        return None
+    return site.aistor.load_rate_gbps
 
 
 def measurement_waves(
@@ -314,11 +358,38 @@ class Plan:
                 return phase
         raise KeyError(phase_id)
 
+    def read_only_steps(self) -> list[str]:
+        """The check steps of the read-only phases: what `check` runs."""
+        return [
+            step.id
+            for phase in self.phases
+            if phase.read_only
+            for step in phase.steps
+            if step.kind is StepKind.CHECK
+        ]
+
+    def join_phase(self) -> Phase | None:
+        """The phase that joins the nodes to the cluster (None: the plan has none)."""
+        return next((phase for phase in self.phases if phase.joins_cluster), None)
+
+    def after_join(self, phase: Phase) -> bool:
+        """Whether ``phase`` runs on a node that is in the cluster (the join phase too)."""
+        join = self.join_phase()
+        return join is not None and phase.number >= join.number
+
     def phase_of(self, step_id: str) -> Phase:
         for phase in self.phases:
             if any(step.id == step_id for step in phase.steps):
                 return phase
         raise KeyError(step_id)
+
+    def hard_requirement(self, check: str) -> str | None:
+        """Why ``check`` may not be waived (a step declares it in ``hard_requirements``),
+        or None when a waiver with a reason may pass it."""
+        for step in self.steps():
+            if check in step.hard_requirements:
+                return step.hard_requirements[check]
+        return None
 
     def dependents(self, step_id: str) -> list[Step]:
         """The steps that build on ``step_id``, directly or through one another: those that
@@ -330,7 +401,7 @@ class Plan:
                 s.id
                 for s in self.steps()
                 if s.id not in found
-                and (frontier & set(s.requires) or frontier & {p for p, _ in s.needs})
+                and (frontier & set(s.requires) or frontier & {k.provider for k in s.needs})
             }
             found |= after
             frontier = after
@@ -343,7 +414,7 @@ class Plan:
         frontier = [step_id]
         while frontier:
             step = self.step(frontier.pop(0))
-            for up in [*step.requires, *(p for p, _ in step.needs)]:
+            for up in [*step.requires, *(k.provider for k in step.needs)]:
                 if up not in order and up != step_id:
                     order.append(up)
                     frontier.append(up)
@@ -386,45 +457,36 @@ class Services:
     helm: Any = None
 
 
-@dataclass
-class StepContext:
-    """Everything a step needs while it runs on one target."""
+@runtime_checkable
+class StepContext(Protocol):
+    """What a step sees while it runs on one target: the site and its node, the transports,
+    the results of earlier steps, and of the engine only these calls. The engine implements
+    it (``wizard.engine.runtime.StepRuntime``); the plan and the steps never import the
+    engine (the import contract "plan-no-engine" in pyproject.toml)."""
 
     site: Site
     step: Step
     target: str
     node: Node | None
     services: Services
-    engine: Engine
-    measurements: list[Measurement] = field(default_factory=list)
-    data: dict[str, Any] = field(default_factory=dict)  # stored with the step record
-    use_oob: bool = False  # reach the node through its out-of-band address
-    # Set by the engine while the step applies or rolls back: every command is then an
-    # effect, journaled ahead (intent fsynced before it runs, outcome after).
-    effects: bool = False
+    measurements: list[Measurement]
+    data: dict[str, Any]  # stored with the step record
+    use_oob: bool  # reach the node through its out-of-band address
+    effects: bool  # set by the engine while the step applies or rolls back
 
     @property
-    def host(self) -> HostTransport:
-        return self.host_for(self.target)
+    def host(self) -> HostTransport: ...
 
-    def host_for(self, name: str) -> HostTransport:
-        if self.use_oob and name in getattr(self.services, "oob_hosts", {}):
-            return self.services.oob_hosts[name]
-        try:
-            return self.services.hosts[name]
-        except KeyError:
-            raise KeyError(f"no transport for host {name!r}") from None
+    def host_for(self, name: str) -> HostTransport: ...
 
     def waiting(self, message: str) -> None:
         """Record 'waiting' (e.g. for a reboot) with the data so far; resumable elsewhere."""
-        self.engine.checkpoint.set_step(
-            self.step.id, self.target, StepState.WAITING, message=message, extra=dict(self.data)
-        )
 
     def wait_begins(self, message: str, timeout_s: float) -> None:
-        """Tell the front end that this step now waits (at most ``timeout_s``) for
-        something outside the wizard, so that the operator sees a countdown, not a hang."""
-        self.engine.emit(Waiting(self.step.id, self.target, message, timeout_s))
+        """This step now waits (at most ``timeout_s``) for something outside the wizard."""
+
+    def wait_ends(self) -> None:
+        """The wait of ``wait_begins`` is over, and the step goes on."""
 
     async def run(
         self,
@@ -435,44 +497,10 @@ class StepContext:
         timeout: float | None = None,
         check: bool = False,
         stdin: str | None = None,
+        expected: Mapping[int, str] | None = None,
     ) -> CommandResult:
         """Run a command on this target (or host ``on``): journaled, streamed as events."""
-        name = on or self.target
-        host = self.host_for(name)
-        text = render_command(command)
-        if sudo is None:
-            sudo = self._sudo_default(name)
-        emit = self.engine.emit
-        intent = (
-            self.engine.checkpoint.intent({"target": name, "step": self.step.id, "command": text})
-            if self.effects
-            else None
-        )
-        emit(CommandStarted(name, text))
-        started = time.monotonic()
-        try:
-            result = await host.run(
-                command,
-                sudo=sudo,
-                timeout=timeout,
-                check=check,
-                stdin=stdin,
-                on_line=(
-                    (lambda stream, line: emit(OutputLine(name, line, stream)))
-                    if self.engine.frontend.wants_output_lines
-                    else None
-                ),
-            )
-        except BaseException as exc:
-            entry = {"target": name, "step": self.step.id, "command": text, "error": str(exc)}
-            if intent is not None:
-                self.engine.checkpoint.outcome(intent, entry)
-            else:
-                self.engine.journal(entry)
-            raise
-        emit(CommandFinished(name, text, result.exit_status, time.monotonic() - started))
-        self._journal_result(name, result, intent=intent)
-        return result
+        ...
 
     async def run_many(
         self,
@@ -481,108 +509,64 @@ class StepContext:
         on: str | None = None,
         sudo: bool | None = None,
         timeout: float | None = None,
+        expected: Sequence[Mapping[int, str] | None] = (),
     ) -> list[CommandResult]:
-        """Independent read-only commands on this target, sent together (one exec over
-        SSH); each is journaled and shown as if it ran alone."""
-        name = on or self.target
-        host = self.host_for(name)
-        texts = [render_command(c) for c in commands]
-        if sudo is None:
-            sudo = self._sudo_default(name)
-        emit = self.engine.emit
-        checkpoint = self.engine.checkpoint
-        intent = (
-            checkpoint.intent({"target": name, "step": self.step.id, "commands": texts})
-            if self.effects
-            else None
-        )
-        for text in texts:
-            emit(CommandStarted(name, text))
-        try:
-            results = await host.run_many(commands, sudo=sudo, timeout=timeout)
-        except BaseException as exc:
-            entry = {"target": name, "step": self.step.id, "commands": texts, "error": str(exc)}
-            if intent is not None:
-                checkpoint.outcome(intent, entry)
-            else:
-                self.engine.journal(entry)
-            raise
-        if intent is not None:
-            checkpoint.outcome(
-                intent, {"target": name, "step": self.step.id, "batch": len(results)}
-            )
-        for result in results:
-            if self.engine.frontend.wants_output_lines:
-                for stream, output in (("stdout", result.stdout), ("stderr", result.stderr)):
-                    for line in output.splitlines():
-                        emit(OutputLine(name, line, stream))
-            emit(CommandFinished(name, result.command, result.exit_status, result.duration_s))
-            self._journal_result(name, result, batch=len(results))
-        return results
-
-    def _journal_result(
-        self, name: str, result: CommandResult, batch: int = 1, intent: str | None = None
-    ) -> None:
-        entry = {
-            "target": name,
-            "step": self.step.id,
-            "command": result.command,
-            "exit": result.exit_status,
-            "stdout": result.stdout,
-            "stderr": result.stderr,
-            "duration_s": round(result.duration_s, 3),
-            "dry_run": result.dry_run,
-        }
-        if batch > 1:
-            entry["batch_of"] = batch  # ran in one exec with others; duration is the batch's
-        if intent is not None:
-            self.engine.checkpoint.outcome(intent, entry)
-        else:
-            self.engine.journal(entry)
+        """Independent read-only commands on this target, sent together."""
+        ...
 
     async def shared(self, name: str, read: Callable[[], Awaitable[T]]) -> T:
-        """A read whose answer is the same for every target of this step (e.g. the
-        cluster's node list): made once per step run and shared by the whole fan-out,
-        instead of once per node."""
-        return await self.engine.shared_read((self.step.id, name), read)
+        """A read made once per step run and shared by the whole fan-out."""
+        ...
 
-    def need(self, key: str) -> Any:
-        """A result this step declared in ``needs`` (the engine blocked the step if the
-        providing step did not record it)."""
-        for step_id, name in self.step.needs:
-            if name == key:
-                value = self.recorded(step_id).get(key)
-                if value is None:
-                    raise MissingResultError(self.step.id, step_id, key)
-                return value
-        raise KeyError(f"{self.step.id} uses {key!r} without declaring it in `needs`")
+    def need(self, key: ResultKey[T], *, on: str | None = None) -> T:
+        """A result this step declared in ``needs``, typed."""
+        ...
 
-    def recorded(self, step_id: str, target: str | None = None) -> dict[str, Any]:
-        """What an earlier step stored for a target (its ``data``), e.g. discovered devices."""
-        record = self.engine.checkpoint.record(step_id, target or self.target)
-        return record.get("extra", {})
+    def result_if_any(self, key: ResultKey[T], *, on: str | None = None) -> T | None:
+        """A result this step declared in ``uses``: typed, or None."""
+        ...
+
+    def provide(self, key: ResultKey[T], value: T) -> None:
+        """Record a result this step declared in ``provides``."""
 
     async def read_file(self, path: str, *, on: str | None = None) -> str | None:
         """A file's content on the host, or None when it does not exist."""
-        result = await self.run(read_file_command(path), on=on)
-        return result.stdout if result.exit_status == 0 else None
+        ...
 
     async def write_file(
         self, path: str, content: str, mode: int = 0o644, *, on: str | None = None
     ) -> None:
         """Write a file on the host atomically (temp file + rename); raises on failure."""
-        await self.run(write_file_command(path, mode), on=on, stdin=content, check=True)
 
     def record(self, name: str, value: float, unit: str, **labels: str) -> None:
         """Record a measurement for this step and target."""
-        self.measurements.append(Measurement(name, value, unit, dict(labels)))
 
-    def _sudo_default(self, name: str) -> bool:
-        try:  # the site's index: a scan per command was O(nodes) each, O(nodes^2) a run
-            return self.site.node(name).ssh.use_sudo
-        except KeyError:
-            pass
-        for peer in self.site.aistor.peers:
-            if peer.name == name:
-                return peer.ssh.use_sudo
-        return False
+    def emit(self, event: Event) -> None:
+        """Show an event to the operator (redacted, as every event)."""
+
+    def journal(self, entry: dict[str, Any]) -> None:
+        """Append an entry to the run's journal (a tool's run the step made itself)."""
+
+    @property
+    def wants_output_lines(self) -> bool:
+        """Whether the front end shows commands' output line by line."""
+        ...
+
+    def note_boot(self, boot_id: str) -> None:
+        """This target booted anew (the reboot step): that boot is the known one."""
+
+    def state_of(self, step_id: str) -> StepState:
+        """The recorded state of another step on this target."""
+        ...
+
+    def plan_step(self, step_id: str) -> Step:
+        """Another step of the plan, by id."""
+        ...
+
+    def as_step(self, step: Step, data: dict[str, Any]) -> StepContext:
+        """This target's context running ``step`` with ``data`` as its record."""
+        ...
+
+    def unfinished(self) -> list[dict[str, Any]]:
+        """The journal's intents without an outcome: effects a kill interrupted."""
+        ...

@@ -51,12 +51,7 @@ def forget_for_redo(checkpoint: Checkpoint, plan: Plan, site: Site, redo: Redo) 
     step = plan.step(redo.step)
     targets = [redo.target] if redo.target else plan.targets(step, site)
     for target in targets:
-        record = checkpoint.record(step.id, target)
-        if isinstance(record.get("extra", {}).get("maintenance"), dict) and record.get("state") in (
-            StepState.RUNNING.value,
-            StepState.WAITING.value,
-            StepState.FAILED.value,
-        ):
+        if checkpoint.record(step.id, target).in_flight:
             raise UsageError(
                 f"--redo {step.id}: its maintenance change on {target} is in flight (a capture "
                 "is recorded); run without --redo first, so that the change is finished or "
@@ -71,14 +66,14 @@ def forget_for_redo(checkpoint: Checkpoint, plan: Plan, site: Site, redo: Redo) 
 
 
 def _forget(checkpoint: Checkpoint, plan: Plan, step_id: str, target: str) -> list[str]:
-    if not checkpoint.record(step_id, target):
+    if not checkpoint.record(step_id, target).recorded:
         return []
     checkpoint.reset(step_id, target)
     forgotten = [f"{step_id}@{target}"]
     for dependent in plan.steps():
-        if not any(provider == step_id for provider, _ in dependent.needs):
+        if not any(key.provider == step_id for key in dependent.needs):
             continue
-        # A need is read on the same node (Engine._skipped_provider).
+        # A need is read on the same node (Requirements.skipped_provider).
         if target != CLUSTER and checkpoint.step_state(dependent.id, target) is StepState.SKIPPED:
             forgotten += _forget(checkpoint, plan, dependent.id, target)
     return forgotten

@@ -9,18 +9,26 @@ import re
 from pathlib import Path
 from typing import Any
 
-from wizard.checkpoint import foreign_site_file, read_state, site_state_dir
+from wizard.checkpoint import RunState, StepRecord, foreign_site_file, load_run, site_state_dir
 from wizard.errors import CheckpointError, UsageError
 from wizard.fleet import group_targets, targets_text
-from wizard.model import GATES, SKIPPED_CHECK, Finding, Severity, is_skipped_step, verdict
+from wizard.model import (
+    GATES,
+    SKIPPED_CHECK,
+    Finding,
+    Severity,
+    StepState,
+    is_skipped_step,
+    verdict,
+)
 from wizard.plan import Plan
 from wizard.private import PrivatePathError, private_dir, write_private
 from wizard.redact import Redactor
+from wizard.report_outside import outside_sections
 from wizard.report_xlsx import xlsx
+from wizard.runview import RunView, fold
 from wizard.site import Site
-from wizard.status import cordoned_nodes
 from wizard.support import release_notes
-from wizard.verdict import judge_gates, state_records
 
 STATUS_ORDER = {"fail": 0, "warn": 1, "pass": 2, "skip": 3, "partial": 4, "not run": 5}
 # Which measurements are the key numbers of a gate (by name).
@@ -43,22 +51,30 @@ KEY_NUMBERS = {
 def checkpoint_report(state_dir: Path, site: Site, plan: Plan) -> dict[str, Any] | None:
     """The report of the site's checkpoint in ``state_dir``; None when it has none yet."""
     directory = site_state_dir(state_dir, site)
-    state = read_state(directory)
-    foreign = foreign_site_file(state, site)
+    run = load_run(directory)
+    foreign = foreign_site_file(run, site)
     if foreign is not None:
         raise CheckpointError(f"{directory}: {foreign}")
-    return None if state is None else build_report(state, site, plan)
+    return None if run is None else build_report(run, site, plan)
 
 
-def build_report(state: dict[str, Any] | None, site: Site, plan: Plan) -> dict[str, Any]:
+def build_report(run: RunState | None, site: Site, plan: Plan) -> dict[str, Any]:
+    """The report of a checkpoint's state (``report_of`` its fold)."""
+    return report_of(fold(run, plan, site))
+
+
+def report_of(view: RunView) -> dict[str, Any]:
     """One entry per gate (status, key numbers, evidence, time) and every measurement."""
-    steps = (state or {}).get("steps", {})
-    verdicts = judge_gates(plan, site, state_records(state))
+    plan, site = view.plan, view.site
+    steps: dict[str, dict[str, StepRecord]] = {}
+    for (step_id, target), record in view.records.items():
+        steps.setdefault(step_id, {})[target] = record
+    verdicts = view.gates()
     gates = []
     measurements = []
     for step in plan.steps():
         for target, record in steps.get(step.id, {}).items():
-            for name, entry in (record.get("measurements") or {}).items():
+            for name, entry in record.measurements.items():
                 measurements.append(
                     {
                         "series": name.split(".", 1)[0],
@@ -68,7 +84,7 @@ def build_report(state: dict[str, Any] | None, site: Site, plan: Plan) -> dict[s
                         "value": entry["value"],
                         "unit": entry["unit"],
                         "labels": entry.get("labels", {}),
-                        "time": record.get("finished"),
+                        "time": record.finished,
                     }
                 )
     for gate, what in GATES.items():
@@ -77,14 +93,10 @@ def build_report(state: dict[str, Any] | None, site: Site, plan: Plan) -> dict[s
         numbers = []
         for step in plan.steps():
             for target, record in steps.get(step.id, {}).items():
-                mine = [
-                    Finding.from_json(f)
-                    for f in record.get("findings", [])
-                    if f.get("gate") == gate
-                ]
+                mine = [f for f in record.findings if f.gate == gate]
                 findings += [(step.id, target, f) for f in mine]
-                if mine and record.get("finished"):
-                    times.append(record["finished"])
+                if mine and record.finished:
+                    times.append(record.finished)
                 pattern = KEY_NUMBERS.get(gate)
                 if gate in step.gates and pattern is not None:
                     numbers += [
@@ -135,14 +147,19 @@ def build_report(state: dict[str, Any] | None, site: Site, plan: Plan) -> dict[s
         "nic_profile": site.nic.profile,
         "nodes": [n.name for n in site.nodes],
         "gpu_operator": site.versions.gpu_operator,
-        "updated": (state or {}).get("updated"),
+        "updated": view.updated,
         "gates": gates,
         "skipped_steps": _skipped_steps(steps, plan),
         "cordoned": [
             {"node": c.node, "step": c.step, "why": c.why, "since": c.since, "uncordon": c.remedy}
-            for c in cordoned_nodes(state)
+            for c in view.cordoned()
         ],
-        "waivers": list((state or {}).get("waivers", [])),
+        "waivers": [w.to_json() for w in view.waivers],
+        # Every change outside the new nodes: what, who approved it and when, the pods on
+        # existing nodes it was said to restart and those that did (wizard/approvals.py).
+        "cluster_changes": [a.as_json() for a in view.approvals],
+        # The new objects made for the new nodes only, by name (no approval needed).
+        "added_for_new_nodes": [a.as_json() for a in view.additions],
         "measurements": measurements,
         "notes": [
             {"topic": n.topic, "text": n.text, "source": n.source}
@@ -151,7 +168,9 @@ def build_report(state: dict[str, Any] | None, site: Site, plan: Plan) -> dict[s
     }
 
 
-def _not_run_provers(plan: Plan, site: Site, steps: dict[str, Any], gate: str) -> str:
+def _not_run_provers(
+    plan: Plan, site: Site, steps: dict[str, dict[str, StepRecord]], gate: str
+) -> str:
     """The steps that prove ``gate`` and have not run everywhere yet (a partial gate)."""
     missing = []
     for step in plan.steps():
@@ -160,25 +179,24 @@ def _not_run_provers(plan: Plan, site: Site, steps: dict[str, Any], gate: str) -
         targets = [
             t
             for t in plan.targets(step, site)
-            if steps.get(step.id, {}).get(t, {}).get("state") not in ("done", "failed", "skipped")
+            if t not in steps.get(step.id, {})
+            or steps[step.id][t].state.value not in ("done", "failed", "skipped")
         ]
         if targets:
             missing.append(f"{step.id} on {targets_text(targets)}")
     return ", ".join(missing)
 
 
-def _skipped_steps(steps: dict[str, Any], plan: Plan) -> list[dict[str, Any]]:
+def _skipped_steps(steps: dict[str, dict[str, StepRecord]], plan: Plan) -> list[dict[str, Any]]:
     """Every step recorded as skipped, with who skipped it and why (the engine keeps who
     in ``extra.skipped_by``; a checkpoint from before that is read from the message)."""
     skipped = []
     for step in plan.steps():
         for target, record in steps.get(step.id, {}).items():
-            if record.get("state") != "skipped":
+            if record.state is not StepState.SKIPPED:
                 continue
-            why = record.get("message", "")
-            by = (record.get("extra") or {}).get("skipped_by") or (
-                "the operator" if "by the operator" in why else "the wizard"
-            )
+            why = record.message
+            by = record.skipped_by or ("the operator" if "by the operator" in why else "the wizard")
             skipped.append(
                 {
                     "step": step.id,
@@ -187,11 +205,10 @@ def _skipped_steps(steps: dict[str, Any], plan: Plan) -> list[dict[str, Any]]:
                     "gates": list(step.gates),
                     "by": by,
                     "why": why,
-                    "time": record.get("finished"),
+                    "time": record.finished,
                     # A failed change (and its rollback) this skip took the place of.
                     "earlier": [
-                        f"{e.get('state')}: {e.get('message', '')} ({e.get('finished', '?')})"
-                        for e in (record.get("extra") or {}).get("earlier") or []
+                        f"{e.state}: {e.message} ({e.finished or '?'})" for e in record.earlier
                     ],
                 }
             )
@@ -327,6 +344,21 @@ def skipped_and_waived(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def cluster_changes(report: dict[str, Any]) -> list[str]:
+    """The Markdown sections on the cluster beyond the new nodes (wizard/report_outside.py):
+    every change made outside them (who approved it by name and when, which pods on
+    existing nodes restarted), and what was added for them."""
+    lines: list[str] = []
+    for section in outside_sections(report):
+        lines += [f"## {section.title}", "", section.intro, ""]
+        if section.rows:
+            lines += ["| " + " | ".join(section.header) + " |",
+                      "|" + "---|" * len(section.header)]  # fmt: skip
+            lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in section.rows]
+            lines.append("")
+    return lines
+
+
 def _headline_rank(finding: Finding) -> int:
     """Which finding speaks for a gate: a failure, a warning, then a skipped step (who
     skipped it and why: the reason the gate is skip), then a pass."""
@@ -399,7 +431,7 @@ def markdown(report: dict[str, Any], other: dict[str, Any] | None = None) -> str
                 f"| {gate['gate']} | {gate['what']} | {status} | {numbers} | {evidence} | "
                 f"{gate['time'] or ''} | {gate.get('targets', '')} |"
             )
-    lines += ["", *skipped_and_waived(report)]
+    lines += ["", *skipped_and_waived(report), *cluster_changes(report)]
     series = sorted({m["series"] for m in report["measurements"]})
     for name in series:
         lines += [

@@ -16,6 +16,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
+from wizard.report_outside import Section, outside_sections
+
 if TYPE_CHECKING:
     from openpyxl.worksheet.worksheet import Worksheet
 
@@ -37,6 +39,8 @@ def xlsx(
     book = Workbook()
     _gates(book.active, report, other)
     _skips(book.create_sheet("Skipped and waived"), report)
+    for section in outside_sections(report):
+        _section(book.create_sheet(section.title[:31]), section)
     for name in sorted({m["series"] for m in report["measurements"]}):
         _series(book.create_sheet(title=name[:31]), report, name)
     measurements = report["measurements"]
@@ -145,6 +149,16 @@ def _skips(sheet: Worksheet, report: dict[str, Any]) -> None:
     ]  # fmt: skip
     header = ["kind", "step or check", "gates", "node", "by", "why", "time (UTC)"]
     _table(sheet, header, rows, [14, 34, 10, 16, 22, 90, 20], wrap={6})
+
+
+def _section(sheet: Worksheet, section: Section) -> None:
+    """A section of report.md's (wizard/report_outside.py) as a table; its intro above
+    when it has no rows, as the Markdown says it."""
+    if not section.rows:
+        _note(sheet, section.intro)
+        return
+    _table(sheet, list(section.header), [list(r) for r in section.rows],
+           [max(12, min(60, len(h) + 4)) for h in section.header], wrap=set(range(1, 8)))  # fmt: skip
 
 
 def _series(sheet: Worksheet, report: dict[str, Any], name: str) -> None:

@@ -165,6 +165,16 @@ class AIStor(Strict):
         description="the longest load run against a production peer (the soak included): "
         "five minutes by default, which a production AIStor node rides out",
     )
+    load_rate_gbps: float = Field(
+        25.0,
+        gt=0,
+        le=400,
+        description="the most bandwidth (Gb/s) one load run may put on a production peer: "
+        "perftest's bandwidth tests get --rate_limit (software limiter, which paces the "
+        "whole process whatever its QP count) and iperf3 -b (split over its streams); T09 "
+        "runs both at once with half each; 25 Gb/s by default, a quarter of one 100G port, "
+        "which leaves a production AIStor node its clients",
+    )
     support_confirmation: Annotated[str, Field(min_length=3, max_length=500)] | None = Field(
         None,
         description="who confirmed, and where (ticket, mail), that AIStor and NVIDIA support "
@@ -337,10 +347,14 @@ class Measurements(Strict):
         "coreweave/nccl-tests builds it under its WORKDIR /opt/nccl-tests)",
     )
     rdma_test_image: str = Field(
-        "docker.io/mellanox/rping-test:latest",
+        # The RDMA device plugin README's example image, mellanox/rping-test, is published
+        # as :latest only. The pod needs ibv_devinfo, which the nccl-tests image carries
+        # (coreweave/nccl-tests Dockerfile.ubuntu22 at the tag's commit 0120901: apt-get
+        # install ibverbs-utils ... from the MLNX_OFED repository), and the site pulls that
+        # image for its measurements anyway: no image more to mirror.
+        "ghcr.io/coreweave/nccl-tests:12.9.1-devel-ubuntu22.04-nccl2.27.5-1-0120901",
         description="the image of the pod that lists the RDMA device through the plugin "
-        "(rdma link, ibv_devinfo): the shared RDMA device plugin README's example image; "
-        "pin a tag in your mirror",
+        "(ibv_devinfo; rdma link too where the image has iproute2), pinned by tag or digest",
     )
     cuda_perftest_image: str = Field(
         # The nccl-tests image builds perftest with CUDA (coreweave/nccl-tests Dockerfile,
@@ -364,7 +378,7 @@ class Measurements(Strict):
     aistor_direct: Benchmark | None = None
     vllm: Benchmark | None = None
 
-    @field_validator("nccl_tests_image", "cuda_perftest_image")
+    @field_validator("nccl_tests_image", "cuda_perftest_image", "rdma_test_image")
     @classmethod
     def _pinned(cls, value: str) -> str:
         """The proof's images by tag or digest: ``:latest`` or no tag can change between

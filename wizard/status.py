@@ -7,54 +7,20 @@ from pathlib import Path
 from typing import Any
 
 from wizard.checkpoint import (
+    EarlierResult,
+    Waiver,
     changed_sections,
     finish_command,
     foreign_site_file,
-    in_flight_changes,
-    read_state,
+    load_run,
     site_state_dir,
 )
 from wizard.fleet import group_targets, targets_text
 from wizard.model import Finding, StepState, worst
 from wizard.plan import Plan
+from wizard.runview import Cordon, fold
 from wizard.site import Site
-from wizard.verdict import GateVerdict, judge_gates, state_records
-
-
-@dataclass(frozen=True)
-class Cordon:
-    """A node a maintenance change left cordoned (its change failed to verify): nothing
-    new is scheduled there until it is uncordoned. Recorded by the engine in the step's
-    ``extra.cordoned`` and cleared when it uncordons the node."""
-
-    node: str
-    step: str
-    why: str
-    since: str
-
-    @property
-    def remedy(self) -> str:
-        return (
-            f"`run SITE --redo {self.step}@{self.node}` finishes the change and uncordons the "
-            f"node once it verifies; or fix it by hand, then `kubectl uncordon {self.node}`"
-        )
-
-    def text(self) -> str:
-        return f"{self.node} is cordoned (by {self.step}, since {self.since}): {self.why}"
-
-
-def cordoned_nodes(state: dict[str, Any] | None) -> list[Cordon]:
-    """Every node the checkpoint says a maintenance change left cordoned."""
-    found = []
-    for step, targets in ((state or {}).get("steps") or {}).items():
-        for target, record in targets.items():
-            mark = (record.get("extra") or {}).get("cordoned")
-            if isinstance(mark, dict):
-                found.append(
-                    Cordon(target, str(mark.get("by", step)), str(mark.get("why", "")),
-                           str(mark.get("since", "?")))
-                )  # fmt: skip
-    return sorted(found, key=lambda c: c.node)
+from wizard.verdict import GateVerdict, RunVerdict
 
 
 @dataclass
@@ -68,7 +34,7 @@ class StepStatus:
     severity: str = ""
     finished: str | None = None
     findings: list[Finding] = field(default_factory=list)
-    earlier: list[dict[str, Any]] = field(default_factory=list)  # failures a skip replaced
+    earlier: tuple[EarlierResult, ...] = ()  # failures a skip replaced
 
 
 @dataclass
@@ -80,11 +46,13 @@ class Status:
     steps: list[StepStatus] = field(default_factory=list)
     changed_sections: list[str] = field(default_factory=list)
     would_reset: list[tuple[str, str]] = field(default_factory=list)
-    waivers: list[dict[str, Any]] = field(default_factory=list)
+    waivers: tuple[Waiver, ...] = ()
     # Maintenance changes begun and neither finished nor rolled back, with what finishes them.
     in_flight: list[str] = field(default_factory=list)
     gates: dict[str, GateVerdict] = field(default_factory=dict)
     cordoned: list[Cordon] = field(default_factory=list)
+    # The run's verdict as a whole, the one the exit code of a run is (wizard/verdict.py).
+    verdict: RunVerdict | None = None
     # Another site file's checkpoint (the same name:): why it is not this one's.
     foreign: str | None = None
 
@@ -101,7 +69,8 @@ class Status:
             "updated": self.updated,
             "site_changed": self.changed_sections,
             "would_reset": [{"step": s, "target": t} for s, t in self.would_reset],
-            "waivers": self.waivers,
+            "waivers": [w.to_json() for w in self.waivers],
+            "verdict": self.verdict.value if self.verdict is not None else None,
             "in_flight": self.in_flight,
             "gates": {gate: v.value for gate, v in self.gates.items()},
             "cordoned": [
@@ -132,52 +101,49 @@ class Status:
 
 def load_status(state_dir: Path, site: Site, plan: Plan) -> Status:
     directory = site_state_dir(state_dir, site)
-    state = read_state(directory)
-    if state is None:
+    run = load_run(directory)
+    if run is None:
         return Status(directory, exists=False)
-    foreign = foreign_site_file(state, site)
+    foreign = foreign_site_file(run, site)
     if foreign is not None:  # never shown as this site's: its steps are another file's
         return Status(directory, exists=False, foreign=foreign)
-    changed = changed_sections(state, site)
-    recorded = state.get("steps", {})
+    changed = changed_sections(run.site.sections, site)
+    view = fold(run, plan, site)
     status = Status(
         directory,
         exists=True,
-        created=state.get("created"),
-        updated=state.get("updated"),
+        created=run.created,
+        updated=run.updated,
         changed_sections=changed,
-        would_reset=[
-            (s, t) for s, t in plan.invalidated(changed, site) if t in recorded.get(s, {})
-        ],
-        waivers=state.get("waivers", []),
-        gates=judge_gates(plan, site, state_records(state)),
-        cordoned=cordoned_nodes(state),
+        would_reset=[(s, t) for s, t in plan.invalidated(changed, site) if (s, t) in run.steps],
+        waivers=run.waivers,
+        gates=view.gates(),
+        cordoned=view.cordoned(),
+        verdict=view.verdict(),
     )
     command = finish_command(site, state_dir)
-    for step, target, inflight in in_flight_changes(state):
-        stage = inflight.get("stage", "confirmed")
+    for step, target, change in view.in_flight():
         status.in_flight.append(
-            f"{step} on {target} (maintenance stage {stage!s:.40}, since "
-            f"{inflight.get('at_stage') or inflight.get('at') or '?'!s:.40}): {command} "
-            "finishes it or rolls it back"
+            f"{step} on {target} (maintenance stage {change.stage:.40}, since "
+            f"{change.since:.40}): {command} finishes it or rolls it back"
         )
     for phase in plan.phases:
         for step in phase.steps:
             for target in plan.targets(step, site):
-                record = recorded.get(step.id, {}).get(target, {})
-                findings = [Finding.from_json(f) for f in record.get("findings", [])]
+                record = view.record(step.id, target)
+                findings = list(record.findings)
                 status.steps.append(
                     StepStatus(
                         step=step.id,
                         title=step.title,
                         phase=f"{phase.number}. {phase.title}",
                         target=target,
-                        state=StepState(record.get("state", StepState.PENDING)),
-                        message=record.get("message", ""),
+                        state=record.state,
+                        message=record.message,
                         severity=worst(findings).value if findings else "",
-                        finished=record.get("finished"),
+                        finished=record.finished,
                         findings=findings,
-                        earlier=list((record.get("extra") or {}).get("earlier") or []),
+                        earlier=record.earlier,
                     )
                 )
     return status
@@ -211,9 +177,11 @@ def format_status(status: Status) -> str:
             + ", ".join(f"{s.step} on {s.target}" for s in status.interrupted)
         )
     for waiver in status.waivers:
-        lines.append(f"waived: {waiver['check']} ({waiver['reason']}; {waiver.get('by', '?')})")
+        lines.append(f"waived: {waiver.check} ({waiver.reason}; {waiver.by or '?'})")
     if status.gates:
         lines.append("gates: " + gates_text(status.gates))
+    if status.verdict is not None:
+        lines.append(f"verdict: {status.verdict.value}")
     phase = None
     steps: dict[str, list[StepStatus]] = {}
     for s in status.steps:
@@ -233,8 +201,8 @@ def format_status(status: Status) -> str:
         for r in records:
             for before in r.earlier:
                 lines.append(
-                    f"           before that on {r.target}: {before.get('state')} - "
-                    f"{before.get('message', '')} ({before.get('finished', '?')})"
+                    f"           before that on {r.target}: {before.state} - "
+                    f"{before.message} ({before.finished or '?'})"
                 )
     return "\n".join(lines)
 

@@ -1,7 +1,8 @@
 """One verdict function: a gate's verdict from the steps that prove it and their findings.
 
 The headless outcome (and the demo's gate table), the report files, ``status`` and the
-TUI's report all call ``judge_gates``, over the checkpoint's records (so a resumed run shows
+TUI's report all call ``judge_gates`` (through ``wizard.runview.RunView``), over the
+checkpoint's records (so a resumed run shows
 the verdicts of steps settled earlier too). A gate passes only when every step that proves
 it ran on every target it runs on: a run stopped in phase 1 has T11 "partial" (the IOMMU/ACS
 preflight passed, the GPU-memory RDMA measurements never ran), never "pass".
@@ -9,10 +10,10 @@ preflight passed, the GPU-memory RDMA measurements never ran), never "pass".
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from enum import StrEnum
-from typing import Any
 
+from wizard.checkpoint import StepRecord
 from wizard.model import GATES, Finding, Severity, StepState, is_skipped_step, verdict
 from wizard.plan import Plan
 from wizard.site import Site
@@ -35,7 +36,7 @@ class GateVerdict(StrEnum):
 # A (step, target) ran when it reached one of these: its findings are its verdict.
 RAN = (StepState.DONE, StepState.FAILED, StepState.SKIPPED)
 
-Records = Mapping[tuple[str, str], tuple[StepState, Sequence[Finding]]]
+Records = Mapping[tuple[str, str], StepRecord]
 
 
 def judge_gates(plan: Plan, site: Site, records: Records) -> dict[str, GateVerdict]:
@@ -44,8 +45,8 @@ def judge_gates(plan: Plan, site: Site, records: Records) -> dict[str, GateVerdi
     target, then the worst unwaived finding (a waived failure is a warning; a skipped step
     makes an otherwise passing gate skip)."""
     by_gate: dict[str, list[Finding]] = {}
-    for _state, findings in records.values():
-        for finding in findings:
+    for record in records.values():
+        for finding in record.findings:
             by_gate.setdefault(finding.gate, []).append(finding)
     result = {}
     for gate in GATES:
@@ -55,7 +56,7 @@ def judge_gates(plan: Plan, site: Site, records: Records) -> dict[str, GateVerdi
             if gate in step.gates
             for target in plan.targets(step, site)
         ]
-        ran = [key for key in provers if key in records and records[key][0] in RAN]
+        ran = [key for key in provers if key in records and records[key].state in RAN]
         findings = by_gate.get(gate, [])
         judged = verdict(findings) if findings else None
         if judged is Severity.FAIL:
@@ -72,22 +73,48 @@ def judge_gates(plan: Plan, site: Site, records: Records) -> dict[str, GateVerdi
     return result
 
 
-def state_records(state: dict[str, Any] | None) -> dict[tuple[str, str], tuple[StepState, list]]:
-    """The records ``judge_gates`` reads, from a checkpoint's state."""
-    records = {}
-    for step, targets in ((state or {}).get("steps") or {}).items():
-        for target, record in targets.items():
-            findings = [Finding.from_json(f) for f in record.get("findings", [])]
-            records[(step, target)] = (StepState(record.get("state", "pending")), findings)
-    return records
+class RunVerdict(StrEnum):
+    """A run's outcome as a whole: what the exit code and ``status`` say."""
+
+    OK = "ok"
+    FAILED = "failed"  # a check failed, a step was blocked, the run stopped or left a change
+    UNREACHABLE = "unreachable"  # a node could not be reached: the site file or the network
+    INTERNAL_ERROR = "internal error"  # a bug of the wizard, not a condition of the site
 
 
-def checkpoint_findings(state: dict[str, Any] | None, plan: Plan) -> list[tuple[str, str, Finding]]:
-    """(step, target, finding) for every finding the checkpoint holds, in plan order."""
-    steps = (state or {}).get("steps", {})
-    return [
-        (step.id, target, Finding.from_json(data))
-        for step in plan.steps()
-        for target, record in steps.get(step.id, {}).items()
-        for data in record.get("findings", [])
-    ]
+_CONNECTION_CHECKS = (".reachable",)
+
+
+def judge_run(
+    records: Records,
+    *,
+    stopped: bool = False,
+    in_flight: bool = False,
+    cordoned: bool = False,
+) -> RunVerdict:
+    """The run's verdict from its records: a bug of the wizard first, then an unreachable
+    node, then any unwaived failure (also one a later skip took the place of: the step
+    failed, nothing since proved it), blocked step (it did not run: not a success), stop,
+    change left in flight or node the wizard left cordoned (out of service: not ready).
+    ``status``, the report's verdict line and every exit code read this one verdict."""
+    findings = [f for record in records.values() for f in record.findings]
+    if any(is_internal_error(f) for f in findings):
+        return RunVerdict.INTERNAL_ERROR
+    if any(is_unreachable(f) for f in findings):
+        return RunVerdict.UNREACHABLE
+    failed = any(f.severity is Severity.FAIL and not f.waived for f in findings)
+    failed = failed or any(
+        e.state == StepState.FAILED.value for r in records.values() for e in r.earlier
+    )
+    blocked = any(r.state is StepState.BLOCKED for r in records.values())
+    if failed or blocked or stopped or in_flight or cordoned:
+        return RunVerdict.FAILED
+    return RunVerdict.OK
+
+
+def is_internal_error(finding: Finding) -> bool:
+    return finding.check.endswith(".internal-error")
+
+
+def is_unreachable(finding: Finding) -> bool:
+    return finding.check.endswith(_CONNECTION_CHECKS)

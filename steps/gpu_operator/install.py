@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from steps.common import shown
+from steps.common import KUBECONFIG_WORD, NAMESPACE_WORD, RELEASE_WORD, q, shown
 from steps.gpu_operator.release import (
     ReleaseState,
     blast_radius,
@@ -26,22 +26,28 @@ from steps.gpu_operator.release import (
     covers,
     merge_values,
     read_state,
+    restarted_pod_refs,
 )
+from steps.gpu_operator.runbook import find_release_script, lists_check
 from steps.gpu_operator.values import (
     CHART,
     NAMESPACE,
     RELEASE,
     VALUES_PATH,
     build_values,
+    driver_pin_note,
     nvidia_driver_resource,
     site_toleration,
     values_yaml,
 )
+from steps.remote import site_path
+from wizard.approvals import ClusterChange, ClusterEffect
 from wizard.artifacts import Artifact, Target, k8s_object, k8s_yaml, render
 from wizard.events import Notice
 from wizard.model import Finding, StepKind
 from wizard.plan import Change, Scope, Step, StepContext
 from wizard.probe import Report
+from wizard.result_keys import ResultKey
 from wizard.site import Node, Site
 from wizard.transports.helm import LIST_ARGS, HelmError, get_values_args, helm_argv
 
@@ -49,15 +55,24 @@ NVIDIADRIVERS = "/apis/nvidia.com/v1alpha1/nvidiadrivers"
 NVIDIADRIVER_PATH = "cluster/k8s/nvidiadriver.yaml"
 
 
-def upgrade_args(
-    site: Site, values_file: str, release: str = RELEASE, namespace: str = NAMESPACE
-) -> list[str]:
-    """``helm upgrade --install`` of the pinned chart with the reviewed values, waiting.
+# The wizard's own upgrade: the release's values become exactly the reviewed file (which
+# holds every live user value, merged), never a mix with values helm would reuse unseen
+# (helm upgrade --help: "reset the values to the ones built into the chart").
+RESET_VALUES = "--reset-values"
+# The runbook's upgrade, whose file holds only the wizard's keys: helm merges it over the
+# release's last values (steps/gpu_operator/runbook.py).
+RESET_THEN_REUSE_VALUES = "--reset-then-reuse-values"
 
-    ``--reset-values``: the release's values become exactly the reviewed file (which holds
-    every live user value, merged), never a mix with values helm would reuse unseen
-    (helm upgrade --help: "reset the values to the ones built into the chart").
-    """
+
+def upgrade_args(
+    site: Site,
+    values_file: str,
+    release: str = RELEASE,
+    namespace: str = NAMESPACE,
+    values_from: str = RESET_VALUES,
+) -> list[str]:
+    """``helm upgrade --install`` of the pinned chart with the reviewed values, waiting;
+    ``values_from`` says what else helm takes (RESET_VALUES or RESET_THEN_REUSE_VALUES)."""
     return [
         "upgrade",
         "--install",
@@ -70,22 +85,20 @@ def upgrade_args(
         site.versions.gpu_operator,
         "--values",
         values_file,
-        "--reset-values",
+        values_from,
         "--wait",
         "--timeout",
         "20m",
     ]
 
 
-def helm_line(site: Site, *args: str) -> str:
-    """A helm command as the runbook shows it: the site's helm binary and cluster, as written
-    in the site file (the wizard resolves them relative to it)."""
+def helm_line(site: Site, *args: str, note: str = "from the jump host") -> str:
+    """A helm command as the runbook shows it: the site's helm binary (a path resolved as the
+    wizard resolves it, relative to the site file) and the kubeconfig the runbook's opening
+    block exports."""
     c = site.cluster
-    return shown(helm_argv(c.helm, c.kubeconfig, c.context, *args), "from the jump host")
-
-
-def helm_command(site: Site) -> str:
-    return helm_line(site, *upgrade_args(site, VALUES_PATH))
+    helm = c.helm if "/" not in c.helm else site_path(site, c.helm)
+    return shown(helm_argv(helm, KUBECONFIG_WORD, c.context, *args), note)
 
 
 def values_document(
@@ -118,6 +131,14 @@ def tolerates(tolerations: list[dict[str, Any]] | None, taint: dict[str, str]) -
     return False
 
 
+# Whether the cluster has the Prometheus Operator's ServiceMonitor CRD, as
+# gpu-operator.preflight (steps/gpu_operator/phase.py) read it: the install's values turn
+# dcgm-exporter's ServiceMonitor on with it (without the CRD the chart's object fails).
+PROMETHEUS_CRDS = ResultKey(
+    "gpu-operator.preflight", "prometheus_crds", bool, "the ServiceMonitor CRD exists"
+)
+
+
 class InstallGpuOperator(Step):
     id = "gpu-operator.install"
     title = "GPU Operator release"
@@ -126,16 +147,22 @@ class InstallGpuOperator(Step):
     scope = Scope.CLUSTER
     # The pull secret first: nothing the release deploys may pull before it exists.
     requires = ("gpu-operator.preflight", "registry.pull-secrets")
+    needs = (PROMETHEUS_CRDS,)  # the values' dcgm-exporter ServiceMonitor follows it
     reads = ("versions", "registry", "cluster", "taint", "labels", "node.name")
     explain = (
         "The release state is read first (helm list -A, the chart version, helm get values, "
         "the ClusterPolicy and NVIDIADriver resources). Already installed and healthy at the "
         "pinned version with the values the site needs: nothing changes, the step verifies "
         "that the operator covers the new node. Otherwise the review shows the merged values "
-        "(every live user value kept) and the blast radius: a chart or driver change restarts "
-        "the driver on every GPU node. driver.kernelModuleType is open (DMA-BUF GPUDirect), "
-        "driver.rdma.enabled false (legacy peermem), the bundled NFD is the only NFD, and "
-        "every image comes from the site's mirror with its pull secret."
+        "(every live user value kept) and the blast radius: any change of the running "
+        "release re-renders the operands' DaemonSets, and their pods restart on every GPU "
+        "node (the review names each pod on an existing node, from the live pods). Such a "
+        "change outside the new nodes is made only once approved by name: typed "
+        "gpu-operator-upgrade in the TUI, --allow-cluster-change gpu-operator-upgrade "
+        "headless (never --yes alone); the report lists it, who approved it and when, and "
+        "the pods that restarted. driver.kernelModuleType stays the chart's auto (B300 "
+        "resolves to open), driver.rdma.enabled false (legacy peermem), the bundled NFD is "
+        "the only NFD, and every image comes from the site's mirror with its pull secret."
     )
 
     def artifacts(self, site: Site, node: Node | None) -> list[Artifact]:
@@ -150,7 +177,7 @@ class InstallGpuOperator(Step):
                 ),
                 Target.HELM_VALUES,
                 f"helm release {NAMESPACE}/{RELEASE}",
-                "GPU Operator chart values (merge into the live release's values)",
+                "GPU Operator chart values (the RUNBOOK upgrades the live release with them, keeping its values)",
             )
         ]
         if site.versions.nvidia_driver_crd:
@@ -166,16 +193,25 @@ class InstallGpuOperator(Step):
         )
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
+        upgrade = upgrade_args(
+            site, VALUES_PATH, RELEASE_WORD, NAMESPACE_WORD, RESET_THEN_REUSE_VALUES
+        )
+        values = build_values(site, prometheus_crds=False)  # the exported file's
         return [
-            helm_line(site, *LIST_ARGS) + "; the release of chart gpu-operator, any namespace",
-            helm_line(site, *get_values_args(RELEASE, NAMESPACE))
-            + "; merge the exported values into these, keep every user value",
-            helm_command(site) + "; with the live release's name and namespace",
+            f'eval "$({helm_line(site, *LIST_ARGS, note="")} | '
+            f'python3 -c {q(find_release_script())})"  # from the jump host; the release of '
+            "chart gpu-operator in any namespace ($GNW_RELEASE, $GNW_NAMESPACE; none: "
+            f"{NAMESPACE}/{RELEASE}, a first install; two: stops)",
+            f"{helm_line(site, *get_values_args(RELEASE_WORD, NAMESPACE_WORD), note='')} "
+            f"2>/dev/null | {lists_check(values)}  # from the jump host; stops when the file "
+            "would replace a live list (helm replaces lists, never merges them)",
+            helm_line(site, *upgrade)
+            + "; the chart's defaults, then the release's last values, then the file "
+            "(helm >= 3.14; every other user value stays)",
         ]
 
     def _wanted(self, ctx: StepContext) -> dict[str, Any]:
-        prometheus = bool(ctx.recorded("gpu-operator.preflight").get("prometheus_crds", False))
-        return build_values(ctx.site, prometheus_crds=prometheus)
+        return build_values(ctx.site, prometheus_crds=ctx.need(PROMETHEUS_CRDS))
 
     async def preconditions(self, ctx: StepContext) -> list[Finding]:
         report = Report("T01")
@@ -225,7 +261,8 @@ class InstallGpuOperator(Step):
             if state.installed
             else None
         )
-        note = blast_radius(state, ctx.site, merged)
+        note = " ".join(filter(None, (blast_radius(state, ctx.site, merged),
+                                       driver_pin_note(ctx.site, merged))))  # fmt: skip
         document = values_document(pinned, "deployed", merged)
         if document != live:
             document = values_document(pinned, "deployed", merged, note)
@@ -236,7 +273,34 @@ class InstallGpuOperator(Step):
             f"helm release {state.label}",
             "GPU Operator chart values: the live user values with the wizard's merged in",
         )
-        changes = [Change(desired, live, note)]
+        effect = ClusterEffect(
+            ClusterChange.GPU_OPERATOR_INSTALL,
+            f"installs GPU Operator {pinned} as {state.label} for the whole cluster: its CRDs "
+            "and ClusterPolicy, the NFD worker on every node (it labels every node with its "
+            f"PCI and kernel features), the operands on every GPU node ({', '.join(state.gpu_nodes)})",
+        )
+        # A release that was never deployed (pending-install: a first install interrupted)
+        # is still a first install: the step uninstalls it and installs again.
+        if state.installed and state.status != "pending-install":
+            # A change of the running release is cluster-wide: the ClusterPolicy and the
+            # operand DaemonSets are the existing GPU nodes' too (the NFD worker's every
+            # node's). It needs its own approval by name (wizard/approvals.py).
+            keys = changed_keys(state.user_values, merged)
+            what = [
+                f"chart {state.chart_version} -> {pinned}"
+                if state.chart_version != pinned
+                else f"chart {pinned} kept"
+            ]
+            if keys:
+                more = f" and {len(keys) - 8} more" if len(keys) > 8 else ""
+                what.append(f"values {', '.join(keys[:8])}{more}")
+            effect = ClusterEffect(
+                ClusterChange.GPU_OPERATOR_UPGRADE,
+                f"changes the GPU Operator release {state.label} that every GPU node runs "
+                f"from ({'; '.join(what)})",
+                restarted_pod_refs(state, ctx.site, merged),
+            )
+        changes = [Change(desired, live, note, effect)]
         if ctx.site.versions.nvidia_driver_crd:
             changes.append(self._driver_change(ctx.site, state))
         return changes
@@ -301,7 +365,7 @@ class InstallGpuOperator(Step):
                     f"-n {state.namespace}), then run this step again"
                 )
             args = ["rollback", state.name, str(revision), *ns, "--wait"]
-        ctx.engine.emit(
+        ctx.emit(
             Notice(
                 f"release {state.label} is {state.status}: this wizard's own "
                 f"`{interrupted_helm(ctx, state)}` was interrupted; resolving it with "
@@ -309,9 +373,7 @@ class InstallGpuOperator(Step):
                 ctx.target,
             )
         )
-        result = await helm.run(
-            *args, on_line=lambda stream, line: ctx.engine.emit(_output(line, stream))
-        )
+        result = await helm.run(*args, on_line=lambda stream, line: ctx.emit(_output(line, stream)))
         if result.exit_status != 0:
             from wizard.transports.base import CommandFailedError
 
@@ -326,9 +388,9 @@ class InstallGpuOperator(Step):
             values_file.chmod(0o600)
             result = await helm.run(
                 *upgrade_args(ctx.site, str(values_file), state.name, state.namespace),
-                on_line=lambda stream, line: ctx.engine.emit(_output(line, stream)),
+                on_line=lambda stream, line: ctx.emit(_output(line, stream)),
             )
-        ctx.engine.journal(
+        ctx.journal(
             {
                 "target": "helm",
                 "step": self.id,
@@ -424,7 +486,7 @@ def interrupted_helm(ctx: StepContext, state: ReleaseState) -> str | None:
     the journal without an outcome (wizard/checkpoint.py ``unfinished``). The site's lock
     says no other wizard runs now, so a release pending because of it is ours to resolve;
     a release pending for any other reason is another operator's, and is left alone."""
-    for entry in getattr(ctx.engine.checkpoint, "unfinished", []) or []:
+    for entry in ctx.unfinished():
         command = str(entry.get("command") or "")
         words = command.split()
         ours = entry.get("target") == "helm" and state.name in words and state.namespace in words

@@ -12,9 +12,18 @@ from typing import Any
 
 import yaml
 
-from steps.common import node_pod, q
-from steps.gpu_operator.install import InstallGpuOperator, helm_line
-from steps.gpu_operator.release import belongs_to, nfd_workers, read_state
+from steps.common import finished_then_logs, node_pod, q, shown
+from steps.gpu_operator.dcgm import check_dcgm
+from steps.gpu_operator.dcgm import read_command as dcgm_read_command
+from steps.gpu_operator.install import PROMETHEUS_CRDS, InstallGpuOperator, helm_line
+from steps.gpu_operator.release import (
+    OPERAND_DAEMONSETS,
+    OPERATOR_RELEASE,
+    belongs_to,
+    nfd_workers,
+    operator_release,
+    read_state,
+)
 from steps.gpu_operator.runtime import config_path, evaluate_runtime
 from steps.gpu_operator.runtime import read_lines as runtime_read_lines
 from steps.gpu_operator.values import (
@@ -24,8 +33,10 @@ from steps.gpu_operator.values import (
 )
 from steps.join import TOOLKIT_DROP_IN
 from steps.pull_secrets import PullSecrets
+from steps.remote import site_path
 from wizard.artifacts import Artifact, k8s_object
 from wizard.facts import ParseError, parse
+from wizard.facts.gpu import parse_nvidia_smi_l
 from wizard.model import Finding, StepKind
 from wizard.plan import Phase, Scope, Step, StepContext
 from wizard.probe import Report
@@ -45,6 +56,37 @@ def chart_check_args(site: Site) -> list[str]:
         "--version",
         site.versions.gpu_operator,
     ]
+
+
+# NVIDIA's Helm repository (the GPU Operator's install guide: `helm repo add nvidia
+# https://helm.ngc.nvidia.com/nvidia && helm repo update`).
+NVIDIA_HELM_REPO = ("nvidia", "https://helm.ngc.nvidia.com/nvidia")
+
+
+def chart_source_lines(site: Site) -> list[str]:
+    """Where the jump host's helm gets registry.gpu_operator_chart, as runbook lines: NVIDIA's
+    repository added by name (no --force-update: a repository of that name with another URL
+    stops here rather than being replaced), unless the jump host's helm has a repository of
+    that name already (`helm repo list`: an air gap's mirror under the same name is kept);
+    a mirror's repository by the URL the operator fills in; an OCI reference needs no
+    repository."""
+    chart = site.registry.gpu_operator_chart
+    if chart.startswith("oci://"):
+        return []
+    repo = chart.split("/", 1)[0]
+    if repo == NVIDIA_HELM_REPO[0]:
+        url, note = NVIDIA_HELM_REPO[1], "from the jump host; the chart's repository"
+    else:
+        url = "<chart-repository-url>"
+        note = (
+            f"from the jump host; fill in your mirror's URL of NVIDIA's repository "
+            f"(its admin or `helm repo list` on a host that has {repo})"
+        )
+    c = site.cluster
+    helm = shown([c.helm if "/" not in c.helm else site_path(site, c.helm)])
+    known = f"{helm} repo list 2>/dev/null | awk '{{print $1}}' | grep -qx {q(repo)}"
+    add = f"{helm} {shown(['repo', 'add', repo, url])}"
+    return [f"{known} || {add}  # {note}", f"{helm} repo update {q(repo)}  # from the jump host"]
 
 
 async def check_chart(ctx: StepContext, report: Report) -> None:
@@ -81,6 +123,7 @@ async def check_chart(ctx: StepContext, report: Report) -> None:
 class OperatorPreflight(Step):
     id = "gpu-operator.preflight"
     title = "Cluster ready for the GPU Operator (one NFD, monitoring CRDs, NIC profile)"
+    provides = (PROMETHEUS_CRDS, OPERATOR_RELEASE)
     kind = StepKind.CHECK
     gates = ("T01",)
     scope = Scope.CLUSTER
@@ -96,10 +139,12 @@ class OperatorPreflight(Step):
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
         return [
+            *chart_source_lines(site),
             helm_line(site, *chart_check_args(site)) + "; the chart helm will install",
             helm_line(site, *LIST_ARGS) + "; a release of chart gpu-operator, any name",
             "kubectl get daemonsets -A -o wide  # from the jump host; any nfd-worker, any name",
-            "kubectl get crd | grep -e nfd.k8s-sigs.io -e monitoring.coreos.com  # from the jump host",
+            "kubectl get crd -o name | grep -e nfd.k8s-sigs.io -e monitoring.coreos.com "
+            "|| echo 'no NFD or Prometheus Operator CRD'  # from the jump host",
         ]
 
     async def verify(self, ctx: StepContext) -> list[Finding]:
@@ -137,11 +182,12 @@ class OperatorPreflight(Step):
             report.ok("single-nfd", f"the only NFD is the one of the GPU Operator {state.label}")
         else:
             report.ok("single-nfd", "no other node-feature-discovery in the cluster")
-        ctx.data["prometheus_crds"] = SERVICE_MONITOR_CRD in crds
+        ctx.provide(PROMETHEUS_CRDS, SERVICE_MONITOR_CRD in crds)
+        ctx.provide(OPERATOR_RELEASE, state.release.as_result())
         report.ok(
             "service-monitor",
             "Prometheus Operator CRDs present: dcgm-exporter ServiceMonitor on"
-            if ctx.data["prometheus_crds"]
+            if SERVICE_MONITOR_CRD in crds
             else "no Prometheus Operator CRDs: dcgm-exporter ServiceMonitor off (it would fail)",
         )
         if ctx.site.nic.profile == "intel-e810":
@@ -171,14 +217,14 @@ def _unready(pod: dict[str, Any]) -> bool:
     )
 
 
-async def settled_pods(ctx: Any) -> list[dict[str, Any]]:
-    """The gpu-operator namespace's pods once none is still starting (Pending or not ready
+async def settled_pods(ctx: Any, namespace: str = NAMESPACE) -> list[dict[str, Any]]:
+    """The operator release's namespace's pods once none is still starting (Pending or not ready
     yet), a pod is hopeless (crash loop, image pull), or the settle time is over."""
     kube = ctx.services.kube
     deadline = time.monotonic() + OPERANDS_SETTLE_S
     told = False
     while True:
-        pods = await kube.pods(NAMESPACE)
+        pods = await kube.pods(namespace)
         starting = [p for p in pods if _unready(p)]
         reasons = {
             (s.get("state", {}).get("waiting") or {}).get("reason")
@@ -186,17 +232,19 @@ async def settled_pods(ctx: Any) -> list[dict[str, Any]]:
             for s in p.get("status", {}).get("containerStatuses") or []
         }
         if not pods or not starting or reasons & set(HOPELESS) or time.monotonic() > deadline:
+            if told:
+                ctx.wait_ends()
             return pods
         if not told:
             told = True
             ctx.wait_begins(
-                f"waiting for {len(starting)} of {len(pods)} pods in {NAMESPACE} to start",
+                f"waiting for {len(starting)} of {len(pods)} pods in {namespace} to start",
                 deadline - time.monotonic(),
             )
         await asyncio.sleep(2)
 
 
-def evaluate_pods(pods: list[dict[str, Any]], report: Report) -> None:
+def evaluate_pods(pods: list[dict[str, Any]], report: Report, namespace: str = NAMESPACE) -> None:
     """Every pod Running with all containers ready, or Completed; name the broken ones."""
     broken = []
     for pod in filter(_unready, pods):
@@ -212,20 +260,20 @@ def evaluate_pods(pods: list[dict[str, Any]], report: Report) -> None:
         broken.append(f"{pod['metadata']['name']} ({state}, {restarts} restarts)")
     if not pods:
         report.fail(
-            "pods", f"no pods in {NAMESPACE}", "check the helm release and the operator logs"
+            "pods", f"no pods in {namespace}", "check the helm release and the operator logs"
         )
     elif broken:
         report.fail(
             "pods",
-            f"{len(broken)} of {len(pods)} pods in {NAMESPACE} are not healthy: {', '.join(broken)}",
-            f"kubectl -n {NAMESPACE} describe pod <name> and kubectl logs --previous; fix the cause "
+            f"{len(broken)} of {len(pods)} pods in {namespace} are not healthy: {', '.join(broken)}",
+            f"kubectl -n {namespace} describe pod <name> and kubectl logs --previous; fix the cause "
             "(image pull from the mirror, driver build, containerd config)",
         )
     else:
-        report.ok("pods", f"all {len(pods)} pods in {NAMESPACE} are Running or Completed")
+        report.ok("pods", f"all {len(pods)} pods in {namespace} are Running or Completed")
 
 
-def gpu_test_pod(site: Site, node: Node) -> dict[str, Any]:
+def gpu_test_pod(site: Site, node: Node, namespace: str = NAMESPACE) -> dict[str, Any]:
     """A pod asking for every GPU of the node that runs nvidia-smi -L (and tolerates the taint)."""
     image = f"{mirrored('nvcr.io/nvidia', site.registry.mirror)}/cuda:12.9.1-base-ubi9"
     container = {
@@ -234,7 +282,7 @@ def gpu_test_pod(site: Site, node: Node) -> dict[str, Any]:
         "command": ["nvidia-smi", "-L"],
         "resources": {"limits": {"nvidia.com/gpu": node.gpu_count}},
     }
-    return node_pod(site, node, f"gnw-gpu-test-{node.name}", NAMESPACE, container)
+    return node_pod(site, node, f"gnw-gpu-test-{node.name}", namespace, container)
 
 
 async def run_test_pod(
@@ -264,26 +312,36 @@ async def run_test_pod(
 
 class VerifyGpuOperator(Step):
     id = "gpu-operator.verify"
-    title = "GPU Operator pods, allocatable GPUs and a test pod"
+    title = "GPU Operator pods, allocatable GPUs, DCGM metrics and a test pod"
     kind = StepKind.CHECK
     gates = ("T01",)
     requires = ("gpu-operator.install",)
+    needs = (OPERATOR_RELEASE,)  # its pods, test pod and DCGM exporter are in its namespace
     reads = ("node.gpu_count", "taint", "registry", "cluster")
     explain = (
         "Every pod in gpu-operator is Running with containers ready or Completed; containerd "
         "on the node has the nvidia runtime (in config.toml, or in the toolkit's drop-in that "
         "config.toml still imports after Kubespray runs); node allocatable nvidia.com/gpu "
         "equals the expected count; a test pod requesting the node's GPUs runs nvidia-smi -L "
-        "and lists them. The validator alone is not proof."
+        "and lists them. DCGM's own view of the node, read from the node's dcgm-exporter "
+        "(:9400/metrics through the API server's pod proxy), reports every GPU "
+        "(DCGM_FI_DEV_GPU_TEMP) with no XID error (DCGM_FI_DEV_XID_ERRORS), no row-remap "
+        "failure and no PCIe/NVLink errors. The validator alone is not proof."
     )
 
     def commands(self, site: Site, node: Node | None) -> list[str]:
-        name = q(node.name) if node else "<node>"
+        raw = node.name if node else "<node>"
+        name = q(raw)
         return [
             f"kubectl get pods -n {NAMESPACE} -o wide",
+            *toolkit_wait_lines(),
             *runtime_read_lines(site),
             f"kubectl get node {name} -o jsonpath='{{.status.allocatable}}'  # nvidia.com/gpu",
-            f"kubectl -n {NAMESPACE} apply -f gpu-test-pod.yaml && kubectl -n {NAMESPACE} logs gnw-gpu-test-{name}",
+            dcgm_read_command(node.name if node else "<node>"),
+            shown(
+                ["kubectl", "-n", NAMESPACE, "apply", "-f", f"nodes/{raw}/k8s/gpu-test-pod.yaml"]
+            ),
+            *finished_then_logs(NAMESPACE, f"pod/gnw-gpu-test-{raw}", 300),
         ]
 
     def artifacts(self, site: Site, node: Node | None) -> list[Artifact]:
@@ -302,8 +360,9 @@ class VerifyGpuOperator(Step):
         assert ctx.node is not None
         report = Report("T01")
         kube = ctx.services.kube
-        pods = await settled_pods(ctx)
-        evaluate_pods(pods, report)
+        namespace = operator_release(ctx).namespace
+        pods = await settled_pods(ctx, namespace)
+        evaluate_pods(pods, report, namespace)
         config_file = config_path(ctx.site)
         evaluate_runtime(
             ctx.node.name,
@@ -312,6 +371,9 @@ class VerifyGpuOperator(Step):
             await ctx.read_file(TOOLKIT_DROP_IN),
             report,
         )
+        # DCGM's own view first: when the device plugin advertises fewer GPUs, the exporter
+        # tells which GPU is gone and why (an XID).
+        await check_dcgm(kube, ctx.node, report, namespace)
         node = await kube.node(ctx.node.name) or {}
         allocatable = node.get("status", {}).get("allocatable", {}).get("nvidia.com/gpu")
         if allocatable == str(ctx.node.gpu_count):
@@ -324,7 +386,7 @@ class VerifyGpuOperator(Step):
                 "check the device plugin pod on the node and `nvidia-smi` in the driver pod",
             )
             return report.findings
-        logs, phase = await run_test_pod(ctx, gpu_test_pod(ctx.site, ctx.node))
+        logs, phase = await run_test_pod(ctx, gpu_test_pod(ctx.site, ctx.node, namespace))
         if logs is None:
             report.fail(
                 "test-pod",
@@ -333,7 +395,7 @@ class VerifyGpuOperator(Step):
             )
             return report.findings
         try:
-            listed = len(parse("nvidia-smi-l", logs).gpus)
+            listed = len(parse(parse_nvidia_smi_l, logs).gpus)
         except ParseError as exc:
             report.fail(
                 "test-pod",
@@ -359,3 +421,15 @@ PHASE = Phase(
     summary="Install the pinned GPU Operator with Helm and prove the GPUs are schedulable.",
     steps=(OperatorPreflight(), PullSecrets(), InstallGpuOperator(), VerifyGpuOperator()),
 )
+
+
+def toolkit_wait_lines() -> list[str]:
+    """Before the node's containerd config is read: the operator creates its operands'
+    DaemonSets after helm returns (helm --wait waits for the chart's own objects only), and
+    the container toolkit writes the nvidia runtime once its pod runs, so an operator waits
+    for the DaemonSet to exist (`kubectl wait --for=create`, kubectl >= 1.31) and roll out."""
+    ds = f"daemonset/{OPERAND_DAEMONSETS['toolkit']}"
+    return [
+        f"kubectl -n {NAMESPACE} wait --for=create {ds} --timeout=600s  # the operator makes it",
+        f"kubectl -n {NAMESPACE} rollout status {ds} --timeout=600s  # then it wrote the runtime",
+    ]

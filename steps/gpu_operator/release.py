@@ -18,12 +18,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from steps.gpu_operator.values import CHART_DEFAULTS, NAMESPACE, RELEASE
+from wizard.result_keys import ResultKey
 from wizard.site import Site
 
 CHART_NAME = "gpu-operator"
 # `helm list -o json` prints "chart" as <chart name>-<chart version> (helm 3
 # cmd/helm/list.go formatChartname); a GPU Operator chart version is vMAJOR.MINOR.PATCH.
-_CHART = re.compile(rf"^{CHART_NAME}-(?P<version>v?\d+\.\d+\.\d+\S*)$")
+CHART_PATTERN = re.compile(rf"^{CHART_NAME}-(?P<version>v?\d+\.\d+\.\d+\S*)$")
 # Lists merged item by item rather than replaced: a user's toleration, pull secret or
 # environment variable stays next to the wizard's (env entries match by name).
 _UNION_LISTS = frozenset({"tolerations", "imagePullSecrets"})
@@ -31,6 +32,40 @@ _NAMED_LISTS = frozenset({"env"})
 # Labels by which a node shows a GPU the operator manages: NFD's PCI vendor label for
 # NVIDIA (10de) and the operator's own (GPU Operator controllers/state_manager.go).
 GPU_NODE_LABELS = ("nvidia.com/gpu.present", "feature.node.kubernetes.io/pci-10de.present")
+
+
+@dataclass(frozen=True)
+class OperatorRelease:
+    """The GPU Operator release every later step acts on: the one the cluster runs (any
+    name, any namespace: a brownfield site's, e.g. nvidia-gpu-operator), else the wizard's
+    first install, gpu-operator/gpu-operator. Its pull secret, pods, test pod and DCGM
+    exporter are in ``namespace``."""
+
+    name: str = RELEASE
+    namespace: str = NAMESPACE
+
+    def as_result(self) -> dict[str, str]:
+        return {"name": self.name, "namespace": self.namespace}
+
+    @classmethod
+    def of(cls, recorded: dict[str, Any]) -> OperatorRelease:
+        """The release as OPERATOR_RELEASE recorded it (a typed dict of JSON strings)."""
+        return cls(str(recorded["name"]), str(recorded["namespace"]))
+
+
+# Recorded by gpu-operator.preflight (steps/gpu_operator/phase.py) from the release state it
+# reads; needed by every step that writes or reads in the operator's namespace.
+OPERATOR_RELEASE: ResultKey[dict[str, Any]] = ResultKey(
+    "gpu-operator.preflight",
+    "operator_release",
+    dict,
+    "the GPU Operator release (name, namespace): the existing one, else gpu-operator's",
+)
+
+
+def operator_release(ctx: Any) -> OperatorRelease:
+    """The release a step that ``needs`` OPERATOR_RELEASE acts on."""
+    return OperatorRelease.of(ctx.need(OPERATOR_RELEASE))
 
 
 @dataclass
@@ -56,6 +91,10 @@ class ReleaseState:
     def label(self) -> str:
         return f"{self.namespace}/{self.name}"
 
+    @property
+    def release(self) -> OperatorRelease:
+        return OperatorRelease(self.name, self.namespace)
+
     def as_data(self) -> dict[str, Any]:
         """The part recorded in the checkpoint (and shown): no live objects."""
         return {
@@ -69,7 +108,7 @@ class ReleaseState:
 
 def chart_version(entry: dict[str, Any]) -> str | None:
     """The GPU Operator chart version of one ``helm list`` entry, None for another chart."""
-    match = _CHART.match(str(entry.get("chart", "")))
+    match = CHART_PATTERN.match(str(entry.get("chart", "")))
     return match.group("version") if match else None
 
 
@@ -170,8 +209,10 @@ def merge_values(live: dict[str, Any], wanted: dict[str, Any]) -> dict[str, Any]
 
 
 def covers(live: dict[str, Any], wanted: dict[str, Any]) -> bool:
-    """Whether the live values already hold everything the wizard needs."""
-    return merge_values(live, wanted) == live
+    """Whether the live values already hold everything the wizard needs: the merge changes
+    no key (by ``changed_keys``, the blast radius's own rule, so a key the release lacks
+    that the wizard sets to the chart's default counts as held)."""
+    return not changed_keys(live, merge_values(live, wanted))
 
 
 def changed_keys(live: dict[str, Any], merged: dict[str, Any], prefix: str = "") -> list[str]:
@@ -192,7 +233,7 @@ def changed_keys(live: dict[str, Any], merged: dict[str, Any], prefix: str = "")
 # changed DaemonSet template, and the DaemonSet controller replaces that operand's pod on
 # every node it selects. So any changed key restarts operand pods on every GPU node (the NFD
 # worker's on every node); the operands named here are those whose pods a key restarts.
-_OPERANDS = {
+OPERAND_DAEMONSETS = {
     "driver": "nvidia-driver-daemonset",
     "toolkit": "nvidia-container-toolkit-daemonset",
     "devicePlugin": "nvidia-device-plugin-daemonset",
@@ -223,7 +264,7 @@ def restarted_operands(keys: list[str]) -> list[str]:
         if key.startswith(_NO_POD_KEYS):
             continue
         top = key.split(".", 1)[0]
-        operand = _OPERANDS.get(top)
+        operand = OPERAND_DAEMONSETS.get(top)
         if operand is None:
             return ["every operand"]
         if operand not in named:
@@ -250,6 +291,37 @@ def restarted_pods(state: ReleaseState, site: Site, operands: list[str]) -> list
         if every or owner in names or (nfd and owner.endswith("node-feature-discovery-worker")):
             found.append(f"{name} on {node}")
     return sorted(found)
+
+
+def restarted_pod_refs(state: ReleaseState, site: Site, merged: dict[str, Any]) -> tuple[str, ...]:
+    """The live pods on existing nodes a change of the installed release replaces, as
+    "namespace/pod on node", from the live pods' owners: a changed operand template rolls
+    every pod of that DaemonSet (on every node it selects), and a new chart version also
+    rolls the operator's own Deployment (its image is the chart's appVersion)."""
+    if not state.installed:
+        return ()
+    keys = changed_keys(state.user_values, merged)
+    version_change = state.chart_version != site.versions.gpu_operator
+    operands = ["every operand"] if version_change else restarted_operands(keys)
+    new = {n.name for n in site.nodes}
+    every = "every operand" in operands
+    named = {o for o in operands if not o.startswith("the ")}
+    nfd = any(o.startswith("the NFD") for o in operands)
+    found = set()
+    for pod in state.pods:
+        meta, node = pod.get("metadata", {}), pod.get("spec", {}).get("nodeName")
+        if not node or node in new:
+            continue
+        owners = meta.get("ownerReferences") or []
+        daemonset = next((str(o.get("name")) for o in owners if o.get("kind") == "DaemonSet"), None)
+        deployment = any(o.get("kind") == "ReplicaSet" for o in owners)
+        if (
+            (daemonset and (every or daemonset in named))
+            or (daemonset and nfd and daemonset.endswith("node-feature-discovery-worker"))
+            or (deployment and version_change)
+        ):
+            found.add(f"{meta.get('namespace')}/{meta.get('name')} on {node}")
+    return tuple(sorted(found))
 
 
 def blast_radius(state: ReleaseState, site: Site, merged: dict[str, Any]) -> str:

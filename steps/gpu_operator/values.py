@@ -175,6 +175,24 @@ def driver_values(site: Site) -> dict[str, Any]:
     return driver
 
 
+def driver_pin_note(site: Site, merged: dict[str, Any]) -> str:
+    """What the review says when the release's driver is not the site's: ``merge_values``
+    keeps a live ``driver.version`` (changing it rolls the driver over every GPU node), so
+    the new nodes run the release's pin. Empty when they get the site's driver (the same
+    version, or the NVIDIADriver CRD: their own NVIDIADriver carries the site's)."""
+    driver = merged.get("driver") or {}
+    if site.versions.nvidia_driver_crd:
+        return ""
+    running = str(driver.get("version") or CHART_DRIVER_VERSION)
+    if running == site.versions.driver:
+        return ""
+    return (
+        f"The new nodes get driver {running} (the release's pin), not the site's "
+        f"{site.versions.driver}: changing the release's pin rolls the driver over every GPU "
+        "node; versions.nvidia_driver_crd gives the new nodes their own driver."
+    )
+
+
 def build_values(site: Site, *, prometheus_crds: bool) -> dict[str, Any]:
     """The chart values the wizard sets (each a key of the chart's values.yaml or one its
     templates read): a site taint is tolerated by every operand and by the NFD worker, or

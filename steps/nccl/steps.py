@@ -8,8 +8,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from steps.common import bonding_command, on_host, q, shown
-from steps.gpudirect import NCCL_DEFAULT_GDR_LEVEL
+from steps.common import bonding_command, finished_then_logs, on_host, q, shown
+from steps.gpudirect import DISTANCES, NCCL_DEFAULT_GDR_LEVEL
+from steps.irdma import GID_INDEX, RDMA_DEVICE
 from steps.nccl.manifests import (
     JOB_NAME_LABEL,
     JOB_ROLE_LABEL,
@@ -28,16 +29,23 @@ from steps.perf import (
     endpoint_lines,
     endpoints,
     line_rate_gbps,
+    over_cap,
     perftest_run,
     planned_endpoints,
+    rate_cap_gbps,
 )
 from steps.perf import _stop_server as stop_server
+from steps.perf.model import SERVER_EXITS
+from steps.qos.steps import QOS_VERIFIED
 from wizard.artifacts import Artifact, k8s_object
 from wizard.facts import ParseError, parse
 from wizard.facts.gpu import LINK_ORDER, link_rank
+from wizard.facts.nccl import parse_nccl_log, parse_nccl_tests
+from wizard.facts.perftest import parse_perftest
 from wizard.model import Finding, StepKind
 from wizard.plan import Phase, Step, StepContext, measurement_far_end
 from wizard.probe import Report
+from wizard.result_keys import ResultKey
 from wizard.site import Node, Site
 
 POD_TIMEOUT_S = 600
@@ -160,11 +168,7 @@ class CudaPerftest(Step):
     title = "perftest from GPU memory, in a pod (--use_cuda, DMA-BUF)"
     kind = StepKind.MEASURE
     one_node_at_a_time = True  # against the shared AIStor peer
-    needs = (
-        ("irdma.verify", "rdma_device"),
-        ("irdma.verify", "gid_index"),
-        ("gpudirect.readiness", "distances"),
-    )
+    needs = (RDMA_DEVICE, GID_INDEX, DISTANCES)
     gates = ("T11", "T12")
     reads = ("aistor", "device_plugin", "measurements", "registry", "taint")
     explain = (
@@ -194,7 +198,7 @@ class CudaPerftest(Step):
                 shown(run.server, on_host(server.host, "first")),
                 shown(["kubectl", "apply", "-f", f"nodes/{node.name}/k8s/{check}-pod.yaml"],
                       f"the client in GPU memory, {path}"),
-                shown(["kubectl", "logs", "-n", NAMESPACE, f"pod/{pod}"]),
+                *finished_then_logs(NAMESPACE, f"pod/{pod}", POD_TIMEOUT_S),
                 shown(run.stop, on_host(server.host, "if that server still waits")),
                 shown(["kubectl", "delete", "-n", NAMESPACE, f"pod/{pod}"]),
             ]  # fmt: skip
@@ -236,7 +240,7 @@ class CudaPerftest(Step):
             report.fail("dmabuf-perftest", "no RDMA endpoint pair", "run the RDMA phases first",
                         gate="T12")  # fmt: skip
             return report.findings
-        distances = dict(ctx.need("distances"))
+        distances = ctx.need(DISTANCES)
         nearest = nearest_gpu(distances)
         if nearest is None:
             detail = ", ".join(f"{g}: {d}" for g, d in distances.items()) or "none listed"
@@ -263,7 +267,14 @@ class CudaPerftest(Step):
         dmabuf, dmabuf_problem = results["dmabuf-perftest"]
         legacy, legacy_problem = results["peermem-perftest"]
 
+        cap = rate_cap_gbps(ctx.site, ctx.target, "ib_write_bw")
+
         def rate_text(gbps: float) -> str:
+            if cap is not None:
+                # Both paths ran under the same rate limit: their numbers say that GPU
+                # memory reaches the NIC, not which path is faster.
+                return (f"{gbps:.1f} Gb/s, capped at {cap:g} Gb/s on the production peer: "
+                        f"DMA-BUF and peermem are not comparable ({where})")  # fmt: skip
             share = f", {gbps / rate:.0%} of the {rate:.0f} Gb/s line" if rate else ""
             return f"{gbps:.1f} Gb/s{share} ({where})"
 
@@ -301,7 +312,7 @@ class CudaPerftest(Step):
         if problem:
             return None, problem
         try:
-            fact = parse("perftest", output)
+            fact = parse(parse_perftest, output)
         except ParseError as exc:
             return (
                 None,
@@ -311,6 +322,11 @@ class CudaPerftest(Step):
             hint = (" (set measurements.cuda_perftest_image to an image with perftest built with CUDA)"
                     if "without CUDA" in (fact.error or output) else "")  # fmt: skip
             return None, f"{fact.error or output.strip()[:200]}{hint}"
+        broken = over_cap(
+            output, fact.best_bw_gbps, rate_cap_gbps(ctx.site, ctx.target, "ib_write_bw")
+        )
+        if broken:
+            return None, broken
         ctx.record(f"gpu.{check}", fact.best_bw_gbps, "Gb/s")
         return fact.best_bw_gbps, ""
 
@@ -323,7 +339,7 @@ class CudaPerftest(Step):
         pod["metadata"]["labels"]["gnw-run"] = name
         await kube.delete_pod(NAMESPACE, name)  # a leftover, before its server starts
         server_task = asyncio.ensure_future(
-            ctx.run(run.server, on=server_host, timeout=run.seconds + 10)
+            ctx.run(run.server, on=server_host, timeout=run.seconds + 10, expected=SERVER_EXITS)
         )
 
         async def create() -> None:
@@ -436,7 +452,7 @@ def launcher_problem(log_text: str) -> tuple[str, str] | None:
 
 def _busbw(log_text: str) -> float | None:
     try:
-        return parse("nccl-tests", log_text).avg_busbw
+        return parse(parse_nccl_tests, log_text).avg_busbw
     except ParseError:
         return None
 
@@ -446,7 +462,7 @@ def busbw_by_size(log_text: str) -> list[tuple[int, float]]:
     nccl-tests table (in-place where a row has no out-of-place column): the curve that
     shows where the bandwidth comes from, which the one average hides."""
     try:
-        rows = parse("nccl-tests", log_text).rows
+        rows = parse(parse_nccl_tests, log_text).rows
     except ParseError:
         return []
     sizes = []
@@ -464,9 +480,14 @@ def record_busbw_by_size(ctx: StepContext, prefix: str, log_text: str) -> None:
         ctx.record(f"{prefix}.busbw.{size}", bus, "GB/s", bytes=str(size))
 
 
+# The single-node NVLink all_reduce bus bandwidth (GB/s), shown beside the inter-node one.
+NVLINK_BUSBW = ResultKey("nccl.nvlink-baseline", "nvlink_busbw", float, "GB/s on NVLink")
+
+
 class NvlinkBaseline(Step):
     id = "nccl.nvlink-baseline"
     title = "NCCL over NVLink on one node (the baseline)"
+    provides = (NVLINK_BUSBW,)
     kind = StepKind.MEASURE
     gates = ("T11",)
     reads = ("measurements", "registry", "taint")
@@ -480,7 +501,9 @@ class NvlinkBaseline(Step):
         name = node.name if node else "<node>"
         return [
             shown(["kubectl", "apply", "-f", f"nodes/{name}/k8s/nccl-nvlink-job.yaml"]),
-            f"kubectl logs -n {NAMESPACE} job/gnw-nccl-nvlink-{q(name)}",
+            *finished_then_logs(
+                NAMESPACE, f"job/gnw-nccl-nvlink-{name}", JOB_TIMEOUT_S, condition="Complete"
+            ),
         ]
 
     def artifacts(self, site: Site, node: Node | None) -> list[Artifact]:
@@ -507,7 +530,7 @@ class NvlinkBaseline(Step):
             report.warn("nvlink-baseline", problem, "kubectl describe the Job")
             return report.findings
         try:
-            log = parse("nccl-log", logs)
+            log = parse(parse_nccl_log, logs)
         except ParseError as exc:
             first = next((ln for ln in logs.splitlines() if ln.strip()), "")[:200]
             report.warn("nvlink-baseline", f"no NCCL INFO lines ({exc.reason}): {first}",
@@ -525,7 +548,7 @@ class NvlinkBaseline(Step):
             return report.findings
         ctx.record("nccl.nvlink.avg_busbw", busbw, "GB/s")
         record_busbw_by_size(ctx, "nccl.nvlink", logs)
-        ctx.data["nvlink_busbw"] = busbw
+        ctx.provide(NVLINK_BUSBW, busbw)
         report.ok(
             "nvlink-baseline",
             f"all_reduce over {ctx.node.gpu_count} GPUs on one node: average bus bandwidth "
@@ -552,7 +575,10 @@ class InterNodeNccl(Step):
     one_node_at_a_time = True  # a node's GPUs are in its own run and its neighbour's
     gates = ("T11", "T12")
     reads = ("qos", "device_plugin", "measurements", "registry", "taint")
-    needs = (("irdma.verify", "rdma_device"),)
+    needs = (RDMA_DEVICE,)
+    # The explanation of a host-memory path (GPUs beyond PXB) and the NVLink comparison:
+    # said without them when their steps recorded none.
+    uses = (DISTANCES, NVLINK_BUSBW, QOS_VERIFIED)
     explain = (
         "One rank per GPU on this node and a second GPU node, through a Kubeflow MPIJob "
         "(v2beta1): between nodes NCCL must use the network, so the log decides. Every net "
@@ -571,10 +597,25 @@ class InterNodeNccl(Step):
     def commands(self, site: Site, node: Node | None) -> list[str]:
         name = node.name if node else "<node>"
         nodes = nccl_partners(site, name)
+        if node is not None and len(nodes) < 2:
+            # One GPU node: no MPIJob is exported (artifacts), so no line may name one.
+            return ["# one GPU node: no partner for an all-reduce across nodes; nothing to run"]
         job = mpijob_name(nodes)
         return [
             shown(["kubectl", "get", "crd", MPIJOB_CRD], "the MPI Operator is installed"),
             shown(["kubectl", "apply", "-f", f"nodes/{name}/k8s/nccl-mpijob.yaml"]),
+            shown(
+                [
+                    "kubectl",
+                    "-n",
+                    NAMESPACE,
+                    "wait",
+                    "--for=condition=Succeeded",
+                    f"mpijob/{job}",
+                    f"--timeout={JOB_TIMEOUT_S}s",
+                ],
+                f"on a timeout: kubectl -n {NAMESPACE} describe mpijob/{job}",
+            ),
             f"kubectl logs -n {NAMESPACE} -l {JOB_NAME_LABEL}={q(job)},{JOB_ROLE_LABEL}=launcher",
         ]
 
@@ -621,8 +662,8 @@ class InterNodeNccl(Step):
             report.skip("nccl-path", f"not run: {why}", gate="T11")
             report.skip("gdr", "not run: no MPI Operator for the inter-node NCCL run", gate="T12")
             return report.findings
-        hca = str(ctx.need("rdma_device"))
-        qos_on = ctx.engine.checkpoint.step_state("qos.apply", ctx.target).value == "done"
+        hca = ctx.need(RDMA_DEVICE)
+        qos_on = ctx.result_if_any(QOS_VERIFIED) is not None  # recorded once qos.apply is done
         job = mpijob(ctx.site, nodes, ctx.node.gpu_count, hca, qos_on)
         logs, problem = await self._run(ctx, job)
         if logs is None:
@@ -636,18 +677,18 @@ class InterNodeNccl(Step):
             )
             return report.findings
         try:
-            log = parse("nccl-log", logs)
+            log = parse(parse_nccl_log, logs)
         except ParseError as exc:
             report.fail("nccl-path", f"no NCCL INFO lines in the launcher's log ({exc.reason})",
                         "check NCCL_DEBUG=INFO")  # fmt: skip
             return report.findings
         ctx.data["nccl_verdict"] = log.verdict
-        explain_verdict(log, ctx.recorded("gpudirect.readiness"), ctx.site.nic.profile, report)
+        explain_verdict(log, ctx.result_if_any(DISTANCES), ctx.site.nic.profile, report)
         busbw = _busbw(logs)
         if busbw is not None:
             ctx.record("nccl.all_reduce.avg_busbw", busbw, "GB/s")
             record_busbw_by_size(ctx, "nccl.all_reduce", logs)
-            baseline = ctx.recorded("nccl.nvlink-baseline").get("nvlink_busbw")
+            baseline = ctx.result_if_any(NVLINK_BUSBW)
             versus = f" (NVLink on one node: {baseline} GB/s)" if baseline else ""
             report.ok("nccl-busbw",
                       f"all_reduce across {', '.join(nodes)}: average bus bandwidth {busbw} GB/s{versus}")  # fmt: skip

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from wizard.facts.nccl import NcclLog
 from wizard.probe import Report
 
@@ -64,7 +62,9 @@ def explain_warnings(log: NcclLog, report: Report) -> bool:
     return False
 
 
-def explain_verdict(log: NcclLog, readiness: dict[str, Any], profile: str, report: Report) -> None:
+def explain_verdict(
+    log: NcclLog, distances: dict[str, str] | None, profile: str, report: Report
+) -> None:
     """Apply DOMAIN.md's verdict table to what NCCL itself said, warnings first: a run that
     warned of no transport, a failed bootstrap or a network plugin never measured the path."""
     if explain_warnings(log, report):
@@ -90,11 +90,7 @@ def explain_verdict(log: NcclLog, readiness: dict[str, Any], profile: str, repor
         )
         return
     report.ok("nccl-path", f"NCCL used RDMA ({devices})", gate="T11")
-    far = [
-        g
-        for g, d in (readiness.get("distances") or {}).items()
-        if d not in ("X", "PIX", "PXB", "?")
-    ]
+    far = [g for g, d in (distances or {}).items() if d not in ("X", "PIX", "PXB", "?")]
     if log.verdict == "host-memory":
         why = []
         if far:

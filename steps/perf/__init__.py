@@ -17,6 +17,7 @@ from steps.perf.commands import (
     iperf3_run,
     perftest_lines,
     perftest_run,
+    rate_cap_gbps,
     sweep_extra,
 )
 from steps.perf.counters import (
@@ -47,7 +48,7 @@ from steps.perf.model import (
     Endpoint,
     ServerRun,
 )
-from steps.perf.runs import _stop_server, iperf3_pair, perftest_pair
+from steps.perf.runs import _stop_server, iperf3_pair, over_cap, perftest_pair
 from steps.perf.suite import rdma_suite, suite_extra, suite_lines
 from steps.perf.verdict import judge_bandwidth, report_congestion
 
@@ -78,12 +79,14 @@ __all__ = [
     "judge_bandwidth",
     "line_rate_gbps",
     "loss_counters",
+    "over_cap",
     "pause_counter_lines",
     "pause_counters",
     "perftest_lines",
     "perftest_pair",
     "perftest_run",
     "planned_endpoints",
+    "rate_cap_gbps",
     "rdma_suite",
     "report_congestion",
     "suite_extra",

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from steps.common import bonding_command, shown, stats_command
 from steps.perf.model import Endpoint
+from wizard.facts.nic import parse_bonding, parse_ethtool_s
+from wizard.facts.rdma import parse_rdma_hw_counters
 from wizard.plan import StepContext
 from wizard.probe import probe
 from wizard.site import Node
@@ -14,7 +16,7 @@ from wizard.site import Node
 async def line_rate_gbps(ctx: StepContext) -> tuple[float | None, float | None]:
     """(one port, the bond aggregate) in Gb/s from /proc/net/bonding."""
     assert ctx.node is not None
-    bond = await probe(ctx, bonding_command(ctx.node), "bonding")
+    bond = await probe(ctx, bonding_command(ctx.node), parse_bonding)
     if not bond.ok:
         return None, None
     speeds = [s.speed_mbps for s in bond.fact.slaves if s.speed_mbps]
@@ -28,7 +30,7 @@ async def pause_counters(ctx: StepContext) -> dict[str, dict[str, dict[str, int]
     assert ctx.node is not None
     result = {}
     for port in ctx.node.bond.ports:
-        stats = await probe(ctx, stats_command(port), "ethtool-s")
+        stats = await probe(ctx, stats_command(port), parse_ethtool_s)
         if stats.ok:
             result[port] = {p: {"rx": v.rx, "tx": v.tx} for p, v in stats.fact.prio_pause.items()}
     return result
@@ -51,7 +53,7 @@ def hw_counter_command(device: str) -> list[str]:
 async def congestion_counters(ctx: StepContext, endpoint: Endpoint) -> dict[str, int]:
     """An end's DCQCN counters now ({} when the device shows none)."""
     counters = await probe(
-        ctx, hw_counter_command(endpoint.device), "rdma-hw-counters", on=endpoint.host
+        ctx, hw_counter_command(endpoint.device), parse_rdma_hw_counters, on=endpoint.host
     )
     return dict(counters.fact.counters) if counters.ok else {}
 
@@ -61,7 +63,7 @@ async def loss_counters(ctx: StepContext) -> dict[str, int]:
     assert ctx.node is not None
     total: dict[str, int] = dict.fromkeys(LOSS_COUNTERS, 0)
     for port in ctx.node.bond.ports:
-        stats = await probe(ctx, stats_command(port), "ethtool-s")
+        stats = await probe(ctx, stats_command(port), parse_ethtool_s)
         if stats.ok:
             for name in LOSS_COUNTERS:
                 total[name] += stats.fact.counters.get(name, 0)

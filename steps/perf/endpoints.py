@@ -7,7 +7,9 @@ from __future__ import annotations
 import ipaddress
 
 from steps.common import RDMA_LINKS, on_host, shown
+from steps.irdma import GID_INDEX, RDMA_DEVICE
 from steps.perf.model import Endpoint
+from wizard.facts.rdma import parse_ibv_devinfo
 from wizard.plan import FarEnd, StepContext, measurement_far_end
 from wizard.probe import probe
 from wizard.site import Node, Site
@@ -28,12 +30,12 @@ async def discover(
 ) -> Endpoint | None:
     """The RDMA device and RoCEv2 GID index for ``address`` on ``host``."""
     if device is None:
-        links = await probe(ctx, RDMA_LINKS, "rdma-link", on=host)
+        links = await probe(ctx, RDMA_LINKS, on=host)
         active = [lk for lk in (links.fact.links if links.ok else []) if lk.state == "ACTIVE"]
         if not active:
             return None
         device = active[0].device
-    info = await probe(ctx, devinfo_command(device), "ibv-devinfo", on=host)
+    info = await probe(ctx, devinfo_command(device), parse_ibv_devinfo, on=host)
     gid_index = None
     if info.ok:
         for dev in info.fact.devices:
@@ -49,12 +51,9 @@ async def endpoints(ctx: StepContext) -> tuple[Endpoint | None, Endpoint | None,
     node's pair (``measurements.pair_nodes``)."""
     assert ctx.node is not None
     peer = measurement_far_end(ctx.site, ctx.target)
-    declared = {key for _, key in ctx.step.needs}
-    if {"rdma_device", "gid_index"} <= declared:
+    if {RDMA_DEVICE, GID_INDEX} <= set(ctx.step.needs):
         # Typed results: irdma.verify recorded both (the engine blocked the step otherwise).
-        client = Endpoint(
-            ctx.target, str(ctx.need("rdma_device")), int(ctx.need("gid_index")), ctx.node.rdma_ip
-        )
+        client = Endpoint(ctx.target, ctx.need(RDMA_DEVICE), ctx.need(GID_INDEX), ctx.node.rdma_ip)
     else:
         client = await discover(ctx, ctx.target, ctx.node.rdma_ip)
     server = await discover(ctx, peer.name, peer.rdma_ip, peer.rdma_device) if peer else None

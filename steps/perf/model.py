@@ -27,6 +27,14 @@ class Endpoint:
     address: str  # RDMA (bond1) address
 
 
+# The exit statuses a measurement's server and its clean-up are expected to end with (no
+# error to show): pkill(1) of procps-ng exits 1 when no process matched (the one-shot
+# server had ended on its own), and the server it did stop ends on that SIGTERM, 128 + 15
+# (timeout(1) of coreutils passes the signal on).
+STOP_EXITS = {1: "no server was left to stop (it had ended)"}
+SERVER_EXITS = {143: "stopped once its client had finished (SIGTERM)"}
+
+
 @dataclass(frozen=True)
 class ServerRun:
     """A one-shot server on the far end, the client on the node, and the server's cleanup."""

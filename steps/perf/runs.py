@@ -7,16 +7,51 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from dataclasses import dataclass
 from typing import Any
 
-from steps.perf.commands import iperf3_run, perftest_run
-from steps.perf.model import LISTEN_GRACE_S, Endpoint
+from steps.perf.commands import iperf3_run, perftest_run, rate_cap_gbps
+from steps.perf.model import LISTEN_GRACE_S, SERVER_EXITS, STOP_EXITS, Endpoint
 from wizard.facts import ParseError, parse
-from wizard.facts.perftest import Perftest
-from wizard.plan import StepContext, measurement_far_end
+from wizard.facts.perftest import Perftest, parse_perftest
+from wizard.plan import StepContext, load_rate_gbps, measurement_far_end
 from wizard.transports.base import TransportError
 
 SERVER_REAP_S = 15.0  # how long a stopped one-shot server may take to exit
+# perftest's SW limiter, when it cannot read the CPU frequency, says so and then runs with
+# gap_cycles = 0, i.e. unlimited (perftest_resources.c run_iter_bw: "Failed: couldn't
+# acquire cpu frequency for rate limiter." and no return).
+LIMITER_UNREAD = "couldn't acquire cpu frequency for rate limiter"
+CAP_TOLERANCE = 1.05  # a limited run a little over its cap is pacing jitter, not a broken limiter
+
+
+@dataclass
+class LoadGuard:
+    """One step's promise to a production peer: once a run broke its rate cap (over_cap),
+    no further load run of the step starts, since the next one would break it too."""
+
+    broken: str = ""
+
+    def refusal(self) -> str:
+        return f"not run: an earlier run broke the rate cap ({self.broken})" if self.broken else ""
+
+
+def over_cap(output: str, gbps: float | None, cap: float | None) -> str:
+    """Why a run against a production peer broke its rate cap, or "" when it kept it: the
+    limiter's own complaint in the output, or a measured bandwidth above cap x 1.05."""
+    if cap is None:
+        return ""
+    if LIMITER_UNREAD in output:
+        return (
+            f"perftest could not read the CPU frequency, so its rate limiter was off and the "
+            f"run loaded the production peer unlimited (cap {cap:g} Gb/s)"
+        )
+    if gbps is not None and gbps > cap * CAP_TOLERANCE:
+        return (
+            f"measured {gbps:.1f} Gb/s, above the {cap:g} Gb/s cap on the production peer: "
+            "the rate limiter did not hold"
+        )
+    return ""
 
 
 async def _stop_server(ctx: StepContext, task: asyncio.Task, host: str, stop: list[str]) -> None:
@@ -27,7 +62,7 @@ async def _stop_server(ctx: StepContext, task: asyncio.Task, host: str, stop: li
     """
     if not task.done():
         with contextlib.suppress(TransportError):
-            await ctx.run(stop, on=host)
+            await ctx.run(stop, on=host, expected=STOP_EXITS)
     # asyncio.wait neither raises the task's error nor times out with an exception, and a
     # cancellation of *this* coroutine (the operator quit, a deadline) still propagates.
     done, _ = await asyncio.wait({task}, timeout=SERVER_REAP_S)
@@ -47,13 +82,20 @@ async def perftest_pair(
     qps: int = 1,
     extra: list[str] | None = None,
     client_extra: list[str] | None = None,
+    share: float = 1.0,
+    guard: LoadGuard | None = None,
 ) -> tuple[Perftest | None, str]:
-    """Run ``test`` server-on-peer / client-on-node; return (fact, problem)."""
+    """Run ``test`` server-on-peer / client-on-node; return (fact, problem). A run above its
+    rate cap is a problem (over_cap): the production peer took more than it was promised;
+    with a ``guard``, it is remembered and the guard's later runs are refused unrun."""
+    if guard is not None and guard.broken:
+        return None, guard.refusal()
     run = perftest_run(
-        ctx.site, ctx.target, test, client, server, qps=qps, extra=extra, client_extra=client_extra
-    )
+        ctx.site, ctx.target, test, client, server, qps=qps, extra=extra,
+        client_extra=client_extra, share=share,
+    )  # fmt: skip
     server_task = asyncio.ensure_future(
-        ctx.run(run.server, on=server.host, timeout=run.seconds + 10)
+        ctx.run(run.server, on=server.host, timeout=run.seconds + 10, expected=SERVER_EXITS)
     )
     try:
         await asyncio.sleep(LISTEN_GRACE_S)
@@ -61,23 +103,33 @@ async def perftest_pair(
     finally:
         await _stop_server(ctx, server_task, server.host, run.stop)
     try:
-        fact = parse("perftest", result.stdout + result.stderr)
+        fact = parse(parse_perftest, result.stdout + result.stderr)
     except ParseError as exc:
         return None, f"`{result.command}` printed nothing perftest-like ({exc.reason})"
+    # Before fact.error: perftest's limiter complaint starts with "Failed:", which the
+    # parser also reports as the run's error.
+    cap = rate_cap_gbps(ctx.site, ctx.target, test, share)
+    broken = over_cap(result.stdout + result.stderr, fact.best_bw_gbps, cap)
+    if broken:
+        if guard is not None:
+            guard.broken = broken
+        return fact, broken
     if fact.error:
         return fact, fact.error
     return fact, ""
 
 
-async def iperf3_pair(ctx: StepContext, *, reverse: bool = False) -> tuple[float | None, str]:
+async def iperf3_pair(
+    ctx: StepContext, *, reverse: bool = False, share: float = 1.0
+) -> tuple[float | None, str]:
     """TCP throughput between the GPU node and the peer over bond1 (Gb/s)."""
     assert ctx.node is not None
-    run = iperf3_run(ctx.site, ctx.target, reverse=reverse)
+    run = iperf3_run(ctx.site, ctx.target, reverse=reverse, share=share)
     if run is None:
         return None, "no AIStor peer in the site"
     peer = measurement_far_end(ctx.site, ctx.target)
     assert peer is not None
-    server = asyncio.ensure_future(ctx.run(run.server, on=peer.name))
+    server = asyncio.ensure_future(ctx.run(run.server, on=peer.name, expected=SERVER_EXITS))
     try:
         await asyncio.sleep(LISTEN_GRACE_S)
         result = await ctx.run(run.client, timeout=ctx.site.measurements.duration_s + 60)
@@ -89,6 +141,8 @@ async def iperf3_pair(ctx: StepContext, *, reverse: bool = False) -> tuple[float
         ).splitlines()[0]
     try:
         data: dict[str, Any] = json.loads(result.stdout)
-        return data["end"]["sum_received"]["bits_per_second"] / 1e9, ""
-    except (ValueError, KeyError) as exc:
+        gbps = data["end"]["sum_received"]["bits_per_second"] / 1e9
+    except (ValueError, KeyError, TypeError) as exc:
         return None, f"iperf3 printed no JSON result ({exc})"
+    rate = load_rate_gbps(ctx.site, ctx.target)
+    return gbps, over_cap("", gbps, None if rate is None else rate * share)

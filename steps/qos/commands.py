@@ -1,15 +1,24 @@
-"""The QoS change as commands: per port (for the live apply and the rollback, computed from
-the live state), for the bond's manager, for the ToS and DCQCN, and the scripts exported
-and installed for boot (templates/host/qos/), which discover what is only known at run
-time (the RDMA device Intel's LAG registers, the NetworkManager port profiles)."""
+"""The QoS change's commands beside the per-port operations (steps/qos/operations.py): for
+the bond's manager, for the ToS and DCQCN, and the scripts exported and installed for boot
+(templates/host/qos/), rendered from the operations, which discover what is only known at
+run time (the RDMA device Intel's LAG registers, the NetworkManager port profiles)."""
 
 from __future__ import annotations
 
 import shlex
 
-from steps.common import shown
-from steps.qos.model import FACTORY, PortQos, desired_bandwidth, desired_port
+from steps.qos.operations import (
+    CAPTURE_FILE,
+    apply_targets,
+    restore_targets,
+    shell_capture,
+    shell_capture_gaps,
+    shell_converge,
+    shell_firmware_owned,
+    shell_pending,
+)
 from wizard.artifacts import render
+from wizard.drain import back_in_service, out_of_service
 from wizard.site import Node, Site
 from wizard.transports.base import write_value_command
 
@@ -19,122 +28,38 @@ DCB_SCRIPT_PATH = "/usr/local/sbin/gpu-node-wizard-roce-qos"
 TOS_UNIT = "gpu-node-wizard-roce-tos.service"
 TOS_UNIT_PATH = f"/etc/systemd/system/{TOS_UNIT}"
 TOS_SCRIPT_PATH = "/usr/local/sbin/gpu-node-wizard-roce-tos"
+UNITS = (DCB_UNIT, TOS_UNIT)
+IS_ENABLED = ["systemctl", "is-enabled", *UNITS]
+# A rollback turns them off, or the next boot applies the change again (host-r2 B2). Not
+# --now: they are oneshot units whose work is done; the rollback undoes that work itself.
+DISABLE = ["systemctl", "disable", *UNITS]
 LACP_WAIT_S = 60  # the bond and its RDMA device back after the change
 BOOT_WAIT_S = 120  # the same at boot, when the network may still be coming up
 
 # Who manages the bond (the same probes the scripts' bond_manager() makes).
 NM_DEVICES = ["nmcli", "-t", "-f", "DEVICE,STATE,CONNECTION", "device", "status"]
+# Each port's profile by UUID: nmcli(1) selects `id` (a name, which need not be unique: the
+# first profile of that name wins, NetworkManager src/nmcli/common.c nmc_find_connection)
+# or `uuid` (unique). UUIDs and device names hold no ':', so a terse line is read from the
+# right (a name's ':' is escaped as '\:', src/nmcli/utils.c escape_values).
+NM_CONNECTIONS = ["nmcli", "-t", "-f", "NAME,UUID,TYPE,DEVICE", "connection", "show"]
+
+
+def port_uuids(output: str) -> dict[str, str]:
+    """{device: UUID of the profile active on it} from ``NM_CONNECTIONS``' output (the
+    scripts' port_profile reads the same line the same way)."""
+    found: dict[str, str] = {}
+    for line in output.splitlines():
+        rest, _, device = line.rpartition(":")
+        rest, _, _kind = rest.rpartition(":")
+        _, _, uid = rest.rpartition(":")
+        if device and uid:
+            found.setdefault(device, uid)
+    return found
+
+
 NETWORKD_LINKS = ["networkctl", "list", "--no-legend", "--no-pager"]
 NETWORK_MANAGER, NETWORKD, UNMANAGED = "NetworkManager", "networkd", "none"
-
-
-def _pfc_map(pfc: tuple[int, ...]) -> list[str]:
-    return [f"{p}:{'on' if p in pfc else 'off'}" for p in range(8)]
-
-
-def _bw_map(bw: tuple[int, ...]) -> list[str]:
-    return [f"{i}:{b}" for i, b in enumerate(bw)]
-
-
-def lldp_command(port: str, on: bool) -> list[str]:
-    return ["ethtool", "--set-priv-flags", port, "fw-lldp-agent", "on" if on else "off"]
-
-
-def ets_command(port: str, bw: tuple[int, ...]) -> list[str]:
-    """ETS by bandwidth only: no prio-tc (ignored in DSCP mode; with gaps it disables DCB)."""
-    return ["dcb", "ets", "set", "dev", port, "tc-tsa", "all:ets", "tc-bw", *_bw_map(bw)]
-
-
-def port_commands(site: Site, port: str, live: PortQos) -> list[list[str]]:
-    """The ordered commands that take one port from ``live`` to the desired QoS, only what
-    is missing (each can run twice: every one is a set, or guarded by the live state).
-
-    The ice driver's order: the firmware LLDP agent off first (software DCB needs it off);
-    the DSCP entry next, because the first one switches the port to L3 (DSCP) mode, which
-    resets ETS to TC0 = 100 % and maps priority n to TC n (ice_dcbnl_setapp); then PFC;
-    ETS last. A DSCP value mapped to another priority is deleted first: ``dcb app replace``
-    cannot move it (ice refuses the add: "DSCP value ... already user mapped").
-    """
-    qos = site.qos
-    wanted = desired_port(site)
-    commands: list[list[str]] = []
-    if live.lldp_agent is not False:
-        commands.append(lldp_command(port, False))
-    mode_switch = not live.dscp_prio
-    for dscp, prio in live.dscp_prio:
-        if dscp == qos.dscp and prio != qos.priority:
-            commands.append(["dcb", "app", "del", "dev", port, "dscp-prio", f"{dscp}:{prio}"])
-            mode_switch = mode_switch or len(live.dscp_prio) == 1
-    if (qos.dscp, qos.priority) not in live.dscp_prio:
-        commands.append(
-            ["dcb", "app", "add", "dev", port, "dscp-prio", f"{qos.dscp}:{qos.priority}"]
-        )
-    # Only what differs from the state after the DSCP step (the switch to DSCP mode resets
-    # ETS, not PFC): Intel's out-of-tree ice answers a set that changes nothing with
-    # ICE_DCB_NO_HW_CHG, an error to `dcb` (wizard/lab/dcb.py).
-    if live.pfc != wanted.pfc:
-        commands.append(["dcb", "pfc", "set", "dev", port, "prio-pfc", *_pfc_map(wanted.pfc)])
-    if (FACTORY.tc_bw if mode_switch else live.tc_bw) != wanted.tc_bw:
-        commands.append(ets_command(port, desired_bandwidth(site)))
-    return commands
-
-
-def restore_commands(port: str, current: PortQos, previous: PortQos) -> list[list[str]]:
-    """Commands that put one port back to a captured state: the DSCP entries first (the
-    last one deleted switches the port back to VLAN mode and resets DCB to its default),
-    then PFC, then ETS (with the previous priority map only in VLAN mode), LLDP last.
-    The PFC and ETS sets are those of the state after the DSCP step as the driver leaves
-    it (``after_dscp``); the live undo reads that state instead (``settle_commands``)."""
-    return dscp_restore_commands(port, current, previous) + settle_commands(
-        port, previous, after_dscp(current, previous)
-    )
-
-
-def after_dscp(current: PortQos, previous: PortQos) -> PortQos:
-    """What a port holds once its DSCP entries are as captured: the last one deleted
-    switches it back to VLAN mode, which resets DCB to the default (ice_dcb_sw_dflt_cfg)
-    with the LLDP agent as it was; the first one added resets ETS (ice_dcbnl_setapp)."""
-    pfc, prio_tc, bw = current.pfc, current.prio_tc, current.tc_bw
-    kept = [entry for entry in current.dscp_prio if entry in previous.dscp_prio]
-    vlan = not current.dscp_prio
-    if current.dscp_prio and not kept:  # the last entry deleted: VLAN mode, DCB default
-        pfc, prio_tc, bw, vlan = (), FACTORY.prio_tc, FACTORY.tc_bw, True
-    if previous.dscp_prio and vlan:  # the first entry added: DSCP mode, ETS reset
-        prio_tc, bw = tuple(range(8)), FACTORY.tc_bw
-    return PortQos(False, pfc, previous.dscp_prio, prio_tc, bw)
-
-
-def dscp_restore_commands(port: str, current: PortQos, previous: PortQos) -> list[list[str]]:
-    """The LLDP agent off (DCB changes need it), then the DSCP entries as captured."""
-    commands: list[list[str]] = []
-    if current.lldp_agent is not False:
-        commands.append(lldp_command(port, False))  # DCB changes need it off
-    for d, p in current.dscp_prio:
-        if (d, p) not in previous.dscp_prio:
-            commands.append(["dcb", "app", "del", "dev", port, "dscp-prio", f"{d}:{p}"])
-    for d, p in previous.dscp_prio:
-        if (d, p) not in current.dscp_prio:
-            commands.append(["dcb", "app", "add", "dev", port, "dscp-prio", f"{d}:{p}"])
-    return commands
-
-
-def settle_commands(port: str, previous: PortQos, now: PortQos) -> list[list[str]]:
-    """After the DSCP entries are as captured (``now``, read back): PFC, ETS and the LLDP
-    agent as captured, each only where it differs (ice refuses a set that changes
-    nothing: ICE_DCB_NO_HW_CHG)."""
-    commands = []
-    if now.pfc != previous.pfc:
-        commands.append(["dcb", "pfc", "set", "dev", port, "prio-pfc", *_pfc_map(previous.pfc)])
-    bw = previous.tc_bw or FACTORY.tc_bw
-    prio_tc = previous.prio_tc if not previous.dscp_prio else None
-    if now.tc_bw != bw or (prio_tc is not None and now.prio_tc != prio_tc):
-        ets = ets_command(port, bw)  # type: ignore[arg-type]
-        if prio_tc is not None:
-            ets += ["prio-tc", *_bw_map(prio_tc)]
-        commands.append(ets)
-    if previous.lldp_agent:
-        commands.append(lldp_command(port, True))
-    return commands
 
 
 # -- the bond, through whoever manages it --------------------------------------------------
@@ -149,7 +74,7 @@ def leave_bond_commands(
     down a profile that is not active ("is not an active connection")."""
     ports = list(node.bond.ports) if ports is None else ports
     if manager == NETWORK_MANAGER:
-        return [["nmcli", "connection", "down", profiles[port]] for port in ports]
+        return [["nmcli", "connection", "down", "uuid", profiles[port]] for port in ports]
     return [
         ["ip", "link", "set", "dev", port, state]
         for port in ports
@@ -163,7 +88,7 @@ def join_bond_commands(
     """Put the ports (default: both; give those not in the bond) back into it."""
     ports = list(node.bond.ports) if ports is None else ports
     if manager == NETWORK_MANAGER:
-        return [["nmcli", "connection", "up", profiles[port]] for port in ports]
+        return [["nmcli", "connection", "up", "uuid", profiles[port]] for port in ports]
     if manager == NETWORKD:
         return [["networkctl", "reconfigure", port] for port in ports]
     return [
@@ -206,63 +131,67 @@ def dcqcn_commands(device: str) -> list[list[str]]:
 # -- scripts --------------------------------------------------------------------------------
 
 
+_PROFILE = "@PROFILE@"  # stands for the port's NetworkManager profile, found at run time
+
+
+def _bond_lines(node: Node, join: bool) -> dict[str, dict[str, list[str]]]:
+    """``leave_bond_commands`` / ``join_bond_commands`` per port and manager, as the
+    scripts run them (the NetworkManager profile read on the node: lib.sh port_profile)."""
+    commands = join_bond_commands if join else leave_bond_commands
+    result: dict[str, dict[str, list[str]]] = {}
+    for port in node.bond.ports:
+        profile = f'"$(port_profile {shlex.quote(port)})"'
+        result[port] = {
+            manager: [
+                shlex.join(c).replace(_PROFILE, profile)
+                for c in commands(manager, node, {port: _PROFILE}, [port])
+            ]
+            for manager in (NETWORK_MANAGER, NETWORKD, UNMANAGED)
+        }
+    return result
+
+
 def _context(site: Site, node: Node) -> dict:
-    wanted = desired_port(site)
+    """What the scripts render from the operations (steps/qos/operations.py)."""
+    ports = node.bond.ports
+    apply = {port: apply_targets(site, port) for port in ports}
+    restore = {port: restore_targets(site, port) for port in ports}
     return {
         "node": node,
         "qos": site.qos,
-        "pfc_map": " ".join(_pfc_map(wanted.pfc)),
-        "tc_bw": " ".join(_bw_map(desired_bandwidth(site))),
+        "converge": {port: shell_converge(port, apply[port]) for port in ports},
+        "pending": {port: shell_pending(port, apply[port]) for port in ports},
+        "restore": {port: shell_converge(port, restore[port]) for port in ports},
+        "restore_pending": {port: shell_pending(port, restore[port]) for port in ports},
+        "owned": {port: shell_firmware_owned(port) for port in ports},
+        "gaps": {port: shell_capture_gaps(site, port) for port in ports},
+        "capture": {port: shell_capture(site, port) for port in ports},
         "lacp_wait": LACP_WAIT_S,
         "boot_wait": BOOT_WAIT_S,
         "dcb_unit": DCB_UNIT,
         "tos_unit": TOS_UNIT,
+        "is_enabled": shlex.join(IS_ENABLED),
+        "disable_units": shlex.join(DISABLE),
+        "rollback": False,
+        "capture_file": CAPTURE_FILE,
+        "leave_bond": _bond_lines(node, join=False),
+        "join_bond": _bond_lines(node, join=True),
+        "out_of_service": out_of_service(node.name),
+        "back_in_service": back_in_service(node.name),
     }
 
 
 def procedure(site: Site, node: Node) -> str:
-    """The whole ordered change for one node, as the operator would run it by hand."""
+    """The whole ordered change for one node, as the operator would run it by hand: it
+    keeps what it found in the node's capture file first (a rerun keeps the first one)."""
     return render("host/qos/apply.sh.j2", **_context(site, node))
 
 
-def rollback_script(
-    site: Site, node: Node, previous: dict[str, PortQos] | None, tos: str | None
-) -> str:
-    """Restore ``previous`` (the capture; None: a port in factory state, for the export)."""
-    wanted = desired_port(site)
-    restore, checks = {}, {}
-    for port in node.bond.ports:
-        before = (previous or {}).get(port, FACTORY)
-        name = shown([port])
-        lines = [f"lldp_off {name}"]
-        lines += [f"app_del {name} {d}:{p}" for d, p in wanted.dscp_prio
-                  if (d, p) not in before.dscp_prio]  # fmt: skip
-        lines += [f"app_add {name} {d}:{p}" for d, p in before.dscp_prio]
-        # Each set guarded by the live state in the script (ice: ICE_DCB_NO_HW_CHG).
-        lines.append(f"pfc_set {name} {' '.join(_pfc_map(before.pfc))}")
-        bw = " ".join(_bw_map(before.tc_bw or FACTORY.tc_bw))  # type: ignore[arg-type]
-        prio_tc = before.prio_tc if not before.dscp_prio and before.prio_tc else None
-        lines.append(
-            f"ets_set {name} '{bw}'" + (f" '{' '.join(_bw_map(prio_tc))}'" if prio_tc else "")
-        )
-        if before.lldp_agent:
-            lines.append(f"lldp_on {name}")
-        restore[port] = lines
-        # The same target as one check, so that a rerun with nothing to restore leaves
-        # the bond up (lib.sh restore_differs).
-        absent = " ".join(f"{d}:{p}" for d, p in wanted.dscp_prio if (d, p) not in before.dscp_prio)
-        present = " ".join(f"{d}:{p}" for d, p in before.dscp_prio)
-        check = [port, "on" if before.lldp_agent else "off", absent, present,
-                 " ".join(_pfc_map(before.pfc)), bw, " ".join(_bw_map(prio_tc)) if prio_tc else ""]  # fmt: skip
-        checks[port] = "restore_differs " + " ".join(shlex.quote(w) for w in check)
-    return render(
-        "host/qos/rollback.sh.j2",
-        **_context(site, node),
-        restore=restore,
-        checks=checks,
-        previous_tos=tos or "0",
-        captured=previous is not None,
-    )
+def rollback_script(site: Site, node: Node, capture: str | None) -> str:
+    """Restore a capture (``operations.capture_text``: the live run's, at the window
+    gate), or (None, the export) the one apply-qos.sh kept on the node."""
+    context = _context(site, node) | {"rollback": True, "embedded": capture}
+    return render("host/qos/rollback.sh.j2", **context)
 
 
 def boot_dcb_script(site: Site, node: Node) -> str:
@@ -286,12 +215,3 @@ def tos_unit(site: Site, node: Node) -> str:
         dcb_unit=DCB_UNIT,
         boot_wait=BOOT_WAIT_S,
     )
-
-
-def dcb_batch(commands: list[list[str]], port: str) -> str:
-    """The dcb commands of a port as a `dcb -b` batch file (one command per line)."""
-    lines = [
-        f"# gpu-node-wizard: RoCE QoS for {port}; apply with `dcb -b FILE` (LLDP agent off first)"
-    ]
-    lines += [" ".join(c[1:]) for c in commands if c[0] == "dcb"]
-    return "\n".join(lines) + "\n"

@@ -22,7 +22,20 @@ class PortQos:
     tc_bw: tuple[int, ...] | None = None
 
     def render(self) -> str:
-        data = {
+        return yaml.safe_dump(self._fields(), sort_keys=False)
+
+    def differences(self, wanted: PortQos) -> list[str]:
+        """Each field that differs from ``wanted``, as "field: expected X, found Y" (what a
+        failed verification names, rather than the whole state read back)."""
+        want, have = wanted._fields(), self._fields()
+        return [
+            f"{key}: expected {_shown(want[key])}, found {_shown(have[key])}"
+            for key in want
+            if want[key] != have[key]
+        ]
+
+    def _fields(self) -> dict[str, Any]:
+        return {
             "fw-lldp-agent": None
             if self.lldp_agent is None
             else ("on" if self.lldp_agent else "off"),
@@ -31,7 +44,6 @@ class PortQos:
             "prio-tc": None if self.prio_tc is None else _pairs(self.prio_tc),
             "tc-bw": None if self.tc_bw is None else _pairs(self.tc_bw),
         }
-        return yaml.safe_dump(data, sort_keys=False)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -45,6 +57,14 @@ class PortQos:
             None if data.get("prio_tc") is None else tuple(data["prio_tc"]),
             None if data.get("tc_bw") is None else tuple(data["tc_bw"]),
         )
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "nothing (unreadable)"
+    if isinstance(value, list):
+        return "[" + ", ".join(str(v) for v in value) + "]"
+    return str(value)
 
 
 def _pairs(values: tuple[int, ...]) -> str:

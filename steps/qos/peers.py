@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from steps.common import RDMA_LINKS, on_host, shown
 from steps.qos.probes import dcb_show
+from wizard.facts.dcb import parse_dcb_app, parse_dcb_pfc
 from wizard.model import Finding, StepKind
 from wizard.plan import Scope, Step, StepContext
 from wizard.probe import Report, probe
@@ -18,7 +19,8 @@ def peer_remedy(site: Site, netdev: str) -> str:
     return (
         f"on the AIStor node: a ConnectX with `mlnx_qos -i {netdev} --trust dscp --pfc {pfc}` and "
         f"`mlnx_qos -i {netdev} --dscp2prio set,{qos.dscp},{qos.priority}`; an E810 with the same "
-        f"dcb commands as the GPU nodes (nodes/<node>/qos/dcb-*.batch); or ask the AIStor team"
+        f"dcb commands as the GPU nodes (the port functions of nodes/<node>/qos/apply-qos.sh); "
+        "or ask the AIStor team"
     )
 
 
@@ -56,7 +58,7 @@ class PeerQos(Step):
     async def _one(self, ctx: StepContext, peer: AIStorPeer, report: Report) -> None:
         qos = ctx.site.qos
         check = f"peer-qos-{peer.name}"
-        links = await probe(ctx, RDMA_LINKS, "rdma-link", on=peer.name)
+        links = await probe(ctx, RDMA_LINKS, on=peer.name)
         if not links.ok:
             report.unreadable(check, links, f"the RDMA devices of {peer.name}")
             return
@@ -65,8 +67,8 @@ class PeerQos(Step):
             report.fail(check, f"{peer.name} shows no RDMA device with a netdev",
                         "check the AIStor node's RDMA setup", links.evidence())  # fmt: skip
             return
-        app = await probe(ctx, dcb_show("app", link.netdev), "dcb-app", on=peer.name)
-        pfc = await probe(ctx, dcb_show("pfc", link.netdev), "dcb-pfc", on=peer.name)
+        app = await probe(ctx, dcb_show("app", link.netdev), parse_dcb_app, on=peer.name)
+        pfc = await probe(ctx, dcb_show("pfc", link.netdev), parse_dcb_pfc, on=peer.name)
         if not pfc.ok:
             report.unreadable(check, pfc, f"the PFC of {peer.name} {link.netdev}")
             return

@@ -43,6 +43,7 @@ REQUIRED_KEYS = {
     "kube-nodes": {"nodes"},
     "kube-node-resources": {"capacity", "allocatable"},
     "kube-pods": {"pods", "healthy"},
+    "dcgm-metrics": {"gpus", "metrics", "driver_version"},
     "helm-values": {"values"},
     "modinfo": {"filename", "version", "vermagic", "in_tree"},
     # Kinds the probes need beyond FACTS.md.

@@ -1,11 +1,13 @@
 """Fuzzing in CI (issue #18): every parser kind and the site loader, over random, mangled
-and oversized text, only ever return a result or raise their own error, in bounded time.
+and oversized text, only ever return a result or raise their own error (never a
+traceback), and the site loader's error quotes bad values by a bounded prefix.
 
 Mangled text starts from the real samples in ../shared/fixtures and tests/facts/samples (any kind's, so a parser
-also sees other commands' output) and the `init` example site. The time bound is per MB
-and generous (a loaded 2-core CI machine must not fail it); what it catches is a parser
-that is quadratic or worse, which takes minutes on the 1 MB inputs here. The whole file
-is about a minute of CI time: few examples per kind, every kind.
+also sees other commands' output) and the `init` example site. How fast they are on the
+same hostile and 1 MB inputs (the site loader against PyYAML's SafeLoader, each parser
+kind at 100 KB vs 1 MB: linear) is measured by benchmarks/hostile_input.py, not judged
+here: a unit test on a shared 2-core machine asserts no time. The whole file is about a
+minute of CI time: few examples per kind, every kind.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import contextlib
 import json
 import random
 import re
-import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -32,17 +33,6 @@ FIXTURE_TEXTS = [path.read_text() for _, path in fixture_files()] + [
     sample.text_path.read_text() for sample in samples()
 ]
 SITE_TEXTS = [render("site/example-site.yaml.j2", name="b300-rollout"), MINIMAL_SITE]
-
-# Seconds allowed: a floor for tiny inputs plus this much per MB.
-FLOOR_S = 5.0
-PER_MB_S = 20.0
-
-
-def within_bound(started: float, text: str) -> None:
-    elapsed = time.monotonic() - started
-    limit = FLOOR_S + PER_MB_S * len(text) / 1e6
-    assert elapsed < limit, f"{elapsed:.1f}s for {len(text) / 1e6:.2f} MB (limit {limit:.0f}s)"
-
 
 # A mangled sample is cut to this length after every edit; `oversized` covers bigger input.
 MANGLED_MAX_CHARS = 1_000_000
@@ -121,25 +111,22 @@ FUZZ = settings(
 @FUZZ
 @given(text=texts(FIXTURE_TEXTS))
 def test_every_parser_kind_returns_a_fact_or_a_parse_error(kind, text):
-    started = time.monotonic()
     try:
         fact = parse(kind, text)
     except ParseError:
         pass
     else:
         json.dumps(fact.to_json())  # whatever parsed must serialise
-    within_bound(started, text)
 
 
 @FUZZ
 @given(text=texts(SITE_TEXTS))
 def test_the_site_loader_returns_a_site_or_a_site_error(text):
-    started = time.monotonic()
     try:
         parse_site(text)
     except SiteError as exc:
-        assert len(str(exc)) < 20_000  # bad values are quoted by a short prefix only
-    within_bound(started, text)
+        # Bounded whatever the input's size: bad values are quoted by a short prefix only.
+        assert len(str(exc)) < 20_000
 
 
 # The campaign's reproductions, each for every kind (most kinds reject them at once).
@@ -159,17 +146,15 @@ HOSTILE = {
 def test_the_campaigns_hostile_inputs_are_a_parse_error_or_a_fact_for_every_kind(name):
     text = HOSTILE[name]
     for kind in sorted(KINDS):
-        started = time.monotonic()
         with contextlib.suppress(ParseError):
             parse(kind, text)
-        within_bound(started, text)
 
 
-def test_nvidia_smi_on_843_kb_of_digits_is_quick():
-    started = time.monotonic()
+def test_nvidia_smi_on_843_kb_of_digits_is_a_parse_error():
+    # It took 41 s once (a quadratic regex search): benchmarks/hostile_input.py's
+    # "digits" row measures how the parsers' time grows on it.
     with pytest.raises(ParseError):
         parse("nvidia-smi", "9" * 843_000)
-    assert time.monotonic() - started < 2  # was 41 s: a quadratic regex search
 
 
 @pytest.mark.parametrize("kind", ["ip-addr", "helm-values"])

@@ -13,7 +13,7 @@ Rules it keeps (DESIGN.md, "State survives anything"):
 - nothing is applied before the front end answered ``proceed`` to a decision showing the
   diffs; maintenance steps need the window confirmed with the node name typed.
 
-Maintenance is one engine sequence (``_maintain``), whatever the step: window gate ->
+Maintenance is one engine sequence (``MaintenanceSequence.run``), whatever the step: window gate ->
 capture the live state and persist it with the intent (before the first effect) ->
 cordon/drain -> apply -> verify -> on failure roll back from the persisted capture ->
 uncordon only when verified. Each stage is written to the checkpoint before it starts, so

@@ -12,12 +12,21 @@ from dataclasses import replace
 from typing import Any
 
 from wizard import journal
-from wizard.checkpoint import Checkpoint, finish_command, in_flight_changes
-from wizard.engine.decisions import DecisionsMixin
-from wizard.engine.identity import IdentityMixin
+from wizard.checkpoint import Checkpoint, finish_command, who_am_i
+from wizard.engine.cluster_gate import (
+    confirm_effects,
+    effects_of,
+    existing_pods,
+    outside_line,
+    record_additions,
+    record_outcome,
+    settled_pods,
+)
+from wizard.engine.decisions import Decisions
+from wizard.engine.identity import MachineIdentity
 from wizard.engine.leases import LeaseHeldError, LeaseLostError, NodeLeases
-from wizard.engine.maintenance import STAGE_STATE, MaintenanceMixin, effects
-from wizard.engine.requirements import RequirementsMixin
+from wizard.engine.maintenance import STAGE_STATE, MaintenanceSequence, effects
+from wizard.engine.requirements import Requirements
 from wizard.engine.results import (
     CHANGING,
     Aborted,
@@ -28,8 +37,9 @@ from wizard.engine.results import (
     state_for,
     transport_finding,
 )
+from wizard.engine.runtime import StepRuntime
 from wizard.engine.storage_gate import confirm_peer_load
-from wizard.errors import CheckpointWriteError, WizardError
+from wizard.errors import CheckpointWriteError
 from wizard.events import (
     Answer,
     Decision,
@@ -43,7 +53,7 @@ from wizard.events import (
     StepFinished,
     StepStarted,
 )
-from wizard.model import Finding, Severity, StepKind, StepState, worst
+from wizard.model import NO_GATE, Finding, Severity, StepKind, StepState, skipped_finding, worst
 from wizard.plan import (
     CLUSTER,
     Change,
@@ -62,11 +72,13 @@ from wizard.transports.base import TransportError
 # How long a resume waits for a process a stopped run started (wizard/transports/children.py).
 CHILD_WAIT_S = 120.0
 
-# What a failed result keeps of itself when a later skip takes its place (``extra.earlier``).
-EARLIER_KEYS = ("state", "message", "findings", "finished", "attempts")
 
+class Engine:
+    """Runs the plan over the site (see the package's docstring), with four collaborators:
+    ``identity`` (which machines the results describe), ``requirements`` (what must be
+    settled before a step), ``decisions`` (the operator's answers and waivers) and
+    ``maintenance`` (the one sequence that takes a node out of service)."""
 
-class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin):
     def __init__(
         self,
         site: Site,
@@ -82,33 +94,32 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
         self.checkpoint = checkpoint
         self.frontend = frontend
         self.services = services or Services()
-        self._waivers = {w["check"]: w["reason"] for w in checkpoint.state.get("waivers", [])}
-        for check, reason in (waivers or {}).items():
-            if not reason.strip():
-                raise WizardError(f"waiver for {check} needs a reason")
-            checkpoint.add_waiver(check, reason)
-            self._waivers[check] = reason
-        self._decision_lock = asyncio.Lock()
-        self._approved: dict[str, tuple[tuple[str, str], ...]] = {}  # step -> same change
+        # The questions to the front end, the approvals and the waivers.
+        self.decisions = Decisions(site, plan, checkpoint, frontend, self.emit, waivers)
+        # The one sequence that takes a node out of service (wizard/engine/maintenance.py).
+        self.maintenance = MaintenanceSequence(
+            site, checkpoint, self.services, self.decisions, self, self.emit
+        )
         self._shared_reads: dict[tuple[str, str], asyncio.Future[Any]] = {}
-        self._ignore_requires = False
+        # What must be settled before a step runs (wizard/engine/requirements.py).
+        self.requirements = Requirements(plan, site, checkpoint)
         self._node_slots = asyncio.Semaphore(site.max_parallel_nodes)
-        self._inflight: dict[str, str] = {}  # target -> what its maintenance has done so far
-        self._rebooted: set[str] = set()  # nodes rebooted since their results were recorded
-        self._boots: dict[str, str] = {}  # node -> its boot id as read at the start of the run
-        self._unreachable: set[str] = set()  # nodes whose identity could not be read
-        # Nodes whose SSH host key does not match known_hosts (possible man-in-the-middle).
-        self._host_key_errors: dict[str, TransportError] = {}
+        # Which machines the results describe (wizard/engine/identity.py).
+        self.identity = MachineIdentity(site, plan, checkpoint, self.services, self.emit)
         # The per-node lock in the cluster, taken before the first change to a node.
         self._leases = NodeLeases(self.services, site.name)
         self._leases.progress = lambda message: self.emit(Notice(message))
         # (step, target) -> the nodes whose leases guard its effects.
         self._lease_nodes: dict[tuple[str, str], tuple[str, ...]] = {}
 
+    def note_boot(self, target: str, boot_id: str) -> None:
+        """A step saw the node boot anew (the reboot step): that boot is the known one."""
+        self.identity.note_boot(target, boot_id)
+
     def maintenance_in_flight(self) -> dict[str, str]:
         """Nodes in the middle of a maintenance change, and the state each is in (for a
         front end that must warn before quitting)."""
-        return dict(self._inflight)
+        return dict(self.maintenance.in_flight)
 
     # -- front-end plumbing --------------------------------------------------------------
 
@@ -138,12 +149,12 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
         when an earlier step has not been done.
         """
         await self._wait_for_children()
-        summary = RunSummary(reset=self.reconcile_site())
+        summary = RunSummary(reset=self.identity.reconcile_site())
         explicit = phase is not None or step is not None or only is not None
-        self._ignore_requires = ignore_requires
-        self._report_journal()
-        summary.reset += await self.reconcile_identity()
-        if self._host_key_errors:
+        self.requirements.ignore_requires = ignore_requires
+        self.identity.report_journal()
+        summary.reset += await self.identity.reconcile_identity()
+        if self.identity.host_key_errors:
             return self._refuse_host_keys(summary)
         try:
             in_flight = self._changes_in_flight()
@@ -156,6 +167,20 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
                     self.emit(Notice(line))
             elif in_flight:
                 await self._finish_in_flight(in_flight, summary)
+                unsettled = [
+                    f"{each.id} on {target}"
+                    for each, targets in in_flight
+                    for target in targets
+                    if summary.results.get((each.id, target))
+                    in (StepState.FAILED, StepState.BLOCKED)
+                ]
+                if unsettled and not explicit:
+                    # Left failed stops the run, as a failed step of a phase does: its window
+                    # must not be asked again by its phase as if nothing had happened.
+                    summary.stopped = (
+                        f"the interrupted change did not finish: {', '.join(unsettled)}"
+                    )
+                    return summary
             for current in self.plan.phases:
                 if phase is not None and phase not in (current.id, str(current.number)):
                     continue
@@ -215,7 +240,7 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
         """A node's host key differs from known_hosts: nothing runs, whatever the checkpoint
         says (its results were recorded on the machine with the known key, and whoever
         answers now must not be given a command), and the run fails naming the cause."""
-        for name, exc in sorted(self._host_key_errors.items()):
+        for name, exc in sorted(self.identity.host_key_errors.items()):
             finding = Finding(
                 "T00.reachable",
                 "T00",
@@ -229,7 +254,7 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
             self.journal({"event": "host-key-mismatch", "target": name, "error": str(exc)})
         summary.stopped = self.checkpoint.redactor.text(
             "the SSH host key of "
-            + ", ".join(sorted(self._host_key_errors))
+            + ", ".join(sorted(self.identity.host_key_errors))
             + " does not match known_hosts (possible man-in-the-middle): nothing was run"
         )
         return summary
@@ -240,7 +265,7 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
         back: such a node may be cordoned and half changed)."""
         by_step: dict[str, list[str]] = {}
         names = {n.name for n in self.site.nodes}
-        for step_id, target, _ in in_flight_changes(self.checkpoint.state):
+        for step_id, target, _ in self.checkpoint.in_flight():
             if target in names:
                 by_step.setdefault(step_id, []).append(target)
         found = []
@@ -255,9 +280,8 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
         lines = []
         for step, targets in in_flight:
             for target in targets:
-                stage = self.checkpoint.record(step.id, target)["extra"]["maintenance"].get(
-                    "stage", "confirmed"
-                )
+                change = self.checkpoint.record(step.id, target).maintenance
+                stage = change.stage if change is not None else "confirmed"
                 lines.append(
                     f"{step.id} is in flight on {target} ({STAGE_STATE.get(stage, stage)}): "
                     f"{command} finishes it or rolls it back"
@@ -321,7 +345,7 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
         await self._run_batches(step, batches, one, summary, len(targets))
         # An operator at the TUI may fix the cause and retry, or waive a failed check with
         # a reason, without leaving the run (the CLI's answer is --waive and a new run).
-        while again := await self._offer_retry(step, targets, summary):
+        while again := await self.decisions.offer_retry(step, targets, summary):
             await self._run_batches(step, self._batches(step, again), one, summary, len(targets))
         self.emit(
             StepCompleted(step.id, tuple((t, summary.results[(step.id, t)]) for t in targets))
@@ -405,17 +429,15 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
         except (Aborted, DecisionRequired, CheckpointWriteError, asyncio.CancelledError):
             raise  # a state folder that takes no writes stops the run, for every node
         except Exception as exc:
-            self._inflight.pop(target, None)
+            self.maintenance.in_flight.pop(target, None)
             where = self.checkpoint.directory / "journal.jsonl"
             self.journal(
                 {"event": "internal-error", "target": target, "step": step.id,
                  "where": f"step {step.id} on {target}", "error": f"{type(exc).__name__}: {exc}",
                  "traceback": traceback.format_exc()}
             )  # fmt: skip
-            gate = step.gates[0] if step.gates else "T00"
             finding = Finding(
-                f"{gate}.internal-error",
-                gate,
+                *step.engine_check("internal-error"),
                 Severity.FAIL,
                 f"internal error in {step.id} on {target}: {type(exc).__name__}: {exc}",
                 f"a bug in gpu-node-wizard, not in the site: the journal {where} has the "
@@ -433,7 +455,7 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
         cp = self.checkpoint
         previous = cp.step_state(step.id, target)
         node = None if target == CLUSTER else self.site.node(target)
-        ctx = StepContext(self.site, step, target, node, self.services, self)
+        ctx = StepRuntime(self.site, step, target, node, self.services, self)
 
         rerun_check = explicit and step.kind in (StepKind.CHECK, StepKind.MEASURE)
         if previous.settled and not rerun_check:
@@ -458,28 +480,28 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
         if (
             previous is StepState.FAILED
             and not step.rerun_when_lost
-            and cp.record(step.id, target).get("extra", {}).get("reverified")
+            and cp.record(step.id, target).reverified
         ):
             # It failed its re-verification after a reboot: verified again, never run anew.
             still = await self._still_in_place(step, ctx)
             if still is not None:
                 return still
         interrupted = previous in (StepState.RUNNING, StepState.WAITING)
-        inflight = cp.record(step.id, target).get("extra", {}).get("maintenance")
+        inflight = cp.record(step.id, target).maintenance
         # A change that failed on a bug part-way keeps its persisted capture: it too
         # resumes from it, never from a second capture of the half-applied state. Nothing
         # blocks that: what it needs was in place when it began, and a requirement that
         # fails now may fail because of the half change.
         resuming = (
             step.kind is StepKind.MAINTENANCE
-            and isinstance(inflight, dict)
+            and inflight is not None
             and (interrupted or previous is StepState.FAILED)
         )
         if not resuming:
-            skipped = self._skipped_provider(step, target)
+            skipped = self.requirements.skipped_provider(step, target)
             if skipped:
-                return self._skipped(step, ctx, skipped, by="the wizard")
-            blocker = self._blocker(step, target, explicit)
+                return self.skipped(step, ctx, skipped, by="the wizard")
+            blocker = self.requirements.blocker(step, target, explicit)
             if blocker:
                 cp.set_step(step.id, target, StepState.BLOCKED, message=blocker)
                 self.emit(StepFinished(step.id, target, StepState.BLOCKED, blocker))
@@ -491,7 +513,7 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
                 held = await self._hold_node(step, ctx)
                 if held is not None:
                     return held
-                return await self._resume_maintenance(step, ctx, inflight)
+                return await self.maintenance.resume(step, ctx, inflight)
             if interrupted:
                 done = await self._reverify(step, ctx)
                 if done is not None:
@@ -499,17 +521,17 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
             return await self._dispatch(step, ctx)
         except TransportError as exc:
             finding = transport_finding(step, exc)
-            return self._finish(ctx, StepState.FAILED, [finding], str(exc))
+            return self.finish(ctx, StepState.FAILED, [finding], str(exc))
 
     async def _reverify(self, step: Step, ctx: StepContext) -> tuple[StepState, list] | None:
         """After an interruption: if the step's result is already in place, it is done."""
         self.emit(Notice(f"{step.id} was interrupted on {ctx.target}; verifying first"))
         try:
-            findings = self._waive(await step.verify(ctx))
+            findings = self.decisions.waive(await step.verify(ctx))
         except NotAutomated:
             return None
         if findings and worst(findings) != Severity.FAIL:
-            return self._finish(ctx, StepState.DONE, findings, "verified after interruption")
+            return self.finish(ctx, StepState.DONE, findings, "verified after interruption")
         return None
 
     def _reverify_needed(self, step: Step, target: str) -> bool:
@@ -517,11 +539,9 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
         since (each record keeps its boot id, so a read-only run in between does not use the
         reboot up) is verified again. A node unreachable at the start (e.g. rebooting under
         the reboot step) keeps its results until a step reaches it."""
-        verified_on = self.checkpoint.record(step.id, target).get("extra", {}).get("verified_boot")
-        current = self._boots.get(target)
-        if verified_on and current:
-            return verified_on != current
-        return target in self._rebooted
+        return self.identity.needs_reverify(
+            target, self.checkpoint.record(step.id, target).verified_boot
+        )
 
     async def _still_in_place(
         self, step: Step, ctx: StepContext
@@ -530,18 +550,18 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
         means it no longer holds and the step runs again."""
         self.emit(StepStarted(step.id, ctx.target, step.title))
         try:
-            findings = self._waive(await step.verify(ctx))
+            findings = self.decisions.waive(await step.verify(ctx))
         except NotAutomated:
-            return self._finish(ctx, StepState.DONE, self.checkpoint.findings(step.id, ctx.target))
+            return self.finish(ctx, StepState.DONE, self.checkpoint.findings(step.id, ctx.target))
         except TransportError as exc:
-            return self._finish(ctx, StepState.FAILED, [transport_finding(step, exc)], str(exc))
+            return self.finish(ctx, StepState.FAILED, [transport_finding(step, exc)], str(exc))
         ctx.data["reverified"] = True  # this result is the re-verification's, not a run's
         if worst(findings) is not Severity.FAIL:
-            return self._finish(ctx, StepState.DONE, findings, "re-verified after a reboot")
+            return self.finish(ctx, StepState.DONE, findings, "re-verified after a reboot")
         if step.kind is StepKind.CHECK:
-            return self._finish(ctx, StepState.FAILED, findings, "no longer holds after a reboot")
+            return self.finish(ctx, StepState.FAILED, findings, "no longer holds after a reboot")
         if not step.rerun_when_lost:
-            return self._finish(
+            return self.finish(
                 ctx,
                 StepState.FAILED,
                 findings,
@@ -558,28 +578,28 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
             return await self._check(step, ctx)
         if kind == StepKind.MEASURE:
             if not await confirm_peer_load(self, step, ctx):
-                return self._skipped(
+                return self.skipped(
                     step, ctx, "skipped by the operator: no load on the production storage peer"
                 )
             self.checkpoint.set_step(step.id, ctx.target, StepState.RUNNING)
             try:
-                findings = self._waive(await step.measure(ctx))
+                findings = self.decisions.waive(await step.measure(ctx))
             except NotAutomated:
-                return self._not_automated(step, ctx)
-            return self._finish(ctx, state_for(findings), findings)
+                return self.not_automated(step, ctx)
+            return self.finish(ctx, state_for(findings), findings)
         if kind == StepKind.MANUAL and not step.runs_itself(self.site):
             text = step.instructions(self.site, ctx.node)
             files = tuple(
                 ShownFile(a.path, a.destination, a.description, a.content)
                 for a in step.artifacts(self.site, ctx.node)
             )
-            reply = await self._ask(
+            reply = await self.decisions.ask(
                 Decision(
                     DecisionKind.MANUAL_DONE, step.id, step.title, ctx.target, text, files=files
                 )
             )
             if reply is Answer.SKIP:
-                return self._skipped(step, ctx, "skipped by the operator (manual step not done)")
+                return self.skipped(step, ctx, "skipped by the operator (manual step not done)")
             return await self._check(step, ctx)
         return await self._apply(step, ctx)
 
@@ -588,10 +608,10 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
         # before it (on a fleet that halves the checkpoint writes); a change's verification
         # runs after apply() has already recorded 'running'.
         try:
-            findings = self._waive(await step.verify(ctx))
+            findings = self.decisions.waive(await step.verify(ctx))
         except NotAutomated:
-            return self._not_automated(step, ctx)
-        return self._finish(ctx, state_for(findings), findings)
+            return self.not_automated(step, ctx)
+        return self.finish(ctx, state_for(findings), findings)
 
     async def _hold_node(self, step: Step, ctx: StepContext) -> tuple[StepState, list] | None:
         """Take the node's lease before the first change to it (wizard/engine/leases.py);
@@ -611,13 +631,12 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
                     notes.append((node, note))
         except (LeaseHeldError, LeaseLostError) as exc:
             finding = Finding(
-                f"{step.gates[0] if step.gates else 'T00'}.lease",
-                step.gates[0] if step.gates else "T00",
+                *step.engine_check("lease"),
                 Severity.FAIL,
                 str(exc),
                 "let the other run finish (or free its lease as the message says), then run again",
             )
-            return self._finish(
+            return self.finish(
                 ctx, StepState.FAILED, [finding], "refused: another wizard holds the node"
             )
         finally:
@@ -637,38 +656,61 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
         held = await self._hold_node(step, ctx)
         if held is not None:
             return held
-        refusals = self._waive(await step.preconditions(ctx))
+        refusals = self.decisions.waive(await step.preconditions(ctx))
         if worst(refusals) is Severity.FAIL:
-            return self._finish(ctx, StepState.FAILED, refusals, "refused: a precondition failed")
+            return self.finish(ctx, StepState.FAILED, refusals, "refused: a precondition failed")
         if step.kind is StepKind.MAINTENANCE:
-            return await self._maintain(step, ctx)
-        changes, result = await self._changes_to_make(step, ctx)
+            return await self.maintenance.run(step, ctx)
+        changes, result = await self.changes_to_make(step, ctx)
         if result is not None:
             return result
         pending = [c for c in changes if c.changed]
+        outside = effects_of(pending)
         decision = Decision(
             DecisionKind.CONFIRM_APPLY,
             step.id,
             step.title,
             ctx.target,
             f"{len(pending)} change(s) on {ctx.target}"
-            + "".join(f"; {c.note}" for c in pending if c.note),
+            + "".join(f"; {c.note}" for c in pending if c.note)
+            + (
+                outside_line(step, outside, pending)
+                if step.scope is Scope.CLUSTER or outside
+                else ""
+            ),
             diffs=tuple(artifact_diff(c) for c in changes),
-            other_nodes=self._other_nodes(step, ctx.target),
+            other_nodes=self.decisions.other_nodes(step, ctx.target),
             # The exact commands with the diff (for a Helm release: chart, version, values).
             actions=tuple(step.actions(self.site, ctx.node)),
         )
-        if not await self._confirmed(step, decision):
-            return self._skipped(step, ctx, "skipped by the operator at the review")
+        if not await self.decisions.confirmed(step, decision):
+            return self.skipped(step, ctx, "skipped by the operator at the review")
+        approvals = await confirm_effects(self, step, ctx, outside) if outside else []
+        if approvals is None:
+            names = ", ".join(e.change.value for e in outside)
+            return self.skipped(
+                step, ctx, f"skipped by the operator: the change outside the new nodes ({names}) "
+                "was not approved by name",
+            )  # fmt: skip
+        before = await existing_pods(ctx) if approvals else {}
         self.checkpoint.set_step(step.id, ctx.target, StepState.RUNNING)
+        after, settled = None, True
         try:
             with effects(ctx):
                 await step.apply(ctx, pending)
+            record_additions(self, step, ctx, pending)
+            result = await self._check(step, ctx)
+            if approvals:
+                predicted = tuple(p for a in approvals for p in a.predicted)
+                after, settled = await settled_pods(ctx, before, predicted)
+            return result
         except NotAutomated:
-            return self._not_automated(step, ctx)
-        return await self._check(step, ctx)
+            return self.not_automated(step, ctx)
+        finally:
+            if approvals:
+                record_outcome(self, approvals, before, after, settled)
 
-    async def _changes_to_make(
+    async def changes_to_make(
         self, step: Step, ctx: StepContext
     ) -> tuple[list[Change], tuple[StepState, list[Finding]] | None]:
         """The step's changes, or its result when it has none to make: not automated, or
@@ -676,7 +718,7 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
         try:
             changes = await step.changes(ctx)
         except NotAutomated:
-            return [], self._not_automated(step, ctx)
+            return [], self.not_automated(step, ctx)
         if not any(c.changed for c in changes):
             return changes, await self._already_in_place(step, ctx, changes)
         return changes, None
@@ -698,7 +740,7 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
     ) -> tuple[list[Finding], str]:
         """A failure downstream of a skipped or failed step names that step first, in the
         result's message and in each failing check (message and fix)."""
-        cause = self._upstream_cause(ctx.step, ctx.target)
+        cause = self.requirements.upstream_cause(ctx.step, ctx.target)
         if cause is None:
             return findings, message
         said, todo = cause
@@ -710,7 +752,33 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
         ]
         return named, (f"{said}; {message}" if message else said)
 
-    def _finish(
+    def skipped(
+        self, step: Step, ctx: StepContext, why: str, *, by: str | None = None
+    ) -> tuple[StepState, list[Finding]]:
+        """The step did not run: recorded with who/why as a skip finding on each of its
+        gates, so no gate it belongs to can pass without it (``model.verdict``). Who is
+        kept apart from the message (``skipped_by``: the operator's user@host, or the
+        wizard when a step it needs was skipped) for the report's "Skipped and waived"."""
+        ctx.data["skipped_by"] = by or who_am_i()
+        # A skip is settled: a resume keeps it; starting over asks again.
+        remedy = (
+            f"a resume keeps this skip: to let {step.id} run on {ctx.target}, "
+            f"`run SITE --redo {step.id}@{ctx.target}` (or start over)"
+        )
+        findings = [skipped_finding(step.id, gate, ctx.target, why, remedy) for gate in step.gates]
+        return self.finish(ctx, StepState.SKIPPED, findings, why)
+
+    def not_automated(self, step: Step, ctx: StepContext) -> tuple[StepState, list[Finding]]:
+        finding = Finding(
+            check=f"{step.id}.manual",
+            gate=step.gate or NO_GATE,
+            severity=Severity.SKIP,
+            message="this step is not automated yet: run its runbook commands by hand",
+            remediation="see RUNBOOK.md from `gpu-node-wizard export`",
+        )
+        return self.finish(ctx, StepState.DONE, [finding], "not automated")
+
+    def finish(
         self, ctx: StepContext, state: StepState, findings: list[Finding], message: str = ""
     ) -> tuple[StepState, list[Finding]]:
         measurements = None
@@ -722,20 +790,22 @@ class Engine(IdentityMixin, MaintenanceMixin, DecisionsMixin, RequirementsMixin)
         if state is not StepState.DONE:
             # What a step provides stands for its result: only a done step has one (the
             # checkpoint merges extra, so an earlier run's value is dropped there too).
-            recorded = self.checkpoint.record(ctx.step.id, ctx.target).get("extra", {})
             for key in ctx.step.provides:
-                ctx.data.pop(key, None)
-                recorded.pop(key, None)
+                ctx.data.pop(key.name, None)
+            self.checkpoint.drop_result(
+                ctx.step.id, ctx.target, tuple(key.name for key in ctx.step.provides)
+            )
         if state is StepState.FAILED:
             findings, message = self._name_the_cause(ctx, findings, message)
         extra = dict(ctx.data)
-        before = self.checkpoint.record(ctx.step.id, ctx.target)
-        if state is StepState.SKIPPED and before.get("state") == StepState.FAILED.value:
+        if state is StepState.SKIPPED:
             # A failed change (and its rollback) stays in the record under a later skip.
-            earlier = before.get("extra", {}).get("earlier", [])
-            extra["earlier"] = [*earlier, {key: before.get(key) for key in EARLIER_KEYS}]
-        if ctx.target in self._boots and state is StepState.DONE:
-            extra["verified_boot"] = self._boots[ctx.target]
+            earlier = self.checkpoint.earlier_with_failure(ctx.step.id, ctx.target)
+            if earlier is not None:
+                extra["earlier"] = earlier
+        boot = self.identity.current_boot(ctx.target)
+        if boot is not None and state is StepState.DONE:
+            extra["verified_boot"] = boot
         self.checkpoint.set_step(
             ctx.step.id,
             ctx.target,

@@ -4,11 +4,18 @@ end one at a time, the answers journaled; waivers recorded and applied to findin
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from wizard.checkpoint import Checkpoint
 from wizard.engine.results import Aborted, RunSummary
-from wizard.events import Answer, Decision, DecisionKind, Notice, Reply
+from wizard.errors import WizardError
+from wizard.events import Answer, Decision, DecisionKind, Event, FrontEnd, Notice, Reply
 from wizard.fleet import targets_text
 from wizard.model import Finding, Severity, StepKind, StepState
-from wizard.plan import Step
+from wizard.plan import Plan, Step
+from wizard.site import Site
 
 # Failures a waiver must not hide: the host could not be reached or used (the last part
 # of the check's name, see transport_finding).
@@ -26,13 +33,40 @@ def same_change(decision: Decision) -> tuple[tuple[str, str], ...]:
     )
 
 
-class DecisionsMixin:
-    """Engine's questions to the front end, serialised by its decision lock, and waivers.
+class Decisions:
+    """The engine's questions to the front end, one at a time (the decision lock), each
+    answer journaled; the approvals of "the same change" for a step's other nodes; and
+    the waivers, recorded in the checkpoint and applied to findings (``waive``)."""
 
-    A part of Engine (wizard/engine/core.py): it uses the engine's site, plan,
-    checkpoint, front end and run state set in Engine.__init__."""
+    def __init__(
+        self,
+        site: Site,
+        plan: Plan,
+        checkpoint: Checkpoint,
+        frontend: FrontEnd,
+        emit: Callable[[Event], None],
+        waivers: dict[str, str] | None = None,
+    ) -> None:
+        self.site = site
+        self.plan = plan
+        self.checkpoint = checkpoint
+        self.frontend = frontend
+        self.emit = emit
+        self._waivers = {w.check: w.reason for w in checkpoint.waivers()}
+        for check, reason in (waivers or {}).items():
+            if not reason.strip():
+                raise WizardError(f"waiver for {check} needs a reason")
+            if (hard := plan.hard_requirement(check)) is not None:
+                raise WizardError(f"{check} cannot be waived, it is a hard requirement: {hard}")
+            checkpoint.add_waiver(check, reason)
+            self._waivers[check] = reason
+        self._decision_lock = asyncio.Lock()
+        self._approved: dict[str, tuple[tuple[str, str], ...]] = {}  # step -> same change
 
-    async def _offer_retry(self, step: Step, targets: list[str], summary: RunSummary) -> list[str]:
+    def journal(self, entry: dict[str, Any]) -> None:
+        self.checkpoint.journal(entry)
+
+    async def offer_retry(self, step: Step, targets: list[str], summary: RunSummary) -> list[str]:
         """The targets to run again after the operator's answer to a failed step (none: the
         failure stands and the run stops after this phase, as without a front end that
         offers it). One question per step, for all of its failed targets, so that a fleet
@@ -47,7 +81,7 @@ class DecisionsMixin:
             t
             for t in targets
             if summary.results.get((step.id, t)) is StepState.BLOCKED
-            and self.checkpoint.record(step.id, t).get("message", "").startswith("rollout stopped")
+            and self.checkpoint.record(step.id, t).message.startswith("rollout stopped")
         ]
         failing = [
             finding
@@ -57,12 +91,15 @@ class DecisionsMixin:
         ]
         if any(f.check.endswith(".internal-error") for f in failing):
             return []  # a bug in the wizard: the run ends on the error screen (exit 70)
+        checks = sorted({f.check for f in failing})
+        hard = [(c, why) for c in checks if (why := self.plan.hard_requirement(c)) is not None]
         waivable = (
             step.kind in (StepKind.CHECK, StepKind.MEASURE)
             and bool(failing)
             and not any(f.check.rsplit(".", 1)[-1] in NOT_WAIVABLE for f in failing)
+            and not hard
         )
-        checks = sorted({f.check for f in failing})
+        not_waivable = "; ".join(f"{c} is a hard requirement: {why}" for c, why in hard)
         decision = Decision(
             kind=DecisionKind.RETRY_FAILED,
             step=step.id,
@@ -82,6 +119,7 @@ class DecisionsMixin:
             ),
             findings=tuple(failing[:MAX_RETRY_FINDINGS]),
             waivable=waivable,
+            not_waivable=not_waivable,
         )
         async with self._decision_lock:
             reply = await self.frontend.decide(self.checkpoint.redactor.value(decision))
@@ -89,9 +127,13 @@ class DecisionsMixin:
         if answer is Answer.WAIVE:
             reason = reply.reason.strip()
             if not waivable or not reason:
-                why = "these checks cannot be waived" if not waivable else "a waiver needs a reason"
+                why = (
+                    (not_waivable or "these checks cannot be waived")
+                    if not waivable
+                    else "a waiver needs a reason"
+                )
                 self.emit(Notice(f"{step.id}: not waived: {why}", decision.target))
-                return await self._offer_retry(step, targets, summary)
+                return await self.offer_retry(step, targets, summary)
             for check in checks:
                 self.checkpoint.add_waiver(check, reason)
                 self._waivers[check] = reason
@@ -101,7 +143,7 @@ class DecisionsMixin:
             return failed + held_back
         return []
 
-    async def _confirmed(self, step: Step, decision: Decision) -> bool:
+    async def confirmed(self, step: Step, decision: Decision) -> bool:
         """Ask before a change, unless the operator approved this very change for the step's
         other nodes (never for maintenance: each window is confirmed on its own).
 
@@ -129,7 +171,7 @@ class DecisionsMixin:
             self._approved[step.id] = same
         return answer is not Answer.SKIP
 
-    def _other_nodes(self, step: Step, target: str) -> int:
+    def other_nodes(self, step: Step, target: str) -> int:
         """The step's other nodes that are not done yet (in this run or an earlier one)."""
         return sum(
             1
@@ -137,10 +179,15 @@ class DecisionsMixin:
             if other != target and not self.checkpoint.step_state(step.id, other).settled
         )
 
-    async def _ask(self, decision: Decision) -> Answer:
+    async def ask(self, decision: Decision) -> Answer:
+        return (await self.ask_for_reply(decision))[0]
+
+    async def ask_for_reply(self, decision: Decision) -> tuple[Answer, Reply]:
+        """The operator's answer as the engine acts on it, and the reply it came from (its
+        typed reason, for a record of who approved what)."""
         async with self._decision_lock:
             reply = await self.frontend.decide(self.checkpoint.redactor.value(decision))
-        return self._answer(decision, reply)
+        return self._answer(decision, reply), reply
 
     def _answer(self, decision: Decision, reply: Reply) -> Answer:
         """The operator's reply as the engine acts on it (abort raises; a maintenance
@@ -174,11 +221,16 @@ class DecisionsMixin:
         )
         return answer
 
-    def _waive(self, findings: list[Finding]) -> list[Finding]:
+    def waive(self, findings: list[Finding]) -> list[Finding]:
+        """The findings with each failure the operator waived marked so (and said)."""
         result = []
         for finding in findings:
             reason = self._waivers.get(finding.check)
-            if reason and finding.severity is Severity.FAIL and not finding.waived:
+            hard = self.plan.hard_requirement(finding.check) if reason else None
+            if hard is not None and finding.severity is Severity.FAIL:
+                # A waiver recorded before the check was declared hard: it passes nothing.
+                self.emit(Notice(f"{finding.check} is not waived (a hard requirement): {hard}"))
+            elif reason and finding.severity is Severity.FAIL and not finding.waived:
                 self.emit(Notice(f"{finding.check} failed but is waived: {reason}"))
                 finding = Finding(**{**finding.__dict__, "waived": reason})
             result.append(finding)

@@ -6,27 +6,58 @@ of a run; a different machine resets its steps, a reboot re-verifies its results
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from wizard import identity
-from wizard.checkpoint import (
-    changed_sections,
-    finish_command,
-    in_flight_changes,
-    in_flight_elsewhere,
-    now,
-)
+from wizard.checkpoint import Checkpoint, finish_command, in_flight_elsewhere, now
 from wizard.errors import WizardError
-from wizard.events import Notice
-from wizard.plan import CLUSTER
+from wizard.events import Event, Notice
+from wizard.plan import CLUSTER, Plan, Services
+from wizard.site import Site
 from wizard.transports.base import HostKeyError, TransportError
 
 
-class IdentityMixin:
-    """Engine.reconcile_site / reconcile_identity: reset what belongs to another machine.
+class MachineIdentity:
+    """Which machines the checkpoint's results describe: ``reconcile_site`` and
+    ``reconcile_identity`` at the start of a run reset what belongs to another site file,
+    machine or cluster; what they read (each node's boot, the unreachable nodes, a host
+    key that does not match) is what the engine asks afterwards (``current_boot``,
+    ``needs_reverify``, ``host_key_errors``)."""
 
-    A part of Engine (wizard/engine/core.py): it uses the engine's site, plan,
-    checkpoint, front end and run state set in Engine.__init__."""
+    def __init__(
+        self,
+        site: Site,
+        plan: Plan,
+        checkpoint: Checkpoint,
+        services: Services,
+        emit: Callable[[Event], None],
+    ) -> None:
+        self.site = site
+        self.plan = plan
+        self.checkpoint = checkpoint
+        self.services = services
+        self.emit = emit
+        self._rebooted: set[str] = set()  # nodes rebooted since their results were recorded
+        self._boots: dict[str, str] = {}  # node -> its boot id as read at the start of the run
+        self.unreachable: set[str] = set()  # nodes whose identity could not be read
+        # Nodes whose SSH host key does not match known_hosts (possible man-in-the-middle).
+        self.host_key_errors: dict[str, TransportError] = {}
+
+    def journal(self, entry: dict[str, Any]) -> None:
+        self.checkpoint.journal(entry)
+
+    def current_boot(self, target: str) -> str | None:
+        """The node's boot id as read at the start of the run (or noted since)."""
+        return self._boots.get(target)
+
+    def needs_reverify(self, target: str, verified_on: str | None) -> bool:
+        """A settled result verified on boot ``verified_on`` is verified again when the
+        node booted since (see Engine._reverify_needed)."""
+        current = self._boots.get(target)
+        if verified_on and current:
+            return verified_on != current
+        return target in self._rebooted
 
     def reconcile_site(self) -> list[tuple[str, str]]:
         """Reset the steps that a changed site file invalidates; return them.
@@ -36,15 +67,14 @@ class IdentityMixin:
         resumes from it under the edited site. A node removed from the site, or a site
         renamed, while a change is in flight on it is refused until it is finished."""
         self._refuse_orphaned_changes()
-        changed = changed_sections(self.checkpoint.state, self.site)
+        changed = self.checkpoint.changed_sections(self.site)
         if not changed:
             return []
-        recorded = self.checkpoint.state["steps"]
-        in_flight = {(s, t) for s, t, _ in in_flight_changes(self.checkpoint.state)}
+        in_flight = {(s, t) for s, t, _ in self.checkpoint.in_flight()}
         reset = [
             (step, target)
             for step, target in self.plan.invalidated(changed, self.site)
-            if target in recorded.get(step, {}) and (step, target) not in in_flight
+            if self.checkpoint.record(step, target).recorded and (step, target) not in in_flight
         ]
         for step, target in sorted(in_flight):
             self.emit(
@@ -68,11 +98,11 @@ class IdentityMixin:
         with what finishes it."""
         names = {n.name for n in self.site.nodes}
         command = finish_command(self.site, self.checkpoint.directory.parent)
-        for step, target, inflight in in_flight_changes(self.checkpoint.state):
+        for step, target, change in self.checkpoint.in_flight():
             if target not in names and target != CLUSTER:
                 raise WizardError(
                     f"{target} has a change in flight ({step}, stage "
-                    f"{inflight.get('stage', 'confirmed')!s:.40}) but is no longer in the site "
+                    f"{change.stage:.40}) but is no longer in the site "
                     f"file's nodes: put it back into nodes: and run {command} to finish it "
                     "(or roll it back) first, then remove it"
                 )
@@ -83,7 +113,7 @@ class IdentityMixin:
                 f"again and run {command} to finish it first, then rename it"
             )
 
-    def _report_journal(self) -> None:
+    def report_journal(self) -> None:
         """What the journal says about the end of the last run (a torn line, effects that
         may have happened without their outcome being recorded)."""
         cp = self.checkpoint
@@ -118,13 +148,8 @@ class IdentityMixin:
         as it is: its steps will say so.
         """
         cp = self.checkpoint
-        known = cp.state.setdefault("identity", {"nodes": {}, "cluster": None})
-        nodes = known.setdefault("nodes", {})
-        recorded_steps = cp.state["steps"]
         reset: list[tuple[str, str]] = []
-
-        def has_results(target: str) -> bool:
-            return any(target in targets for targets in recorded_steps.values())
+        has_results = cp.has_results
 
         async def read_node(name: str) -> dict[str, str] | None:
             # None: no transport to ask; {}: a transport that could not reach the node.
@@ -138,7 +163,7 @@ class IdentityMixin:
             except HostKeyError as exc:
                 # Not "unreachable": someone else may answer at its address. The run stops
                 # before it trusts any result of this node (Engine.run).
-                self._host_key_errors[name] = exc
+                self.host_key_errors[name] = exc
                 return {}
             except (TransportError, OSError):
                 return {}  # reachable never: an empty identity
@@ -153,13 +178,14 @@ class IdentityMixin:
 
         names = [n.name for n in self.site.nodes]
         lives = await asyncio.gather(*(read_node(n) for n in names))
-        join_phase = next((p.number for p in self.plan.phases if p.id == "join"), None)
+        joins = self.plan.join_phase()  # results from it on belong to the Node object
+        join_phase = joins.number if joins is not None else None
         for name, live in zip(names, lives, strict=True):
             if live is None:
                 continue  # no transport for it (nothing to compare)
             if not live:
-                self._unreachable.add(name)
-                if has_results(name) and name not in self._host_key_errors:
+                self.unreachable.add(name)
+                if has_results(name) and name not in self.host_key_errors:
                     self.emit(
                         Notice(
                             f"{name} could not be reached to check which machine it is; its "
@@ -173,7 +199,7 @@ class IdentityMixin:
             }  # a failed read keeps the old
             if live.get("boot_id"):
                 self._boots[name] = live["boot_id"]
-            before = nodes.get(name)
+            before = cp.node_identity(name)
             if has_results(name) and before:
                 mismatch = identity.compare(before, live, identity.MACHINE_FIELDS)
                 if mismatch is not None:
@@ -189,10 +215,10 @@ class IdentityMixin:
                             name,
                         )
                     )
-            nodes[name] = {**(before or {}), **live, "seen": now()}
+            cp.set_node_identity(name, {**(before or {}), **live, "seen": now()})
         cluster = await self._cluster_identity()
         if cluster is not None:
-            before = known.get("cluster")
+            before = cp.cluster_identity()
             mismatch = identity.compare(before, cluster, identity.CLUSTER_FIELDS)
             if mismatch is not None:
                 reason = f"the cluster is not the one the results were recorded on ({mismatch})"
@@ -209,7 +235,7 @@ class IdentityMixin:
                             f" -> {identity.short(uid)}): it was deleted and joined again",
                             from_phase=join_phase,
                         )
-            known["cluster"] = cluster
+            cp.set_cluster_identity(cluster)
         cp.save()
         return reset
 
@@ -236,14 +262,12 @@ class IdentityMixin:
         self, target: str, reason: str, *, from_phase: int | None = None, quiet: bool = False
     ) -> list[tuple[str, str]]:
         """Forget what was recorded for ``target`` (from phase ``from_phase`` on)."""
-        steps = self.checkpoint.state["steps"]
         reset = []
         for phase in self.plan.phases:
             if from_phase is not None and phase.number < from_phase:
                 continue
             for step in phase.steps:
-                if target in steps.get(step.id, {}):
-                    del steps[step.id][target]
+                if self.checkpoint.forget(step.id, target):
                     reset.append((step.id, target))
         if reset and not quiet:
             self.emit(Notice(f"{reason}: {len(reset)} recorded step result(s) reset", target))
@@ -253,7 +277,6 @@ class IdentityMixin:
 
     def note_boot(self, target: str, boot_id: str) -> None:
         """A step saw the node boot anew (the reboot step): that boot is the known one."""
-        nodes = self.checkpoint.state.setdefault("identity", {}).setdefault("nodes", {})
-        nodes.setdefault(target, {})["boot_id"] = boot_id
+        self.checkpoint.note_boot(target, boot_id)
         self._boots[target] = boot_id
         self._rebooted.discard(target)

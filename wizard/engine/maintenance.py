@@ -7,15 +7,22 @@ the checkpoint before it starts, so a kill anywhere resumes into finish or roll 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
-from typing import Any
+import shlex
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from typing import Any, Protocol
 
-from wizard.checkpoint import now
+from wizard.checkpoint import CORDONED, Checkpoint, Maintenance, now
+from wizard.drain import back_in_service, cordon_command, drain_command, out_of_service
+from wizard.engine.decisions import Decisions
 from wizard.engine.results import artifact_diff, transport_finding
-from wizard.events import Answer, Decision, DecisionKind, Notice
+from wizard.events import Answer, Decision, DecisionKind, Event, Notice
 from wizard.model import Finding, Severity, StepState, worst
-from wizard.plan import NotAutomated, Step, StepContext
+from wizard.plan import Change, NotAutomated, Services, Step, StepContext
+from wizard.site import Site
 from wizard.transports.base import TransportError
+
+Result = tuple[StepState, list[Finding]]
 
 # What a node is like while its maintenance is at a stage (for notices and a quit warning).
 STAGE_STATE = {
@@ -38,20 +45,59 @@ def effects(ctx: StepContext) -> Iterator[None]:
         ctx.effects = before
 
 
-class MaintenanceMixin:
-    """Engine._maintain and its stages; the only way a node is taken out of service.
+class StepOutcomes(Protocol):
+    """What the sequence needs of the engine: a step's changes, and its result recorded
+    (the engine's one way to end a step: ``Engine.finish``)."""
 
-    A part of Engine (wizard/engine/core.py): it uses the engine's site, plan,
-    checkpoint, front end and run state set in Engine.__init__."""
+    async def changes_to_make(
+        self, step: Step, ctx: StepContext
+    ) -> tuple[list[Change], Result | None]: ...
 
-    async def _maintain(self, step: Step, ctx: StepContext) -> tuple[StepState, list[Finding]]:
+    def finish(
+        self, ctx: StepContext, state: StepState, findings: list[Finding], message: str = ""
+    ) -> Result: ...
+
+    def skipped(
+        self, step: Step, ctx: StepContext, why: str, *, by: str | None = None
+    ) -> Result: ...
+
+    def not_automated(self, step: Step, ctx: StepContext) -> Result: ...
+
+
+class MaintenanceSequence:
+    """``run`` and ``resume``: the only way a node is taken out of service. It asks the
+    operator through ``decisions``, acts through the cluster client of ``services``,
+    persists each stage in the checkpoint before it starts, and ends the step through
+    ``outcomes``; ``in_flight`` says which node is where (for a front end's quit warning)."""
+
+    def __init__(
+        self,
+        site: Site,
+        checkpoint: Checkpoint,
+        services: Services,
+        decisions: Decisions,
+        outcomes: StepOutcomes,
+        emit: Callable[[Event], None],
+    ) -> None:
+        self.site = site
+        self.checkpoint = checkpoint
+        self.services = services
+        self.decisions = decisions
+        self.outcomes = outcomes
+        self.emit = emit
+        self.in_flight: dict[str, str] = {}  # target -> what its maintenance has done so far
+
+    def journal(self, entry: dict[str, Any]) -> None:
+        self.checkpoint.journal(entry)
+
+    async def run(self, step: Step, ctx: StepContext) -> tuple[StepState, list[Finding]]:
         """Capture, gate, persist, then the sequence (``_sequence``)."""
         try:
             capture = await step.capture(ctx)
         except NotAutomated:
-            return self._not_automated(step, ctx)
+            return self.outcomes.not_automated(step, ctx)
         ctx.data["capture"] = capture
-        changes, result = await self._changes_to_make(step, ctx)
+        changes, result = await self.outcomes.changes_to_make(step, ctx)
         if result is not None:
             return result
         window = Decision(
@@ -68,8 +114,8 @@ class MaintenanceMixin:
         )
         # One screen for a maintenance change: the window gate shows the ordered actions,
         # the diffs and the rollback computed from the capture; no second review.
-        if await self._ask(window) is Answer.SKIP:
-            return self._skipped(
+        if await self.decisions.ask(window) is Answer.SKIP:
+            return self.outcomes.skipped(
                 step, ctx, "skipped by the operator: the maintenance window was not confirmed"
             )
         # Intent before effect: the capture is durable before the node is touched.
@@ -87,21 +133,21 @@ class MaintenanceMixin:
         )
         return await self._sequence(step, ctx)
 
-    async def _resume_maintenance(
-        self, step: Step, ctx: StepContext, inflight: dict[str, Any]
+    async def resume(
+        self, step: Step, ctx: StepContext, inflight: Maintenance
     ) -> tuple[StepState, list[Finding]]:
         """A maintenance change interrupted part-way: finish it or roll it back, from the
         capture persisted before its first effect (never a second capture)."""
         record = self.checkpoint.record(step.id, ctx.target)
-        ctx.data.update(record.get("extra", {}))
-        capture = inflight.get("capture", {})
+        ctx.data.update(record.result)
+        capture = dict(inflight.capture)
         ctx.data["capture"] = capture
-        stage = inflight.get("stage", "confirmed")
+        stage = inflight.stage
         state = STAGE_STATE.get(stage, stage)
         self.emit(
             Notice(
                 f"{step.id} was interrupted on {ctx.target} ({state}); it resumes from the "
-                f"state captured at {inflight.get('at', '?')}",
+                f"state captured at {inflight.at or '?'}",
                 ctx.target,
             )
         )
@@ -118,9 +164,9 @@ class MaintenanceMixin:
             actions=tuple(self._actions(step, ctx)),
             reversible=step.reversible,
         )
-        if stage == "rolling-back" or await self._ask(resume) is Answer.SKIP:
+        if stage == "rolling-back" or await self.decisions.ask(resume) is Answer.SKIP:
             # An interrupted rollback is finished, not turned into the change again.
-            self._inflight[ctx.target] = state
+            self.in_flight[ctx.target] = state
             return await self._offer_rollback(
                 step, ctx, [], "the interrupted change was not finished"
             )
@@ -134,18 +180,20 @@ class MaintenanceMixin:
         if step.drains:
             self._stage(step, ctx, "draining")
             try:
+                await self._cordon(step, ctx)
                 with effects(ctx):
-                    await kube.cordon(node)
                     ctx.data["evicted"] = await kube.drain(node, progress=ctx.wait_begins)
+                evicted = ctx.data["evicted"] or []
+                drained = shlex.join(drain_command(node))
+                self._log(node, f"drained: {len(evicted)} pod(s) evicted (`{drained}`)")
             except TransportError as exc:
                 # Nothing on the host changed yet: no rollback (it would bounce the bond
                 # under pods that still run); the node is made schedulable again.
                 finding = transport_finding(step, exc)
-                with contextlib.suppress(TransportError), effects(ctx):
-                    await kube.cordon(node, False)
-                ctx.data["cordoned"] = None
+                with contextlib.suppress(TransportError):
+                    await self._uncordon(step, ctx)
                 self._end_maintenance(step, ctx)
-                return self._finish(
+                return self.outcomes.finish(
                     ctx, StepState.FAILED, [finding],
                     "the drain failed before any change: nothing was changed on the host; "
                     "uncordoned",
@@ -155,8 +203,8 @@ class MaintenanceMixin:
             with effects(ctx):
                 await step.apply(ctx, [])
         except NotAutomated:
-            self._inflight.pop(node, None)
-            return self._not_automated(step, ctx)
+            self.in_flight.pop(node, None)
+            return self.outcomes.not_automated(step, ctx)
         except TransportError as exc:
             # A change that broke off part-way must not leave the node half done.
             return await self._offer_rollback(
@@ -164,31 +212,61 @@ class MaintenanceMixin:
             )
         self._stage(step, ctx, "verifying")
         try:
-            findings = self._waive(await step.verify(ctx))
+            findings = self.decisions.waive(await step.verify(ctx))
         except TransportError as exc:
             findings = [transport_finding(step, exc)]
         if worst(findings) is Severity.FAIL:
             return await self._offer_rollback(step, ctx, findings, "verification failed")
         if step.drains:
             self._stage(step, ctx, "uncordoning")
-            with effects(ctx):
-                await kube.cordon(node, False)
-            ctx.data["cordoned"] = None  # schedulable again
+            await self._uncordon(step, ctx)  # schedulable again, whoever cordoned it
         self._end_maintenance(step, ctx)
-        return self._finish(ctx, StepState.DONE, findings)
+        return self.outcomes.finish(ctx, StepState.DONE, findings)
+
+    async def _cordon(self, step: Step, ctx: StepContext) -> None:
+        """Cordon the node, its mark in the checkpoint first (intent before effect): a kill
+        at any instant leaves the node named cordoned until an uncordon returned."""
+        node = ctx.target
+        held = self.checkpoint.cordon_of(node)
+        why = f"taken out of service for {step.id}; the change is in flight"
+        if held is None:
+            self.checkpoint.cordoning(node, step.id, why)
+        with effects(ctx):
+            await self.services.kube.cordon(node)
+        if held is None or held.by == step.id:
+            self.checkpoint.cordon_held(node, why)
+        # else: still the cordon another step left; this step's uncordon lifts it.
+        command = shlex.join(cordon_command(node))
+        self._log(node, f"cordoned for {step.id} (`{command}`): nothing new is scheduled")
+
+    async def _uncordon(self, step: Step, ctx: StepContext) -> None:
+        """Uncordon the node and clear its mark, whichever step set it (the reboot's
+        uncordon puts back in service a node a failed QoS change left cordoned)."""
+        node = ctx.target
+        held = self.checkpoint.cordon_of(node)
+        self.checkpoint.uncordoning(node)
+        with effects(ctx):
+            await self.services.kube.cordon(node, False)
+        self.checkpoint.uncordoned(node)
+        ctx.data.pop(CORDONED, None)  # an older checkpoint's mark in this record
+        lifted = f" (lifts the cordon {held.by} left)" if held and held.by != step.id else ""
+        self._log(node, f"uncordoned by {step.id} (`{back_in_service(node)}`){lifted}")
+
+    def _log(self, node: str, text: str) -> None:
+        """A change to the Node object, in the log: when it left and re-entered service."""
+        self.emit(Notice(f"{node}: {text}", node))
 
     def _end_maintenance(self, step: Step, ctx: StepContext) -> None:
         """The sequence is over (done or failed): nothing is in flight any more."""
-        self._inflight.pop(ctx.target, None)
+        self.in_flight.pop(ctx.target, None)
         ctx.data.pop("maintenance", None)
-        self.checkpoint.record(step.id, ctx.target).get("extra", {}).pop("maintenance", None)
+        self.checkpoint.end_maintenance(step.id, ctx.target)
 
     def _stage(self, step: Step, ctx: StepContext, stage: str) -> None:
         """Persist the stage the maintenance sequence is about to enter."""
-        record = self.checkpoint.record(step.id, ctx.target)
-        inflight = dict(record.get("extra", {}).get("maintenance") or {})
-        inflight.update(stage=stage, at_stage=now())
-        self._inflight[ctx.target] = STAGE_STATE.get(stage, stage)
+        before = self.checkpoint.record(step.id, ctx.target).maintenance or Maintenance()
+        inflight = replace(before, stage=stage, at_stage=now()).to_json()
+        self.in_flight[ctx.target] = STAGE_STATE.get(stage, stage)
         self.checkpoint.annotate(
             step.id,
             ctx.target,
@@ -213,15 +291,20 @@ class MaintenanceMixin:
                 node,
                 f"{why} on {node}"
                 + (f" ({named})" if named else "")
-                + "; roll back to the state captured before the change?",
+                + "; roll back to the state captured before the change?"
+                + (
+                    f" {node} stays cordoned either way, until the change verifies."
+                    if step.drains
+                    else ""
+                ),
                 rollback=self._rollback_text(step, ctx, ctx.data.get("capture", {})),
                 findings=failing,
             )
-            if await self._ask(offer) is Answer.PROCEED:
+            if await self.decisions.ask(offer) is Answer.PROCEED:
                 self._stage(step, ctx, "rolling-back")
                 try:
                     with effects(ctx):
-                        findings = findings + self._waive(await step.undo(ctx))
+                        findings = findings + self.decisions.waive(await step.undo(ctx))
                     message = f"{why}; rolled back"
                 except NotAutomated:
                     message = f"{why}; no automated rollback: use the rollback script"
@@ -230,10 +313,10 @@ class MaintenanceMixin:
                     message = f"{why}; the rollback failed too: use the rollback script by hand"
         if step.drains:
             message += f"; {node} stays cordoned until the change verifies"
-            # Kept in the record until an uncordon: status, the report and the TUI name it.
-            ctx.data["cordoned"] = {"by": step.id, "why": message, "since": now()}
+            # Kept beside the records until an uncordon: status, the report and the TUI name it.
+            self.checkpoint.cordon_held(node, message, by=step.id)
         self._end_maintenance(step, ctx)
-        return self._finish(ctx, StepState.FAILED, findings, message)
+        return self.outcomes.finish(ctx, StepState.FAILED, findings, message)
 
     def _window_text(self, step: Step, ctx: StepContext) -> str:
         drain = (
@@ -242,6 +325,14 @@ class MaintenanceMixin:
             if step.drains
             else ""
         )
+        held = self.checkpoint.cordon_of(ctx.target)
+        if held is not None and step.drains:
+            lifts = (
+                "its uncordon, once this change verifies, puts it back in service"
+                if held.by != step.id
+                else "it is uncordoned once this change verifies"
+            )
+            drain += f"It is already cordoned (by {held.by}: {held.why}): {lifts}. "
         return (
             f"{step.title} takes {ctx.target} out of service. {drain}"
             "Confirm the maintenance window is open by typing the node name."
@@ -252,10 +343,9 @@ class MaintenanceMixin:
         if step.drains:
             name = ctx.target
             actions = [
-                f"kubectl cordon {name}",
-                f"kubectl drain {name} --ignore-daemonsets --delete-emptydir-data",
+                *out_of_service(name),
                 *actions,
-                f"kubectl uncordon {name}   (only once verified)",
+                f"{back_in_service(name)}   (only once verified)",
             ]
         return actions
 

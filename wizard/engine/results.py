@@ -71,7 +71,6 @@ CHANGING = (StepKind.APPLY, StepKind.MAINTENANCE)
 
 def transport_finding(step: Step, exc: TransportError) -> Finding:
     """A failure to reach or use a host/cluster, as a finding that says what to do."""
-    gate = step.gates[0] if step.gates else "T00"
     if isinstance(exc, CommandFailedError):
         name, fix = (
             "command",
@@ -91,7 +90,7 @@ def transport_finding(step: Step, exc: TransportError) -> Finding:
             "reachable",
             "check the address, the network path and that sshd / the API server runs",
         )
-    return Finding(f"{gate}.{name}", gate, Severity.FAIL, str(exc), fix)
+    return Finding(*step.engine_check(name), Severity.FAIL, str(exc), fix)
 
 
 def state_for(findings: list[Finding]) -> StepState:

@@ -50,7 +50,7 @@ async def confirm_peer_load(engine: Engine, step: Step, ctx: StepContext) -> boo
         confirm_text=peer,
         actions=tuple(step.actions(ctx.site, ctx.node)),
     )
-    if await engine._ask(decision) is Answer.SKIP:
+    if await engine.decisions.ask(decision) is Answer.SKIP:
         return False
     approved.add(peer)
     engine.journal({"event": "storage-load-approved", "peer": peer, "step": step.id,

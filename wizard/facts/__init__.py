@@ -1,14 +1,20 @@
 """Facts: one pure parser per command output, typed; docs/FACTS.md is generated from the types.
 
-``parse(kind, text)`` returns a typed ``Fact``; ``KINDS`` lists what exists. Parser
-modules register themselves with ``@parser``; importing this package imports them all.
+``parse(parse_lsmod, text)`` returns the parser's own type (an ``Lsmod``): a registered parser
+is the typed key of its kind, as a ``ResultKey`` is of a step's result, so a read of a fact
+is typed where it is made. ``parse("lsmod", text)`` (a kind by its name, returning the base
+``Fact``) is for what picks the kind at run time: ``gpu-node-wizard parse KIND``, the facts
+contract, the sample tests. ``KINDS`` lists what exists. Parser modules register themselves
+with ``@parser``; importing this package imports them all.
+A ``Command`` (wizard/facts/command.py) is a remote command and its parser declared once,
+next to the parser: the step runs it, the runbook prints it, the lab answers it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TypeVar, overload
 
 from wizard.facts.base import Fact, ParseError
 
@@ -18,20 +24,22 @@ F = TypeVar("F", bound=Fact)
 @dataclass(frozen=True)
 class ParserInfo:
     kind: str
-    command: str
+    command: str  # the command whose output it reads, as the facts contract shows it
     function: Callable[[str], Fact]
 
 
 KINDS: dict[str, ParserInfo] = {}
 
 
-def parser(kind: str, command: str) -> Callable[[Callable[[str], F]], Callable[[str], F]]:
-    """Register ``function`` as the parser of ``kind`` (the output of ``command``)."""
+def parser(kind: str, command: str = "") -> Callable[[Callable[[str], F]], Callable[[str], F]]:
+    """Register ``function`` as the parser of ``kind`` (the output of ``command``; left
+    out when a ``Command`` declares the command line, which then fills it in)."""
 
     def register(function: Callable[[str], F]) -> Callable[[str], F]:
         if kind in KINDS:
             raise RuntimeError(f"parser kind {kind} registered twice")
         KINDS[kind] = ParserInfo(kind, command, function)
+        function.fact_kind = kind  # type: ignore[attr-defined]  # Command.kind reads it
         return function
 
     return register
@@ -42,12 +50,28 @@ def parser(kind: str, command: str) -> Callable[[Callable[[str], F]], Callable[[
 MAX_INPUT_BYTES = 64 << 20
 
 
-def parse(kind: str, text: str) -> Fact:
-    """Parse ``text`` as the output of ``kind``; raise ParseError if it is not.
+def kind_of(function: Callable[[str], Fact]) -> str:
+    """The kind a registered parser reads (its ``@parser`` name); TypeError for anything
+    else, a kind's name among it: a read names its parser, whose return type is the fact's."""
+    kind = getattr(function, "fact_kind", None)
+    if not isinstance(kind, str) or kind not in KINDS or KINDS[kind].function is not function:
+        raise TypeError(f"{function!r} is not a registered parser (wizard.facts)")
+    return kind
+
+
+@overload
+def parse(kind: Callable[[str], F], text: str) -> F: ...
+@overload
+def parse(kind: str, text: str) -> Fact: ...
+def parse(kind: str | Callable[[str], F], text: str) -> Fact:
+    """Parse ``text`` as the output of ``kind`` (a registered parser: its fact typed; or a
+    kind's name, picked at run time); raise ParseError if it is not.
 
     Hostile input only ever raises ParseError: too large, nested deeper than Python's
     recursion (a JSON ``[[[[...``), numbers beyond int's digit limit (4300 digits).
     """
+    if not isinstance(kind, str):
+        kind = kind_of(kind)
     try:
         info = KINDS[kind]
     except KeyError:
@@ -66,9 +90,15 @@ def parse(kind: str, text: str) -> Fact:
         raise ParseError(kind, f"a value out of range ({str(exc)[:80]})") from None
 
 
+def unregister(kind: str) -> None:
+    """Forget a parser (a test that registered its own)."""
+    KINDS.pop(kind, None)
+
+
 # Importing the modules registers their parsers.
 from wizard.facts import (  # noqa: E402
     dcb,
+    dcgm,
     gpu,
     host,
     kube,
@@ -79,14 +109,18 @@ from wizard.facts import (  # noqa: E402
     rdma,
     system,
 )
+from wizard.facts.command import Command  # noqa: E402
 
 __all__ = [
     "KINDS",
+    "Command",
     "Fact",
     "ParseError",
     "dcb",
+    "dcgm",
     "gpu",
     "host",
+    "kind_of",
     "kube",
     "nccl",
     "nic",

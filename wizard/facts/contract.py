@@ -241,6 +241,10 @@ DIFFERENCES: dict[str, str] = {
     "objects older `ip --json --brief` prints for filtered-out interfaces are skipped.",
     "packages": "a kind FACTS.md does not name: installed and missing packages from "
     "`rpm -q` or `dpkg-query -W`.",
+    "dcgm-metrics": "a kind FACTS.md does not name: the dcgm-exporter's /metrics page "
+    "(Prometheus text format, read by prometheus_client's parser), one entry per GPU with its "
+    "DCGM fields by metric name (a MIG GPU's largest sample) and the XID codes' messages; "
+    "NVLink and NVSwitch samples are not GPU facts.",
     "rdma-hw-counters": "a kind FACTS.md does not name: the RDMA device's hardware "
     "counters (irdma's cnpSent, RxECNMrkd ...) as `grep -H . .../hw_counters/*` prints them "
     "(also through /sys/devices/... and the port's PMA counters/ files); a file whose value is "
@@ -388,7 +392,7 @@ def render() -> str:
             out += ["", "Nested types:", ""]
             out += _definitions(defs)
         out += ["", "Against ../shared/FACTS.md: "]
-        why = DIFFERENCES.get(kind, "")
+        why = difference(kind)
         if shared is None:
             out[-1] += why or "a kind it does not name."
         else:
@@ -424,13 +428,25 @@ def added_keys(kind: str) -> list[str]:
     return added
 
 
+def difference(kind: str) -> str:
+    """Why ``kind``'s contract differs from ../shared/FACTS.md: its ``DIFFERENCES`` entry;
+    for a kind that document does not name and ``DIFFERENCES`` does not list (a kind added
+    since), the first paragraph of its parser's docstring, which says what it reads; so a
+    new parser documents itself where it is written."""
+    why = DIFFERENCES.get(kind)
+    if why is not None or kind in SHARED_KEYS:
+        return why or ""
+    doc = (KINDS[kind].function.__doc__ or "").strip().split("\n\n")[0]
+    return f"a kind FACTS.md does not name: {' '.join(doc.split())}" if doc else ""
+
+
 def undeclared_differences() -> list[str]:
     """Kinds FACTS.md does not name without a written reason, and every key beyond it
     (nested ones too) that its kind's reason does not name in backticks: ``kind`` or
     ``kind: Type.key``."""
     missing = []
     for kind in sorted(KINDS):
-        why = DIFFERENCES.get(kind)
+        why = difference(kind) or None
         if kind not in SHARED_KEYS:
             if why is None:
                 missing.append(kind)

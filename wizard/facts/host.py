@@ -47,6 +47,9 @@ class Interface(Fact):
     master: str | None
     operstate: str | None
     addresses: list[str] = field(default_factory=list)
+    # The parent of a VLAN, macvlan or ipvlan (iproute2 ip/ipaddress.c print_linkinfo:
+    # IFLA_LINK printed as "link": "bond1" in JSON, "bond1.100@bond1" in text).
+    link: str | None = None
 
 
 @dataclass
@@ -58,6 +61,25 @@ class IpAddr(Fact):
 
     def by_name(self, name: str) -> Interface | None:
         return next((i for i in self.interfaces if i.name == name), None)
+
+    def rides_on(self, name: str, lower: str) -> bool:
+        """Whether traffic of interface ``name`` goes over ``lower``: it is ``lower`` or one
+        of its ports, a VLAN/macvlan whose parent (``link``) rides on it, or a bridge (or
+        bond) one of whose ports (``master``) does. Taking ``lower`` down cuts it."""
+        seen: set[str] = set()
+
+        def over(current: str) -> bool:
+            if current == lower or current in seen:
+                return current == lower
+            seen.add(current)
+            iface = self.by_name(current)
+            if iface is None:
+                return False
+            if iface.master == lower or (iface.link is not None and over(iface.link)):
+                return True
+            return any(over(i.name) for i in self.interfaces if i.master == current)
+
+        return over(name)
 
 
 @parser("ip-addr", "ip -j addr show")
@@ -81,6 +103,7 @@ def parse_ip_addr(text: str) -> IpAddr:
                 master=entry.get("master"),
                 operstate=entry.get("operstate"),
                 addresses=[a["local"] for a in entry.get("addr_info", []) if "local" in a],
+                link=entry.get("link"),
             )
             for entry in data
         ]
@@ -90,7 +113,20 @@ def parse_ip_addr(text: str) -> IpAddr:
 # -- rpm -q / dpkg-query ------------------------------------------------------------------------
 
 _RPM_MISSING = re.compile(r"^package (?P<name>\S+) is not installed$")
-_DPKG = re.compile(r"^(?P<name>\S+) (?P<status>.+)$")
+# One line of `dpkg-query -W -f='${Package} ${Status}\n'`: the Status field is "want error
+# status" (dpkg-query(1), deb-control(5)).
+_DPKG = re.compile(
+    r"^(?P<name>[a-z0-9][a-z0-9+.:-]*) (?P<status>(unknown|install|hold|deinstall|purge)"
+    r" (ok|reinstreq) (not-installed|config-files|half-installed|unpacked|half-configured"
+    r"|triggers-awaited|triggers-pending|installed))$"
+)
+# The one rule for "installed", here and in the Ansible play (steps/packages.py
+# installed_line): wanted installed or held, no error flag, fully installed. Unpacked,
+# half-configured, half-installed (an apt run killed mid-way), config-files (removed) and
+# not-installed all need the install again.
+DPKG_INSTALLED = r"^\S+ (install|hold) ok installed$"
+# An installed package as `rpm -q NAME` prints it (NAME-VERSION-RELEASE.ARCH).
+RPM_INSTALLED = r"^[A-Za-z0-9][\w.+-]*-[\w.+~^]+-[\w.+~^]+\.\w+$"
 
 
 @dataclass
@@ -110,12 +146,12 @@ def parse_packages(text: str) -> Packages:
             continue
         if match := _RPM_MISSING.match(line):
             missing.append(match["name"])
-        elif re.match(r"^[A-Za-z0-9][\w.+-]*-[\w.+~^]+-[\w.+~^]+\.\w+$", line):
+        elif re.match(RPM_INSTALLED, line):
             installed.append(line)
-        elif (match := _DPKG.match(line)) and "installed" in match["status"]:
-            (installed if match["status"].endswith(" installed") else missing).append(match["name"])
         elif line.startswith("dpkg-query: no packages found matching "):
             missing.append(line.rsplit(" ", 1)[-1])
+        elif match := _DPKG.match(line):
+            (installed if re.match(DPKG_INSTALLED, line) else missing).append(match["name"])
     if not installed and not missing:
         raise ParseError("packages", "no 'NAME-VERSION' or 'package NAME is not installed' lines")
     return Packages(installed, missing)

@@ -9,6 +9,7 @@ from typing import Any
 
 from wizard.facts import parser
 from wizard.facts.base import Fact, ParseError, clean, to_int
+from wizard.facts.command import Command
 
 # `rdma -j` prints one array of objects ("[{...},...]" or "[]"); a pasted shell prompt
 # ("[user@host ~]$ rdma dev") also starts with "[" but is text.
@@ -56,7 +57,7 @@ class RdmaLinks(Fact):
         return next((link for link in self.links if link.netdev == netdev), None)
 
 
-@parser("rdma-link", "rdma link show")
+@parser("rdma-link")
 def parse_rdma_link(text: str) -> RdmaLinks:
     text = clean(text, "rdma-link")
     data = _json_array(text, "rdma-link")
@@ -93,6 +94,10 @@ def parse_rdma_link(text: str) -> RdmaLinks:
     if not links:
         raise ParseError("rdma-link", "no 'link DEV/PORT ...' lines")
     return RdmaLinks(links)
+
+
+# The RDMA devices, their ports' states and netdevs, as JSON (iproute2's rdma -j).
+RDMA_LINK = Command(("rdma", "-j", "link", "show"), parse_rdma_link)
 
 
 # -- rdma dev

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from wizard.facts import parser
 from wizard.facts.base import Fact, ParseError, clean
+from wizard.facts.command import Command
 
 # -- os-release ----------
 
@@ -81,7 +82,7 @@ class ContainerdVersion(Fact):
         return (self.major, self.minor, self.patch)
 
 
-@parser("containerd-version", "containerd --version")
+@parser("containerd-version")
 def parse_containerd_version(text: str) -> ContainerdVersion:
     text = clean(text, "containerd-version")
     match = _CONTAINERD.search(text)
@@ -98,6 +99,10 @@ def parse_containerd_version(text: str) -> ContainerdVersion:
         revision=match["revision"],
         module=match["module"],
     )
+
+
+# The runtime's version line: preflight judges it, the lab's containerd answers it.
+CONTAINERD_VERSION = Command(("containerd", "--version"), parse_containerd_version)
 
 
 # -- lsmod

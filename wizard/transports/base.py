@@ -31,14 +31,21 @@ def read_file_command(path: str) -> list[str]:
     return ["cat", path]
 
 
+# ``cat``'s exit status 1 (GNU coreutils: "an error occurred", here the file is missing):
+# ``read_file`` reads it as "not there yet", the state before a step writes the file.
+READ_FILE_EXITS = {1: "not there yet"}
+
+
 def write_value_command(path: str, value: str) -> list[str]:
     """The argv that writes one value into a configfs/sysfs attribute."""
     return ["sh", "-c", WRITE_VALUE_SCRIPT, "sh", value, path]
 
 
-def write_file_command(path: str, mode: int) -> list[str]:
-    """The argv that writes stdin to ``path`` with ``mode`` (see WRITE_FILE_SCRIPT)."""
-    return ["sh", "-c", WRITE_FILE_SCRIPT, "sh", f"{mode:04o}", path]
+def write_file_command(path: str, mode: int | str) -> list[str]:
+    """The argv that writes stdin to ``path`` with ``mode`` (see WRITE_FILE_SCRIPT); a
+    string mode is written as given (the runbook's ``MODE``)."""
+    shown = mode if isinstance(mode, str) else f"{mode:04o}"
+    return ["sh", "-c", WRITE_FILE_SCRIPT, "sh", shown, path]
 
 
 def render_command(command: str | Sequence[str]) -> str:

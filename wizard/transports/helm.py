@@ -12,6 +12,7 @@ from typing import Any
 
 from wizard import journal
 from wizard.facts import ParseError, parse
+from wizard.facts.kube import parse_helm_values
 from wizard.transports import children
 from wizard.transports.base import CommandResult, LineCallback, TransportError
 
@@ -149,7 +150,7 @@ class HelmCli:
                 f"`helm get values {release} -o json` printed no JSON object: {text[:80]!r}"
             )
         try:
-            return parse("helm-values", text).values
+            return parse(parse_helm_values, text).values
         except ParseError as exc:
             raise HelmError(
                 f"`helm get values {release}` printed something that is not the values of a "

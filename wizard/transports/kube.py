@@ -20,6 +20,7 @@ from kubernetes.client import ApiClient, Configuration
 from kubernetes.config.config_exception import ConfigException
 
 from wizard import journal
+from wizard.drain import DRAIN_TIMEOUT_S
 from wizard.transports.base import TransportError, UnreachableError
 
 TARGET = "cluster"
@@ -239,6 +240,17 @@ class KubeClient:
             text=True,
         )
 
+    async def pod_proxy(self, namespace: str, name: str, port: int, path: str, *, what: str) -> str:
+        """GET a pod's own HTTP endpoint through the API server's pod proxy
+        (``pods/{name}:{port}/proxy/{path}``): the API server connects to the pod, so nothing
+        but the API server is reached from here."""
+        return await self.request(
+            "GET",
+            f"/api/v1/namespaces/{namespace}/pods/{name}:{port}/proxy/{path.lstrip('/')}",
+            what=what,
+            text=True,
+        )
+
     # -- writes -----------------------------------------------------------------------------------
 
     async def patch_node(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -341,7 +353,7 @@ class KubeClient:
         self,
         name: str,
         *,
-        timeout: float = 600.0,
+        timeout: float = DRAIN_TIMEOUT_S,
         progress: Callable[[str, float], None] | None = None,
     ) -> list[str]:
         """Evict every non-DaemonSet pod from the node, respecting PodDisruptionBudgets: an
