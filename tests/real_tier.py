@@ -21,7 +21,8 @@ from wizard.checkpoint import Checkpoint
 from wizard.engine import Engine
 from wizard.engine.runtime import StepRuntime
 from wizard.export import RUNBOOK, export
-from wizard.model import Severity
+from wizard.model import Severity, StepState
+from wizard.plan import CLUSTER, Scope
 from wizard.services import build_services
 from wizard.site import load_site
 
@@ -103,7 +104,9 @@ def exported_real_lab(folder: Path, *lab_args: str):
     require_real()
     lab = ServedLab(folder, *lab_args)
     try:
-        out = lab.folder.parent / "export"
+        # Beside the lab's own folder, named after it: two such fixtures in one worker
+        # (one basetemp) each export into their own empty folder.
+        out = folder.with_name(f"{folder.name}-export")
         export(load_site(lab.site), build_plan(), out)
         yield lab, out, (out / RUNBOOK).read_text()
     finally:
@@ -123,7 +126,11 @@ def mpijob(name: str) -> dict:
 
 
 async def verify_steps(site_path: Path, step_ids, state: Path) -> dict[tuple[str, str], list]:
-    """Each step's own verify on each GPU node of the site, as the engine runs it."""
+    """Each step's own verify, in the order given, as the engine runs it: a cluster step
+    once (keyed by CLUSTER), a node step on each GPU node of the site. What a step records
+    for later steps (its ``provides``, e.g. gpu-operator.preflight's release) is kept in the
+    checkpoint by the engine's own finish, so a step that ``needs`` it must come after its
+    provider in ``step_ids``, as in the plan."""
     site = load_site(site_path)
     services = build_services(site)
     plan = build_plan()
@@ -131,11 +138,19 @@ async def verify_steps(site_path: Path, step_ids, state: Path) -> dict[tuple[str
     try:
         with Checkpoint.open(state, site) as checkpoint:
             engine = Engine(site, plan, checkpoint, HeadlessFrontEnd(out=io.StringIO()), services)
-            for node in site.nodes:
-                for step_id in step_ids:
-                    step = plan.step(step_id)
-                    ctx = StepRuntime(site, step, node.name, node, services, engine)
-                    found[(step_id, node.name)] = await step.verify(ctx)
+            for step_id in step_ids:
+                step = plan.step(step_id)
+                targets = (
+                    [(CLUSTER, None)]
+                    if step.scope == Scope.CLUSTER
+                    else [(node.name, node) for node in site.nodes]
+                )
+                for target, node in targets:
+                    ctx = StepRuntime(site, step, target, node, services, engine)
+                    findings = await step.verify(ctx)
+                    found[(step_id, target)] = findings
+                    failed = any(f.severity is Severity.FAIL for f in findings)
+                    engine.finish(ctx, StepState.FAILED if failed else StepState.DONE, findings)
     finally:
         await services.close()
     return found

@@ -320,8 +320,9 @@ LAB_LIMITS = {"/proxy/metrics": "address not allowed"}
 FOLLOWED_FROM = "gpu-operator.install"
 # What the wizard verifies afterwards on the node: the window's change, its boot units, the
 # reboot's re-verification and what the cluster blocks installed.
+# gpu-operator.preflight first: it records the release (its namespace) verify reads.
 AFTER_FOLLOWING = ("irdma.verify", "bond.lacp", "qos.apply", "qos.persist",
-                   "gpu-operator.verify", "rdma-plugin.pod-test")  # fmt: skip
+                   "gpu-operator.preflight", "gpu-operator.verify", "rdma-plugin.pod-test")  # fmt: skip
 
 
 def follower_for(site, out: Path, text: str, env: dict[str, str]) -> Follower:
