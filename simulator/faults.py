@@ -40,6 +40,9 @@ FAULTS: dict[str, str] = {
     "ssh-over-bond1-vlan": "the wizard's SSH session reaches the node over a VLAN on bond1 "
     "(bond1.100, its address there, not on bond1)",
     "slow-ssh": "every command on the GPU node takes a second longer",
+    "peer-slow-ssh": "every command on the AIStor peer takes a second longer (a loaded storage "
+    "node, a jump host): a one-shot perftest or iperf3 server there listens after the client "
+    "would start",
     "ssh-drop": "the SSH connection to the GPU node drops in the middle of a command",
     "pfc-not-applied": "the second E810 port acknowledges `dcb pfc set` but keeps PFC off",
     "not-joined": "with greenfield: the GPU nodes are not in the cluster yet (the default lab's "
@@ -113,6 +116,7 @@ class Fault(StrEnum):
     SSH_OVER_BOND1 = "ssh-over-bond1"
     SSH_OVER_BOND1_VLAN = "ssh-over-bond1-vlan"
     SLOW_SSH = "slow-ssh"
+    PEER_SLOW_SSH = "peer-slow-ssh"
     SSH_DROP = "ssh-drop"
     PFC_NOT_APPLIED = "pfc-not-applied"
     NOT_JOINED = "not-joined"

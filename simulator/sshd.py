@@ -141,7 +141,8 @@ class LabSshServer:
         stdin = ""
         if WRITE_FILE_SCRIPT in command:
             stdin = await process.stdin.read()
-        if "slow-ssh" in self.host.faults and self.host.role == "gpu":
+        slow = "slow-ssh" if self.host.role == "gpu" else "peer-slow-ssh"
+        if slow in self.host.faults:
             await asyncio.sleep(self.slow_seconds)
         # The drop lands in a step's command: the engine's identity read at the start of a
         # run (machine-id, boot id) is not what the fault is about.

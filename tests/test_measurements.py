@@ -16,7 +16,7 @@ from simulator.lab import Lab
 from steps import build_plan
 from steps.nccl import explain_verdict
 from steps.nccl.steps import busbw_by_size
-from steps.perf import Endpoint, perftest_pair
+from steps.perf import Endpoint, iperf3_pair, perftest_pair
 from tests.conftest import findings_of, fixture_text, run_in_lab
 from wizard.checkpoint import Checkpoint, RunState, read_state, site_state_dir
 from wizard.engine import Engine
@@ -157,6 +157,35 @@ async def test_failed_client_leaves_no_server_behind(tmp_path):
             peer_commands = lab.hosts["aistor-01"].commands
             assert any(c.startswith("timeout 120 ib_write_bw") for c in peer_commands)
             assert any(c.startswith("pkill -f") for c in peer_commands)
+        await services.close()
+
+
+async def test_a_client_started_before_its_server_listens_is_run_again(tmp_path):
+    """The peer's SSH session starts the one-shot server a second late (peer-slow-ssh), so
+    the client's first connect is refused, as perftest's and iperf3's are; the pair runs
+    it again while the server waits, and measures, instead of failing the gate."""
+    async with Lab(tmp_path / "lab", faults=("peer-slow-ssh",)) as lab:
+        site = load_site(lab.site_path)
+        services = build_services(site)
+        with Checkpoint.open(tmp_path / "state", site) as checkpoint:
+            engine = Engine(
+                site, build_plan(), checkpoint, HeadlessFrontEnd(out=io.StringIO()), services
+            )
+            step = build_plan().step("host-rdma.perftest")
+            ctx = StepRuntime(site, step, "gpu-b300-01", site.nodes[0], services, engine)
+            client = Endpoint("gpu-b300-01", "irdma0", 1, site.nodes[0].rdma_ip)
+            server = Endpoint("aistor-01", "irdma0", 1, site.aistor.peers[0].rdma_ip)
+            fact, problem = await perftest_pair(ctx, "ib_write_bw", client, server, qps=4)
+            assert problem == "" and fact is not None and fact.best_bw_gbps
+            node_commands = lab.hosts["gpu-b300-01"].commands
+            clients = [c for c in node_commands if c.startswith("ib_write_bw")]
+            assert len(clients) >= 2  # refused first, then measured
+            ctx = StepRuntime(site, build_plan().step("baseline.tcp"), "gpu-b300-01",
+                              site.nodes[0], services, engine)  # fmt: skip
+            gbps, problem = await iperf3_pair(ctx)
+            assert problem == "" and gbps
+            await asyncio.sleep(0.1)
+            assert not lab.broker.listeners
         await services.close()
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +16,7 @@ from steps.perf.model import LISTEN_GRACE_S, SERVER_EXITS, STOP_EXITS, Endpoint
 from wizard.facts import ParseError, parse
 from wizard.facts.perftest import Perftest, parse_perftest
 from wizard.plan import StepContext, load_rate_gbps, measurement_far_end
-from wizard.transports.base import TransportError
+from wizard.transports.base import CommandResult, TransportError
 
 SERVER_REAP_S = 15.0  # how long a stopped one-shot server may take to exit
 # perftest's SW limiter, when it cannot read the CPU frequency, says so and then runs with
@@ -23,6 +24,15 @@ SERVER_REAP_S = 15.0  # how long a stopped one-shot server may take to exit
 # acquire cpu frequency for rate limiter." and no return).
 LIMITER_UNREAD = "couldn't acquire cpu frequency for rate limiter"
 CAP_TOLERANCE = 1.05  # a limited run a little over its cap is pacing jitter, not a broken limiter
+# A client started before its one-shot server listens fails at once and says so: perftest's
+# ethernet_client_connect (src/perftest_communication.c) prints "Couldn't connect to
+# HOST:PORT" and does not retry; iperf3 prints "unable to connect to server" (src/iperf_error.c
+# IECONNECT). The server's SSH session may take longer than LISTEN_GRACE_S to start (a jump
+# host, a loaded peer), so such a client is run again while its server still waits, for up
+# to CONNECT_RETRY_S; any other failure, or a server that has ended, is the run's result.
+NOT_LISTENING = ("Couldn't connect to ", "unable to connect to server")
+CONNECT_RETRY_S = 20.0
+CONNECT_RETRY_EVERY_S = 1.0
 
 
 @dataclass
@@ -52,6 +62,28 @@ def over_cap(output: str, gbps: float | None, cap: float | None) -> str:
             "the rate limiter did not hold"
         )
     return ""
+
+
+def not_listening(result: CommandResult) -> bool:
+    """Whether a client failed only because its server was not listening yet."""
+    text = result.stdout + result.stderr
+    return result.exit_status != 0 and any(marker in text for marker in NOT_LISTENING)
+
+
+async def client_when_listening(
+    run_client: Callable[[], Awaitable[CommandResult]], server: asyncio.Future
+) -> CommandResult:
+    """The client's result once its server was listening (see NOT_LISTENING): a refused
+    connection is retried while the server still runs, within CONNECT_RETRY_S."""
+    await asyncio.sleep(LISTEN_GRACE_S)
+    deadline = asyncio.get_running_loop().time() + CONNECT_RETRY_S
+    while True:
+        result = await run_client()
+        if not not_listening(result) or server.done():
+            return result
+        if asyncio.get_running_loop().time() + CONNECT_RETRY_EVERY_S > deadline:
+            return result
+        await asyncio.sleep(CONNECT_RETRY_EVERY_S)
 
 
 async def _stop_server(ctx: StepContext, task: asyncio.Task, host: str, stop: list[str]) -> None:
@@ -98,8 +130,9 @@ async def perftest_pair(
         ctx.run(run.server, on=server.host, timeout=run.seconds + 10, expected=SERVER_EXITS)
     )
     try:
-        await asyncio.sleep(LISTEN_GRACE_S)
-        result = await ctx.run(run.client, on=client.host, timeout=run.seconds)
+        result = await client_when_listening(
+            lambda: ctx.run(run.client, on=client.host, timeout=run.seconds), server_task
+        )
     finally:
         await _stop_server(ctx, server_task, server.host, run.stop)
     try:
@@ -131,8 +164,9 @@ async def iperf3_pair(
     assert peer is not None
     server = asyncio.ensure_future(ctx.run(run.server, on=peer.name, expected=SERVER_EXITS))
     try:
-        await asyncio.sleep(LISTEN_GRACE_S)
-        result = await ctx.run(run.client, timeout=ctx.site.measurements.duration_s + 60)
+        result = await client_when_listening(
+            lambda: ctx.run(run.client, timeout=ctx.site.measurements.duration_s + 60), server
+        )
     finally:
         await _stop_server(ctx, server, peer.name, run.stop)
     if result.exit_status != 0:
