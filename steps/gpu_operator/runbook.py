@@ -46,6 +46,26 @@ def find_release_script() -> str:
     )
 
 
+# The one runbook line that finds the release (gpu-operator.preflight's, the first step of the
+# phase): every later line that names the release or its namespace reads the two variables,
+# exported so that a script the runbook runs (cluster/k8s/pull-secrets.sh) reads them too.
+# The python3 output goes through a variable, not straight into `eval "$(...)"`: eval of an
+# empty string succeeds, so two releases would not stop a `sh -e` that follows the runbook.
+FOUND_VARIABLE = "GNW_FOUND"
+
+
+def discovery_line(helm_list: str) -> str:
+    """``helm_list`` (the runbook's ``helm list -A -o json`` command) piped to the release
+    rule, its two variables set and exported, in one line."""
+    return (
+        f"{FOUND_VARIABLE}=$({helm_list} | python3 -c {q(find_release_script())}); "
+        f'eval "${FOUND_VARIABLE}"; export GNW_RELEASE GNW_NAMESPACE  # from the jump host; '
+        "the release of chart gpu-operator in any namespace, for every later line "
+        f"($GNW_RELEASE, $GNW_NAMESPACE; none: {NAMESPACE}/{RELEASE}, a first install; two: "
+        "stops)"
+    )
+
+
 def list_paths(values: dict[str, Any], prefix: tuple[str, ...] = ()) -> list[list[Any]]:
     """[[key path], list] for every list-valued key of ``values``."""
     found: list[list[Any]] = []
