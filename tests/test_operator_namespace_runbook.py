@@ -160,7 +160,7 @@ def test_the_release_is_found_and_exported_before_the_first_line_that_needs_it(t
     export(site, build_plan(), tmp_path / "out")
     text = (tmp_path / "out" / RUNBOOK).read_text()
     lines = [line.split("  # ", 1)[0] for b in BLOCK.findall(text) for line in b.splitlines()]
-    found = [i for i, line in enumerate(lines) if "export GNW_RELEASE GNW_NAMESPACE" in line]
+    found = [i for i, line in enumerate(lines) if '"export GNW_RELEASE="' in line]
     assert len(found) == 1, "one line finds the release"
     needs = [i for i, line in enumerate(lines)
              if "$GNW_NAMESPACE" in line or "pull-secrets.sh" in line]  # fmt: skip
@@ -178,7 +178,7 @@ def _release(name: str, namespace: str) -> dict[str, str]:
 def test_the_release_line_finds_one_release_falls_back_to_a_first_install_and_stops_on_two():
     """Run as the runbook runs it (`sh -e`), with `helm list -A -o json`'s answer given: the
     variables reach a program the next line starts; two releases stop the shell there (an
-    `eval "$(...)"` of the failed rule's empty output would go on)."""
+    bare `eval "$(...)"` of the failed rule's empty output would go on)."""
 
     def run(releases: list[dict[str, str]]) -> subprocess.CompletedProcess:
         line = discovery_line(f"printf '%s' {shlex.quote(json.dumps(releases))}")
