@@ -4,13 +4,15 @@ The chart values, the plugin's DaemonSet and the measurement pods name
 ``registry.pull_secret`` in imagePullSecrets, and the kubelet looks a pod's pull secret up in
 the pod's own namespace: a secret that is missing there means an anonymous pull, refused by
 an authenticated mirror (ErrImagePull), after the release or DaemonSet is already in place.
-``helm --create-namespace`` creates gpu-operator empty. So this step runs before the GPU
-Operator's release: in each namespace it verifies the secret (type
+``helm --create-namespace`` creates the release's namespace empty. So this step runs before
+the GPU Operator's release: in each namespace (the operator's is the existing release's,
+which may be any, e.g. nvidia-gpu-operator; else gpu-operator) it verifies the secret (type
 kubernetes.io/dockerconfigjson with an entry for the mirror's host) or creates it, from the
 credentials in ``registry.username_env`` / ``password_env``, else as a copy of the same
 secret found in another namespace. No credential is ever put into an artifact, the export
 or the journal: the review shows where each secret comes from, not its data, and the
-exported script reads the variables at run time.
+exported script reads the variables at run time, and the operator's namespace from
+``$GNW_NAMESPACE``, which the runbook's gpu-operator.preflight line found and exported.
 """
 
 from __future__ import annotations
@@ -20,9 +22,8 @@ import json
 import os
 from typing import Any
 
-from steps.common import q
+from steps.common import NAMESPACE_WORD, q
 from steps.gpu_operator.release import OPERATOR_RELEASE, operator_release
-from steps.gpu_operator.values import NAMESPACE
 from wizard.approvals import ClusterChange, ClusterEffect
 from wizard.artifacts import Artifact, Target
 from wizard.model import Finding, StepKind
@@ -38,11 +39,28 @@ DOCKERCONFIG = "kubernetes.io/dockerconfigjson"
 MEASUREMENT_NAMESPACES = ("default",)
 
 
-def pull_namespaces(site: Site, operator: str = NAMESPACE) -> list[str]:
+def pull_namespaces(site: Site, operator: str) -> list[str]:
     """Every namespace whose pods pull from the mirror: the GPU Operator's (``operator``:
     the existing release's, else the first install's), the RDMA device plugin's and the
     measurement pods'."""
-    return sorted({operator, site.device_plugin.namespace, *MEASUREMENT_NAMESPACES})
+    return sorted({operator, *site_namespaces(site)})
+
+
+def site_namespaces(site: Site) -> list[str]:
+    """The pull namespaces the site file names alone (the operator's is the cluster's)."""
+    return sorted({site.device_plugin.namespace, *MEASUREMENT_NAMESPACES})
+
+
+# The exported script's guard: the operator's namespace comes from the runbook's discovery.
+NAMESPACE_GUARD = (
+    ': "${GNW_NAMESPACE:?the GPU Operator release namespace: run the release line of '
+    'gpu-operator.preflight in RUNBOOK.md first (it exports GNW_NAMESPACE)}"'
+)
+
+
+def exported_namespaces(site: Site) -> list[str]:
+    """The script's namespaces as shell words: the release's (NAMESPACE_WORD) first."""
+    return [NAMESPACE_WORD, *(q(ns) for ns in site_namespaces(site))]
 
 
 def mirror_host(site: Site) -> str:
@@ -128,9 +146,11 @@ class PullSecrets(Step):
     needs = (OPERATOR_RELEASE,)  # the operator's pods pull in the release's namespace
     reads = ("registry", "device_plugin")
     explain = (
-        "registry.pull_secret must exist in gpu-operator, the plugin's namespace and the "
-        "measurement pods' namespace before anything pulls (the kubelet reads a pod's pull "
-        "secret in its own namespace; helm --create-namespace creates gpu-operator empty). "
+        "registry.pull_secret must exist in the GPU Operator release's namespace (the "
+        "existing release's, any name: $GNW_NAMESPACE in the runbook; none: gpu-operator), "
+        "the plugin's namespace and the measurement pods' namespace before anything pulls "
+        "(the kubelet reads a pod's pull secret in its own namespace; helm "
+        "--create-namespace creates the release's namespace empty). "
         "Verified where present (a dockerconfigjson for the mirror's host); created from the "
         "variables registry.username_env / password_env, or copied from another namespace "
         "that has it. Credentials never reach the export, the review or the journal."
@@ -150,14 +170,15 @@ class PullSecrets(Step):
             lines.append("# The site names no registry.username_env/password_env: set them, or")
             lines.append("# copy the secret from a namespace that has it.")
             user, password = "REGISTRY_USER", "REGISTRY_PASSWORD"
-        for ns in pull_namespaces(site):
+        lines.append(NAMESPACE_GUARD)
+        for ns in exported_namespaces(site):
             lines.append(
-                f"kubectl create namespace {q(ns)} --dry-run=client -o yaml | kubectl apply -f -"
+                f"kubectl create namespace {ns} --dry-run=client -o yaml | kubectl apply -f -"
             )
             # An existing secret is left as it is (the live step verifies it).
             lines.append(
-                f"kubectl -n {q(ns)} get secret {name} >/dev/null 2>&1 || "
-                f"kubectl -n {q(ns)} create secret docker-registry {name} --docker-server={host} "
+                f"kubectl -n {ns} get secret {name} >/dev/null 2>&1 || "
+                f"kubectl -n {ns} create secret docker-registry {name} --docker-server={host} "
                 f'--docker-username="${user}" --docker-password="${password}"'
             )
         return [
@@ -166,7 +187,8 @@ class PullSecrets(Step):
                 "\n".join(lines) + "\n",
                 Target.SCRIPT,
                 "run with kubectl against the cluster, before the GPU Operator",
-                f"Secret {site.registry.pull_secret} in {', '.join(pull_namespaces(site))}",
+                f"Secret {site.registry.pull_secret} in the GPU Operator release's namespace "
+                f"($GNW_NAMESPACE), {', '.join(site_namespaces(site))}",
                 mode=0o755,
             )
         ]
@@ -174,10 +196,16 @@ class PullSecrets(Step):
     def commands(self, site: Site, node: Node | None) -> list[str]:
         if not self._needed(site):
             return []
+        # The script first (it leaves an existing secret as it is, and creates a missing one),
+        # then the reads that show it in every namespace; run from the jump host, in the
+        # shell where gpu-operator.preflight's line exported $GNW_NAMESPACE.
         return [
-            f"kubectl -n {q(ns)} get secret {q(site.registry.pull_secret or '')}"
-            for ns in pull_namespaces(site)
-        ] + [f"sh {SCRIPT_PATH}  # only for the namespaces without it"]
+            f"sh {SCRIPT_PATH}  # from the jump host; creates the secret where it is missing",
+            *(
+                f"kubectl -n {ns} get secret {q(site.registry.pull_secret or '')}"
+                for ns in exported_namespaces(site)
+            ),
+        ]
 
     async def _sources(self, ctx: StepContext) -> tuple[dict[str, dict | None], dict | None]:
         """Each namespace's live secret, and one that serves the mirror (to copy)."""

@@ -38,8 +38,10 @@ class Ran:
     stderr: str
 
 
-# Where a line's output ends and its shell's variables begin (Follower._local).
+# Where a line's output ends and its shell's variables begin, then its exported ones
+# (Follower._local).
 VARS_MARK = "__gnw_follower_shell_variables__"
+EXPORTS_MARK = "__gnw_follower_exported_variables__"
 
 
 @dataclass
@@ -56,23 +58,39 @@ class Follower:
     ran: list[Ran] = field(default_factory=list)
     _servers: list[subprocess.Popen] = field(default_factory=list)
     _found: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+    # The operator's shell's own GNW_ variables that are not exported: {name: assignment}.
+    _shell: dict[str, str] = field(default_factory=dict)
 
     # -- where a line runs ------------------------------------------------------------
 
     def _local(self, command: str, timeout: float) -> subprocess.CompletedProcess:
         """One line in the operator's shell on the jump host: the shell variables a line
         sets (the release found by `helm list -A`: GNW_RELEASE, GNW_NAMESPACE) stay set for
-        the lines after it, as in the one terminal the runbook is followed in."""
+        the lines after it, as in the one terminal the runbook is followed in; only the
+        exported ones reach a program the line starts (`sh cluster/k8s/pull-secrets.sh`),
+        as in that terminal."""
+        shell = "\n".join(self._shell.values())
+        tail = f"printf '\\n{VARS_MARK}\\n'; set; printf '\\n{EXPORTS_MARK}\\n'; export -p"
         done = subprocess.run(
-            ["sh", "-ec", f"{self.opening}\n{command}\nprintf '\\n{VARS_MARK}\\n'; set"],
+            ["sh", "-ec", f"{self.opening}\n{shell}\n{command}\n{tail}"],
             cwd=self.out, capture_output=True, text=True, timeout=timeout, env=self.env,
         )  # fmt: skip
         if VARS_MARK in done.stdout:
-            done.stdout, _, shell = done.stdout.partition(f"\n{VARS_MARK}\n")
-            for line in shell.splitlines():
+            done.stdout, _, variables = done.stdout.partition(f"\n{VARS_MARK}\n")
+            variables, _, exported = variables.partition(f"\n{EXPORTS_MARK}\n")
+            names = {
+                line.removeprefix("export ").partition("=")[0] for line in exported.splitlines()
+            }
+            for line in variables.splitlines():
                 name, eq, value = line.partition("=")
-                if eq and name.startswith("GNW_"):
-                    self.env[name] = value.strip("'")
+                if not (eq and name.startswith("GNW_")):
+                    continue
+                if name in names:
+                    self.env[name] = "".join(shlex.split(value))
+                    self._shell.pop(name, None)
+                else:
+                    self._shell[name] = line
+                    self.env.pop(name, None)
         return done
 
     def _ssh(self, address: str, command: str) -> list[str]:

@@ -13,7 +13,7 @@ from tests.conftest import MINIMAL_SITE
 from wizard.site import parse_site
 
 EXISTING = ReleaseState(
-    name="gpu-operator", installed=True, chart_version="v26.7.0", status="deployed",
+    name="gpu-operator", namespace="gpu-operator", installed=True, chart_version="v26.7.0", status="deployed",
     user_values={"driver": {"version": "580.126.20"}, "devicePlugin": {"config": {"name": "ts"}}},
     gpu_nodes=["gpu-1", "gpu-h100-01"],
 )  # fmt: skip

@@ -18,7 +18,10 @@ def test_the_upgrade_uses_the_site_chart():
     site = parse_site(
         MINIMAL_SITE + "registry: {gpu_operator_chart: oci://nexus.site:8443/charts/gpu-operator}\n"
     )
-    assert upgrade_args(site, "v.yaml")[3] == "oci://nexus.site:8443/charts/gpu-operator"
+    assert (
+        upgrade_args(site, "v.yaml", "gpu-operator", "gpu-operator")[3]
+        == "oci://nexus.site:8443/charts/gpu-operator"
+    )
 
 
 async def test_a_chart_helm_cannot_find_stops_the_preflight_before_any_release(tmp_path):

@@ -23,7 +23,7 @@ DROP_IN = (
 
 def judge(config: str | None, drop_in: str | None, path: str = CONFIG):
     report = Report("T01")
-    evaluate_runtime("gpu-1", path, config, drop_in, report)
+    evaluate_runtime("gpu-1", path, config, drop_in, report, "gpu-operator")
     (finding,) = report.findings
     return finding
 

@@ -19,6 +19,7 @@ from wizard.probe import Report
 from wizard.transports.kube import KubeError
 
 NODE = SimpleNamespace(name="gpu-b300-01", gpu_count=8)
+NS = "gpu-operator"  # the release's namespace (the first install's)
 
 
 def lab_host(*faults: str, gpus: int = 8):
@@ -27,7 +28,7 @@ def lab_host(*faults: str, gpus: int = 8):
 
 def verdicts(text: str) -> dict[str, object]:
     report = Report("T01")
-    judge(parse("dcgm-metrics", text), NODE, "nvidia-dcgm-exporter-00000", report)
+    judge(parse("dcgm-metrics", text), NODE, "nvidia-dcgm-exporter-00000", report, NS)
     return {f.check: f for f in report.findings}
 
 
@@ -194,21 +195,23 @@ class FakeKube:
 async def test_the_exporter_of_this_node_is_read_on_port_9400():
     kube = FakeKube(text=exporter_page(lab_host()))
     report = Report("T01")
-    await check_dcgm(kube, NODE, report)
+    await check_dcgm(kube, NODE, report, NS)
     assert kube.asked == [("gpu-operator", "nvidia-dcgm-exporter-00000", 9400, "metrics")]
-    assert proxy_path("p") == "/api/v1/namespaces/gpu-operator/pods/p:9400/proxy/metrics"
+    assert proxy_path("p", NS) == "/api/v1/namespaces/gpu-operator/pods/p:9400/proxy/metrics"
     assert {f.severity for f in report.findings} == {Severity.PASS}
 
 
 async def test_an_exporter_that_does_not_answer_fails_and_a_refused_address_skips():
     down = Report("T01")
     await check_dcgm(
-        FakeKube(KubeError("metrics: 503 error trying to reach service", 503)), NODE, down
+        FakeKube(KubeError("metrics: 503 error trying to reach service", 503)), NODE, down, NS
     )
     (finding,) = down.findings
     assert finding.severity is Severity.FAIL and finding.check == "T01.dcgm.read"
     refused = Report("T01")
-    await check_dcgm(FakeKube(KubeError("metrics: 400 address not allowed", 400)), NODE, refused)
+    await check_dcgm(
+        FakeKube(KubeError("metrics: 400 address not allowed", 400)), NODE, refused, NS
+    )
     (finding,) = refused.findings
     assert finding.severity is Severity.SKIP and "port-forward" in finding.message
 
@@ -221,7 +224,7 @@ async def test_no_pods_proxy_permission_skips_naming_the_rule_to_grant():
         '"pods/proxy" in API group "" in the namespace "gpu-operator"',
         403,
     )
-    await check_dcgm(FakeKube(forbidden), NODE, denied)
+    await check_dcgm(FakeKube(forbidden), NODE, denied, NS)
     (finding,) = denied.findings
     assert finding.severity is Severity.SKIP and finding.check == "T01.dcgm.read"
     for words in ('resources: ["pods/proxy"]', 'verbs: ["get"]', "namespace gpu-operator",
@@ -342,11 +345,11 @@ async def test_a_terminating_or_unready_exporter_pod_is_not_read(monkeypatch):
         exporter_pod("nvidia-dcgm-exporter-new"),
     ]
     kube = FakeKube(text=exporter_page(lab_host()), pods=pods)
-    await check_dcgm(kube, NODE, Report("T01"))
+    await check_dcgm(kube, NODE, Report("T01"), NS)
     assert [name for _, name, _, _ in kube.asked] == ["nvidia-dcgm-exporter-new"]
     alone = FakeKube(pods=pods[:2])
     report = Report("T01")
-    await check_dcgm(alone, NODE, report)
+    await check_dcgm(alone, NODE, report, NS)
     assert not alone.asked and report.findings[0].severity is Severity.FAIL
 
 
@@ -392,7 +395,7 @@ async def test_the_read_waits_for_the_exporter_pod_a_rollout_is_replacing(monkey
         async def pod_proxy(self, namespace, name, port, path, what=""):
             return f"page of {name}"
 
-    assert await dcgm.read_metrics(RollingKube(), "gpu-b300-01") == ("new", "page of new")
+    assert await dcgm.read_metrics(RollingKube(), "gpu-b300-01", NS) == ("new", "page of new")
 
 
 async def test_without_any_exporter_pod_the_read_answers_at_once():
@@ -402,5 +405,5 @@ async def test_without_any_exporter_pod_the_read_answers_at_once():
         async def pods(self, namespace, **_):
             return []
 
-    name, why = await dcgm.read_metrics(NoPods(), "gpu-b300-01")
+    name, why = await dcgm.read_metrics(NoPods(), "gpu-b300-01", NS)
     assert name is None and "(0 other)" in why

@@ -118,7 +118,7 @@ def test_blast_radius_names_every_gpu_node_when_the_driver_may_restart():
         {"metadata": {"name": "cpu-1", "labels": {}}, "status": {"allocatable": {"nvidia.com/gpu": "0"}}},
     ]  # fmt: skip
     state = ReleaseState(
-        name="gpu-operator-1", installed=True, chart_version="v26.3.3", status="deployed",
+        name="gpu-operator-1", namespace="gpu-operator", installed=True, chart_version="v26.3.3", status="deployed",
         user_values={"driver": {"version": "580.126.20"}}, gpu_nodes=gpu_node_names(nodes, site),
     )  # fmt: skip
     assert state.gpu_nodes == ["gpu-1", "gpu-a100-07", "gpu-h100-01"]
@@ -324,6 +324,8 @@ def test_coverage_names_what_does_not_tolerate_the_taint():
     worker = {"metadata": {"name": "gpu-operator-node-feature-discovery-worker", "namespace": "gpu-operator"},
               "spec": {"template": {"spec": {"tolerations": [{"key": "accelerator", "operator": "Exists"}]}}}}  # fmt: skip
     state = ReleaseState(
+        "gpu-operator",
+        "gpu-operator",
         installed=True,
         cluster_policies=[{"metadata": {"name": "cluster-policy"},
                            "spec": {"daemonsets": {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}}}],

@@ -68,7 +68,7 @@ def test_the_newest_deployed_or_superseded_revision_is_chosen():
 
 async def test_a_pending_upgrade_is_rolled_back_to_that_revision_by_name():
     helm = RecordingHelm(FAILED_THEN_PENDING)
-    state = ReleaseState(installed=True, status="pending-upgrade")
+    state = ReleaseState("gpu-operator", "gpu-operator", installed=True, status="pending-upgrade")
     await install.InstallGpuOperator()._resolve_pending(context(helm), state)
     assert helm.commands[0][:2] == ("history", "gpu-operator")
     assert helm.commands[1] == (
@@ -78,7 +78,7 @@ async def test_a_pending_upgrade_is_rolled_back_to_that_revision_by_name():
 
 async def test_no_revision_to_roll_back_to_is_a_clear_error_and_nothing_runs():
     helm = RecordingHelm([entry(1, "failed"), entry(2, "pending-upgrade")])
-    state = ReleaseState(installed=True, status="pending-upgrade")
+    state = ReleaseState("gpu-operator", "gpu-operator", installed=True, status="pending-upgrade")
     with pytest.raises(HelmError, match="no deployed or superseded revision"):
         await install.InstallGpuOperator()._resolve_pending(context(helm), state)
     assert [c[0] for c in helm.commands] == ["history"]
@@ -86,6 +86,6 @@ async def test_no_revision_to_roll_back_to_is_a_clear_error_and_nothing_runs():
 
 async def test_a_pending_install_is_still_uninstalled():
     helm = RecordingHelm([entry(1, "pending-install")])
-    state = ReleaseState(installed=True, status="pending-install")
+    state = ReleaseState("gpu-operator", "gpu-operator", installed=True, status="pending-install")
     await install.InstallGpuOperator()._resolve_pending(context(helm), state)
     assert helm.commands == [("uninstall", "gpu-operator", "--namespace", "gpu-operator", "--wait")]

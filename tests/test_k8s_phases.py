@@ -133,7 +133,7 @@ def test_manifests_validate_against_kubernetes_1_33(site_text):
     site = parse_site(site_text)
     node = site.nodes[0]
     for manifest in (configmap(site, ["ens5f0np0"]), daemonset(site), rdma_test_pod(site, node),
-                     gpu_test_pod(site, node)):  # fmt: skip
+                     gpu_test_pod(site, node, "gpu-operator")):  # fmt: skip
         kubernetes_validate.validate(manifest, "1.33.0", strict=True)
 
 

@@ -1,8 +1,7 @@
 """The GPU Operator's namespace is the existing release's (#30 M4): at a site whose release
 runs in another namespace (lab fault operator-other-namespace, nvidia-gpu-operator), the
 pull secret, the pod waits and the verification act on that namespace, and nothing is
-created in gpu-operator. (The exported runbook's lines still name gpu-operator: not judged
-here.)"""
+created in gpu-operator. (The exported runbook's lines: tests/test_operator_namespace_runbook.py.)"""
 
 from __future__ import annotations
 

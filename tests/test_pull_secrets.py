@@ -36,9 +36,9 @@ async def test_the_secret_is_copied_into_every_namespace_that_pulls(tmp_path):
     source = lab.cluster.get("v1", "secrets", "default", SECRET)
     site = load_site(lab.site_path)
     assert {"gpu-operator", "kube-system", TEST_NAMESPACE, NCCL_NAMESPACE} <= set(
-        pull_namespaces(site)
+        pull_namespaces(site, "gpu-operator")
     )
-    for ns in pull_namespaces(site):
+    for ns in pull_namespaces(site, "gpu-operator"):
         secret = lab.cluster.get("v1", "secrets", ns, SECRET)
         assert secret is not None, ns
         assert secret["data"] == source["data"] and secret["type"] == source["type"]

@@ -349,7 +349,9 @@ async def test_the_runbook_followed_to_its_end_on_the_real_control_plane_then_th
     started = False
     for step, section in sections(text):
         started = started or step == FOLLOWED_FROM
-        if started or step == "join.labels":
+        # gpu-operator.preflight too: its line finds the release (GNW_RELEASE,
+        # GNW_NAMESPACE) that the install's and verification's lines name.
+        if started or step in ("join.labels", "gpu-operator.preflight"):
             follow_section(follower, section)
             followed.append(step)
     assert followed[-1] == "operate.reboot"

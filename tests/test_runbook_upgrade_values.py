@@ -3,7 +3,8 @@ operator (the brownfield lab's release with the site's own user values), keeps e
 value of the live release (cluster-r1 B2).
 
 The block is run with a real shell from the export folder, after the runbook's opening
-block: it finds the release with ``helm list -A``, checks the live values for lists the
+block and the line of gpu-operator.preflight that finds the release with ``helm list -A``
+(and exports it for every later line); it checks the live values for lists the
 exported file would replace, and upgrades with ``--reset-then-reuse-values`` so helm merges
 the exported file over the release's last values. ``helm get values`` before and after: the
 after is a superset. On the embedded lab the helm stand-in models helm's merge
@@ -57,16 +58,25 @@ def missing(before: Any, after: Any, path: str = "") -> list[str]:
     return [] if before == after else [path]
 
 
-def follow(text: str, out: Path, steps: tuple[str, ...]) -> None:
+def release_line(text: str) -> str:
+    """gpu-operator.preflight's line that finds the release and exports GNW_RELEASE and
+    GNW_NAMESPACE (the install's lines read them)."""
+    (block,) = step_blocks(text, "gpu-operator.preflight")
+    return next(line for line in block.splitlines() if "export GNW_RELEASE" in line)
+
+
+def follow(text: str, out: Path, steps: tuple[str, ...], first: str = "") -> None:
+    """The steps' blocks in one shell (as the one terminal the runbook is followed in),
+    after the opening block and ``first``."""
     opening = BLOCK.findall(text)[0]
     env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
-    for step in steps:
-        for block in step_blocks(text, step):
-            ran = subprocess.run(
-                ["sh", "-ec", f"{opening}\n{block}"],
-                cwd=out, capture_output=True, text=True, timeout=1500, env=env,
-            )  # fmt: skip
-            assert ran.returncode == 0, f"{step}:\n{block}\n{ran.stdout[-2000:]}{ran.stderr}"
+    blocks = [block for step in steps for block in step_blocks(text, step)]
+    script = "\n".join([opening, first, *blocks])
+    ran = subprocess.run(
+        ["sh", "-ec", script],
+        cwd=out, capture_output=True, text=True, timeout=1500, env=env,
+    )  # fmt: skip
+    assert ran.returncode == 0, f"{steps}:\n{script}\n{ran.stdout[-2000:]}{ran.stderr}"
 
 
 def test_the_runbooks_upgrade_keeps_the_live_releases_user_values(tmp_path):
@@ -78,7 +88,8 @@ def test_the_runbooks_upgrade_keeps_the_live_releases_user_values(tmp_path):
         before = user_values(site.cluster.helm, kubeconfig, "gpu-operator", "gpu-operator")
         assert before["devicePlugin"]["config"]["name"] == "time-slicing"  # the site's own
         export(site, build_plan(), out)
-        follow((out / RUNBOOK).read_text(), out, ("gpu-operator.install",))
+        text = (out / RUNBOOK).read_text()
+        follow(text, out, ("gpu-operator.install",), release_line(text))
         after = user_values(site.cluster.helm, kubeconfig, "gpu-operator", "gpu-operator")
     assert missing(before, after) == []
 
@@ -118,7 +129,7 @@ def test_the_runbook_stops_before_an_upgrade_that_would_replace_a_live_list(tmp_
         export(site, build_plan(), out)
         text = (out / RUNBOOK).read_text()
         with pytest.raises(AssertionError) as stopped:
-            follow(text, out, ("gpu-operator.install",))
+            follow(text, out, ("gpu-operator.install",), release_line(text))
         after = user_values(site.cluster.helm, kubeconfig, "gpu-operator", "gpu-operator")
     assert "the live release sets devicePlugin.imagePullSecrets with items" in str(stopped.value)
     assert after == before

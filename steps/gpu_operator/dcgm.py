@@ -30,7 +30,6 @@ import time
 from typing import Any
 
 from steps.common import q
-from steps.gpu_operator.values import NAMESPACE
 from steps.gpu_operator.xid import CATALOGUE, XidClass, classify, describe
 from wizard.facts import ParseError, parse
 from wizard.facts.dcgm import DcgmMetrics, parse_dcgm_metrics
@@ -59,17 +58,21 @@ NVLINK_FAULTS = (
 )
 
 
-def proxy_path(pod: str, namespace: str = NAMESPACE) -> str:
+def proxy_path(pod: str, namespace: str) -> str:
+    """The API server's path to ``pod``'s /metrics in the release's ``namespace``."""
     return f"/api/v1/namespaces/{namespace}/pods/{pod}:{EXPORTER_PORT}/proxy/{METRICS_PATH}"
 
 
-def read_command(node: str, namespace: str = NAMESPACE) -> str:
-    """The same read by hand, from the jump host."""
+def read_command(node: str, namespace: str) -> str:
+    """The same read by hand, from the jump host; ``namespace`` is a shell word (the
+    runbook's NAMESPACE_WORD, ``"$GNW_NAMESPACE"``, or a quoted name). The path is one
+    double-quoted word, so the variable goes in without its own quotes."""
     pod = (
         f"$(kubectl -n {namespace} get pod -l app={EXPORTER_APP} "
         f"--field-selector spec.nodeName={q(node)} -o jsonpath='{{.items[0].metadata.name}}')"
     )
-    return f'kubectl get --raw "{proxy_path(pod, namespace)}"  # the DCGM metrics of the node'
+    in_path = namespace[1:-1] if namespace[:2] == '"$' and namespace[-1:] == '"' else namespace
+    return f'kubectl get --raw "{proxy_path(pod, in_path)}"  # the DCGM metrics of the node'
 
 
 # How long the read waits while the node's exporter pod is being replaced (a rollout of the
@@ -79,7 +82,7 @@ ROLLOUT_WAIT_S = 180.0
 ROLLOUT_POLL_S = 2.0
 
 
-async def read_metrics(kube: Any, node: str, namespace: str = NAMESPACE) -> tuple[str | None, str]:
+async def read_metrics(kube: Any, node: str, namespace: str) -> tuple[str | None, str]:
     """(the exporter pod's name, its /metrics page) or (name or None, why not). While the
     node has exporter pods but none Ready and not terminating (a rollout under way), it
     waits for the new pod up to ``ROLLOUT_WAIT_S``; with no pod at all it answers at once."""
@@ -132,7 +135,7 @@ class _ProxyRefused(Exception):
         super().__init__(str(error))
 
 
-async def check_dcgm(kube: Any, node: Node, report: Report, namespace: str = NAMESPACE) -> None:
+async def check_dcgm(kube: Any, node: Node, report: Report, namespace: str) -> None:
     """Read the node's exporter page in the release's namespace and judge it (findings
     under ``dcgm.*``)."""
     try:
@@ -193,9 +196,7 @@ async def check_dcgm(kube: Any, node: Node, report: Report, namespace: str = NAM
     judge(metrics, node, pod, report, namespace)
 
 
-def judge(
-    metrics: DcgmMetrics, node: Node, pod: str, report: Report, namespace: str = NAMESPACE
-) -> None:
+def judge(metrics: DcgmMetrics, node: Node, pod: str, report: Report, namespace: str) -> None:
     """The verdicts on one node's page: every GPU reported, no fault counter set.
 
     Every GPU that appears in any sample is judged (a GPU that lost its temperature, e.g.
@@ -225,9 +226,7 @@ def judge(
     _memory_and_links(gpus, node, pod, report)
 
 
-def judge_xids(
-    gpus: list, node: Node, pod: str, report: Report, namespace: str = NAMESPACE
-) -> None:
+def judge_xids(gpus: list, node: Node, pod: str, report: Report, namespace: str) -> None:
     """DCGM_FI_DEV_XID_ERRORS per GPU, judged by NVIDIA's XID catalogue (steps.gpu_operator.
     xid): a hardware or unknown XID fails, an application's XID warns.
 

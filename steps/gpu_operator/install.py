@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from steps.common import KUBECONFIG_WORD, NAMESPACE_WORD, RELEASE_WORD, q, shown
+from steps.common import KUBECONFIG_WORD, NAMESPACE_WORD, RELEASE_WORD, shown
 from steps.gpu_operator.release import (
     ReleaseState,
     blast_radius,
@@ -28,7 +28,7 @@ from steps.gpu_operator.release import (
     read_state,
     restarted_pod_refs,
 )
-from steps.gpu_operator.runbook import find_release_script, lists_check
+from steps.gpu_operator.runbook import lists_check
 from steps.gpu_operator.values import (
     CHART,
     NAMESPACE,
@@ -49,7 +49,7 @@ from wizard.plan import Change, Scope, Step, StepContext
 from wizard.probe import Report
 from wizard.result_keys import ResultKey
 from wizard.site import Node, Site
-from wizard.transports.helm import LIST_ARGS, HelmError, get_values_args, helm_argv
+from wizard.transports.helm import HelmError, get_values_args, helm_argv
 
 NVIDIADRIVERS = "/apis/nvidia.com/v1alpha1/nvidiadrivers"
 NVIDIADRIVER_PATH = "cluster/k8s/nvidiadriver.yaml"
@@ -67,11 +67,12 @@ RESET_THEN_REUSE_VALUES = "--reset-then-reuse-values"
 def upgrade_args(
     site: Site,
     values_file: str,
-    release: str = RELEASE,
-    namespace: str = NAMESPACE,
+    release: str,
+    namespace: str,
     values_from: str = RESET_VALUES,
 ) -> list[str]:
-    """``helm upgrade --install`` of the pinned chart with the reviewed values, waiting;
+    """``helm upgrade --install`` of the pinned chart with the reviewed values into the
+    release ``namespace``/``release`` (the live one's, else the first install's), waiting;
     ``values_from`` says what else helm takes (RESET_VALUES or RESET_THEN_REUSE_VALUES)."""
     return [
         "upgrade",
@@ -176,7 +177,8 @@ class InstallGpuOperator(Step):
                     dry_run=True,
                 ),
                 Target.HELM_VALUES,
-                f"helm release {NAMESPACE}/{RELEASE}",
+                "helm release $GNW_RELEASE in $GNW_NAMESPACE (the runbook finds them; none: "
+                f"{NAMESPACE}/{RELEASE})",
                 "GPU Operator chart values (the RUNBOOK upgrades the live release with them, keeping its values)",
             )
         ]
@@ -197,11 +199,8 @@ class InstallGpuOperator(Step):
             site, VALUES_PATH, RELEASE_WORD, NAMESPACE_WORD, RESET_THEN_REUSE_VALUES
         )
         values = build_values(site, prometheus_crds=False)  # the exported file's
+        # $GNW_RELEASE and $GNW_NAMESPACE: gpu-operator.preflight's line found them.
         return [
-            f'eval "$({helm_line(site, *LIST_ARGS, note="")} | '
-            f'python3 -c {q(find_release_script())})"  # from the jump host; the release of '
-            "chart gpu-operator in any namespace ($GNW_RELEASE, $GNW_NAMESPACE; none: "
-            f"{NAMESPACE}/{RELEASE}, a first install; two: stops)",
             f"{helm_line(site, *get_values_args(RELEASE_WORD, NAMESPACE_WORD), note='')} "
             f"2>/dev/null | {lists_check(values)}  # from the jump host; stops when the file "
             "would replace a live list (helm replaces lists, never merges them)",

@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from steps.common import finished_then_logs, node_pod, q, shown
+from steps.common import NAMESPACE_WORD, finished_then_logs, node_pod, q, shown
 from steps.gpu_operator.dcgm import check_dcgm
 from steps.gpu_operator.dcgm import read_command as dcgm_read_command
 from steps.gpu_operator.install import PROMETHEUS_CRDS, InstallGpuOperator, helm_line
@@ -24,13 +24,10 @@ from steps.gpu_operator.release import (
     operator_release,
     read_state,
 )
+from steps.gpu_operator.runbook import discovery_line
 from steps.gpu_operator.runtime import config_path, evaluate_runtime
 from steps.gpu_operator.runtime import read_lines as runtime_read_lines
-from steps.gpu_operator.values import (
-    NAMESPACE,
-    SERVICE_MONITOR_CRD,
-    mirrored,
-)
+from steps.gpu_operator.values import SERVICE_MONITOR_CRD, mirrored
 from steps.join import TOOLKIT_DROP_IN
 from steps.pull_secrets import PullSecrets
 from steps.remote import site_path
@@ -141,7 +138,7 @@ class OperatorPreflight(Step):
         return [
             *chart_source_lines(site),
             helm_line(site, *chart_check_args(site)) + "; the chart helm will install",
-            helm_line(site, *LIST_ARGS) + "; a release of chart gpu-operator, any name",
+            discovery_line(helm_line(site, *LIST_ARGS, note="")),
             "kubectl get daemonsets -A -o wide  # from the jump host; any nfd-worker, any name",
             "kubectl get crd -o name | grep -e nfd.k8s-sigs.io -e monitoring.coreos.com "
             "|| echo 'no NFD or Prometheus Operator CRD'  # from the jump host",
@@ -217,7 +214,7 @@ def _unready(pod: dict[str, Any]) -> bool:
     )
 
 
-async def settled_pods(ctx: Any, namespace: str = NAMESPACE) -> list[dict[str, Any]]:
+async def settled_pods(ctx: Any, namespace: str) -> list[dict[str, Any]]:
     """The operator release's namespace's pods once none is still starting (Pending or not ready
     yet), a pod is hopeless (crash loop, image pull), or the settle time is over."""
     kube = ctx.services.kube
@@ -244,7 +241,7 @@ async def settled_pods(ctx: Any, namespace: str = NAMESPACE) -> list[dict[str, A
         await asyncio.sleep(2)
 
 
-def evaluate_pods(pods: list[dict[str, Any]], report: Report, namespace: str = NAMESPACE) -> None:
+def evaluate_pods(pods: list[dict[str, Any]], report: Report, namespace: str) -> None:
     """Every pod Running with all containers ready, or Completed; name the broken ones."""
     broken = []
     for pod in filter(_unready, pods):
@@ -273,8 +270,12 @@ def evaluate_pods(pods: list[dict[str, Any]], report: Report, namespace: str = N
         report.ok("pods", f"all {len(pods)} pods in {namespace} are Running or Completed")
 
 
-def gpu_test_pod(site: Site, node: Node, namespace: str = NAMESPACE) -> dict[str, Any]:
-    """A pod asking for every GPU of the node that runs nvidia-smi -L (and tolerates the taint)."""
+def gpu_test_pod(site: Site, node: Node, namespace: str | None) -> dict[str, Any]:
+    """A pod asking for every GPU of the node that runs nvidia-smi -L (and tolerates the taint),
+    in the release's ``namespace``; None: the exported file's, which names no namespace, so
+    that `kubectl -n "$GNW_NAMESPACE" apply -f` puts it in the release's (kubectl refuses a
+    file whose namespace differs from -n: cli-runtime pkg/resource/visitor.go
+    RequireNamespace)."""
     image = f"{mirrored('nvcr.io/nvidia', site.registry.mirror)}/cuda:12.9.1-base-ubi9"
     container = {
         "name": "nvidia-smi",
@@ -282,7 +283,10 @@ def gpu_test_pod(site: Site, node: Node, namespace: str = NAMESPACE) -> dict[str
         "command": ["nvidia-smi", "-L"],
         "resources": {"limits": {"nvidia.com/gpu": node.gpu_count}},
     }
-    return node_pod(site, node, f"gnw-gpu-test-{node.name}", namespace, container)
+    pod = node_pod(site, node, f"gnw-gpu-test-{node.name}", namespace or "", container)
+    if namespace is None:
+        del pod["metadata"]["namespace"]
+    return pod
 
 
 async def run_test_pod(
@@ -319,7 +323,8 @@ class VerifyGpuOperator(Step):
     needs = (OPERATOR_RELEASE,)  # its pods, test pod and DCGM exporter are in its namespace
     reads = ("node.gpu_count", "taint", "registry", "cluster")
     explain = (
-        "Every pod in gpu-operator is Running with containers ready or Completed; containerd "
+        "Every pod in the release's namespace (gpu-operator.preflight found it: "
+        "$GNW_NAMESPACE) is Running with containers ready or Completed; containerd "
         "on the node has the nvidia runtime (in config.toml, or in the toolkit's drop-in that "
         "config.toml still imports after Kubespray runs); node allocatable nvidia.com/gpu "
         "equals the expected count; a test pod requesting the node's GPUs runs nvidia-smi -L "
@@ -332,16 +337,15 @@ class VerifyGpuOperator(Step):
     def commands(self, site: Site, node: Node | None) -> list[str]:
         raw = node.name if node else "<node>"
         name = q(raw)
+        ns = NAMESPACE_WORD  # the release's, as gpu-operator.preflight's line found it
         return [
-            f"kubectl get pods -n {NAMESPACE} -o wide",
-            *toolkit_wait_lines(),
+            f"kubectl get pods -n {ns} -o wide",
+            *toolkit_wait_lines(ns),
             *runtime_read_lines(site),
             f"kubectl get node {name} -o jsonpath='{{.status.allocatable}}'  # nvidia.com/gpu",
-            dcgm_read_command(node.name if node else "<node>"),
-            shown(
-                ["kubectl", "-n", NAMESPACE, "apply", "-f", f"nodes/{raw}/k8s/gpu-test-pod.yaml"]
-            ),
-            *finished_then_logs(NAMESPACE, f"pod/gnw-gpu-test-{raw}", 300),
+            dcgm_read_command(node.name if node else "<node>", ns),
+            shown(["kubectl", "-n", ns, "apply", "-f", f"nodes/{raw}/k8s/gpu-test-pod.yaml"]),
+            *finished_then_logs(ns, f"pod/gnw-gpu-test-{raw}", 300),
         ]
 
     def artifacts(self, site: Site, node: Node | None) -> list[Artifact]:
@@ -350,8 +354,8 @@ class VerifyGpuOperator(Step):
         return [
             k8s_object(
                 f"nodes/{node.name}/k8s/gpu-test-pod.yaml",
-                gpu_test_pod(site, node),
-                f"Pod {NAMESPACE}/gnw-gpu-test-{node.name}",
+                gpu_test_pod(site, node, None),
+                f"Pod gnw-gpu-test-{node.name} in the release's namespace ($GNW_NAMESPACE)",
                 "runs nvidia-smi -L on every GPU of the node",
             )
         ]
@@ -370,6 +374,7 @@ class VerifyGpuOperator(Step):
             await ctx.read_file(config_file),
             await ctx.read_file(TOOLKIT_DROP_IN),
             report,
+            namespace,
         )
         # DCGM's own view first: when the device plugin advertises fewer GPUs, the exporter
         # tells which GPU is gone and why (an XID).
@@ -423,13 +428,14 @@ PHASE = Phase(
 )
 
 
-def toolkit_wait_lines() -> list[str]:
+def toolkit_wait_lines(namespace: str) -> list[str]:
     """Before the node's containerd config is read: the operator creates its operands'
     DaemonSets after helm returns (helm --wait waits for the chart's own objects only), and
     the container toolkit writes the nvidia runtime once its pod runs, so an operator waits
-    for the DaemonSet to exist (`kubectl wait --for=create`, kubectl >= 1.31) and roll out."""
+    for the DaemonSet to exist (`kubectl wait --for=create`, kubectl >= 1.31) and roll out.
+    ``namespace``: the release's, as a shell word (the runbook's NAMESPACE_WORD)."""
     ds = f"daemonset/{OPERAND_DAEMONSETS['toolkit']}"
     return [
-        f"kubectl -n {NAMESPACE} wait --for=create {ds} --timeout=600s  # the operator makes it",
-        f"kubectl -n {NAMESPACE} rollout status {ds} --timeout=600s  # then it wrote the runtime",
+        f"kubectl -n {namespace} wait --for=create {ds} --timeout=600s  # the operator makes it",
+        f"kubectl -n {namespace} rollout status {ds} --timeout=600s  # then it wrote the runtime",
     ]

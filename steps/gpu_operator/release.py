@@ -39,10 +39,10 @@ class OperatorRelease:
     """The GPU Operator release every later step acts on: the one the cluster runs (any
     name, any namespace: a brownfield site's, e.g. nvidia-gpu-operator), else the wizard's
     first install, gpu-operator/gpu-operator. Its pull secret, pods, test pod and DCGM
-    exporter are in ``namespace``."""
+    exporter are in ``namespace`` (no default: a caller names the release it acts on)."""
 
-    name: str = RELEASE
-    namespace: str = NAMESPACE
+    name: str
+    namespace: str
 
     def as_result(self) -> dict[str, str]:
         return {"name": self.name, "namespace": self.namespace}
@@ -70,10 +70,11 @@ def operator_release(ctx: Any) -> OperatorRelease:
 
 @dataclass
 class ReleaseState:
-    """What the cluster runs of the GPU Operator, read before any change."""
+    """What the cluster runs of the GPU Operator, read before any change: the release
+    ``namespace``/``name`` (the installed one's, else where the first install goes)."""
 
-    name: str = RELEASE
-    namespace: str = NAMESPACE
+    name: str
+    namespace: str
     installed: bool = False
     chart_version: str | None = None
     status: str | None = None
@@ -120,7 +121,8 @@ async def read_state(ctx: Any) -> ReleaseState:
         for r in await helm.list_releases()
         if chart_version(r) and r.get("name") and r.get("namespace")
     ]
-    state = ReleaseState()
+    # None installed: the wizard's first install, gpu-operator/gpu-operator.
+    state = ReleaseState(RELEASE, NAMESPACE)
     if ours:
         # The release the wizard manages: the one named as the wizard names it, else the
         # first; any further one is reported (two operators fight over every GPU node).

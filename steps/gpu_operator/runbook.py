@@ -28,8 +28,9 @@ from steps.gpu_operator.values import NAMESPACE, RELEASE, VALUES_PATH
 
 
 def find_release_script() -> str:
-    """Reads ``helm list -A -o json``; prints ``GNW_RELEASE=... GNW_NAMESPACE=...`` for the
-    one release of the chart (none: the wizard's names, a first install), stops on two."""
+    """Reads ``helm list -A -o json``; prints ``export GNW_RELEASE=... GNW_NAMESPACE=...``
+    for the one release of the chart (none: the wizard's names, a first install), stops on
+    two."""
     # The wizard's own pattern; its named group left unnamed (the runbook reads <word> as a
     # placeholder to fill in, and the one-liner needs only the match).
     pattern = json.dumps(CHART_PATTERN.pattern.replace("(?P<version>", "("))
@@ -41,8 +42,23 @@ def find_release_script() -> str:
         '", ".join(r["namespace"] + "/" + r["name"] for r in f) + '
         '"; two operators fight over every GPU node: uninstall all but one"); '
         f"r=(f or [{default}])[0]; "
-        'print("GNW_RELEASE=" + shlex.quote(r["name"]), '
+        'print("export GNW_RELEASE=" + shlex.quote(r["name"]), '
         '"GNW_NAMESPACE=" + shlex.quote(r["namespace"]))'
+    )
+
+
+def discovery_line(helm_list: str) -> str:
+    """The one runbook line that finds the release (gpu-operator.preflight's, the first step
+    of the phase): ``helm_list`` (the runbook's ``helm list -A -o json`` command) piped to
+    the release rule, whose ``export`` line is evaluated, so that every later line and a
+    script the runbook runs (cluster/k8s/pull-secrets.sh) read the two variables. A failed
+    rule (two releases, no list) evaluates ``false``: ``eval`` of its empty output would
+    succeed, and a ``sh -e`` following the runbook would go on."""
+    return (
+        f'eval "$({helm_list} | python3 -c {q(find_release_script())} || echo false)"'
+        "  # from the jump host; the release of chart gpu-operator in any namespace, "
+        "exported for every later line ($GNW_RELEASE, $GNW_NAMESPACE; none: "
+        f"{NAMESPACE}/{RELEASE}, a first install; two: stops)"
     )
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import fnmatch
 import posixpath
+import shlex
 import tomllib
 from typing import Any
 
@@ -74,13 +75,19 @@ def _parse(text: str) -> dict[str, Any] | str:
 
 
 def evaluate_runtime(
-    node: str, config_file: str, config_text: str | None, drop_in_text: str | None, report: Report
+    node: str,
+    config_file: str,
+    config_text: str | None,
+    drop_in_text: str | None,
+    report: Report,
+    namespace: str,
 ) -> None:
-    """One finding, ``nvidia-runtime``: where the runtime comes from, or why it is gone."""
+    """One finding, ``nvidia-runtime``: where the runtime comes from, or why it is gone;
+    ``namespace`` is the GPU Operator release's (its toolkit pod's, named in the fix)."""
     fix = (
         f"merge {GROUP_VARS_PATH} from the export into the Kubespray inventory so every "
         "Kubespray run keeps the imports line; until then restart the toolkit pod on the node "
-        "(it adds the line again): kubectl -n gpu-operator delete pod -l "
+        f"(it adds the line again): kubectl -n {shlex.quote(namespace)} delete pod -l "
         f"app=nvidia-container-toolkit-daemonset --field-selector spec.nodeName={node}"
     )
     if config_text is None:

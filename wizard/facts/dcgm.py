@@ -75,7 +75,7 @@ class DcgmMetrics(Fact):
     driver_version: str | None = None
 
 
-@parser(KIND, "GET /api/v1/namespaces/gpu-operator/pods/<dcgm-exporter>:9400/proxy/metrics")
+@parser(KIND, "GET /api/v1/namespaces/<release-namespace>/pods/<dcgm-exporter>:9400/proxy/metrics")
 def parse_dcgm_metrics(text: str) -> DcgmMetrics:
     if len(text) > MAX_PAGE_CHARS:
         raise ParseError(KIND, f"the page is {len(text)} characters, over {MAX_PAGE_CHARS}")
