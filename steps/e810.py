@@ -65,8 +65,8 @@ LAG_REFUSALS = (
     ),
     LagRefusal(
         re.compile(r"Found netdev \S+ with different DCB config"),
-        "the bond members' DCB configs differ (ice compares both ports' local DCBX "
-        "config byte for byte when the bond forms)",
+        "the bond members' DCB configs differ: ice compares both ports' local DCBX config "
+        "byte for byte when they bond",
         "give both ports the same DCB (PFC, ETS, the DSCP APP table; the FW LLDP agent off "
         "on both: `dcb pfc show dev PORT`, `dcb app show dev PORT` on each), then take "
         "both out of the bond and rejoin them: ice checks again when they bond",
