@@ -89,15 +89,23 @@ class NetworkMixin:
         first, second = self.ports[0], self.ports[1]
         self.lag_rdma_ok = True
         if first.enslaved and second.enslaved and first.dcb.config() != second.dcb.config():
-            self.kernel_log.append(
-                f"ice {first.slot}: Found netdev {second.name} with different DCB config"
-            )
+            self.kernel_log.append(self.lag_dcb_refusal())
             self.lag_rdma_ok = False
         for path in list(self.configfs):
             if path.startswith("/sys/kernel/config/irdma/"):
                 del self.configfs[path]  # the group points at the old device
             elif path.endswith("/default_roce_tos"):
                 self.configfs[path] = "0\n"  # cma_add_one: a fresh, zeroed cma_device
+
+    def lag_dcb_refusal(self: LabHost) -> str:
+        """What Intel's ice logs when the bond's ports differ in DCB (src/ice_lag.c
+        ice_is_bond_rdma_cap): ``netdev_info(lag->netdev, "Found netdev %s with different
+        DCB config\\n", peer)`` on the bond's primary (the first port that joined), which
+        net/core/dev.c __netdev_printk prefixes with "<driver> <PCI address> <netdev>: "."""
+        first, second = self.ports[0], self.ports[1]
+        return (
+            f"ice {first.slot} {first.name}: Found netdev {second.name} with different DCB config"
+        )
 
     # -- ip link under a manager -------------------------------------------------------------
 

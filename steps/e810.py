@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from steps.common import read_lines
 from steps.kernel_modules import KernelUpdates
@@ -22,18 +23,54 @@ IN_TREE_EXPLANATION = (
     "ports on one NIC, identical QoS before bonding)"
 )
 
-# What the ice driver says about its DDP package and Intel's RDMA-over-LAG in the kernel
-# log (ice_main.c ice_log_pkg_init; Intel's out-of-tree src/ice_lag.c).
+# What the ice driver says about its DDP package in the kernel log (ice_main.c
+# ice_log_pkg_init).
 DDP_LOADED = re.compile(
     r"The DDP package was successfully loaded: (?P<name>.+?) version (?P<version>[\d.]+)"
 )
 SAFE_MODE = "Entering Safe Mode"
 # The package the driver ships (lib/firmware/intel/ice/ddp/ice.pkg); it has no LAG.
 DEFAULT_DDP = "ICE OS Default Package"
+
+
+@dataclass(frozen=True)
+class LagRefusal:
+    """One reason Intel's LAG refuses RDMA on a bond: what ice logs, why, and the fix."""
+
+    pattern: re.Pattern[str]
+    cause: str
+    remediation: str
+
+
+# Intel's out-of-tree ice 2.x (intel/ethernet-linux-ice, src/ice_lag.c
+# ice_is_bond_rdma_cap, called by ice_lag_chk_rdma for each NETDEV_BONDING_INFO event the
+# bond's primary PF handles in ice_lag_process_event): a bond member that is no ice port,
+# on another E810, or with a local DCBX config that differs (memcmp of struct
+# ice_dcbx_cfg) is logged with netdev_info(lag->netdev, ...) and ice_lag_chk_rdma then
+# clears the RDMA capability and unplugs the RDMA aux device: no RDMA device on the bond.
+# netdev_info prints "<driver> <PCI address> <netdev>: " first (net/core/dev.c
+# __netdev_printk), so dmesg shows e.g. "ice 0000:3b:00.0 ens5f0np0: Found netdev
+# ens5f1np1 with different DCB config". (The SR-IOV LAG's "Found %s with different DCB in
+# LAG - VF LAG disabled" of ice_lag_chk_comp is about VFs, not RDMA: not matched here.)
 LAG_REFUSALS = (
-    re.compile(r"Found non-ice netdev \S+"),
-    re.compile(r"Found netdev \S+ on different device"),
-    re.compile(r"Found netdev \S+ with different DCB config"),
+    LagRefusal(
+        re.compile(r"Found non-ice netdev \S+"),
+        "a bond member is not an E810 (ice) port",
+        "bond only the two ports of one E810",
+    ),
+    LagRefusal(
+        re.compile(r"Found netdev \S+ on different device"),
+        "the bond members are ports of two different E810 NICs",
+        "bond the two ports of one E810 (the same PCI device, functions .0 and .1)",
+    ),
+    LagRefusal(
+        re.compile(r"Found netdev \S+ with different DCB config"),
+        "the bond members' DCB configs differ: ice compares both ports' local DCBX config "
+        "byte for byte when they bond",
+        "give both ports the same DCB (PFC, ETS, the DSCP APP table; the FW LLDP agent off "
+        "on both: `dcb pfc show dev PORT`, `dcb app show dev PORT` on each), then take "
+        "both out of the bond and rejoin them: ice checks again when they bond",
+    ),
 )
 
 
@@ -103,7 +140,7 @@ def evaluate_lag_log(node: Node, dmesg: str, report: Report, devlink: str = "") 
                 f"ice loaded the DDP package {name} {version} ({source}; not the default package, which "
                 "has no LAG); RoCE LAG itself is proven by irdma.verify's roce-lag",
             )
-    refusals = sorted({m.group(0) for pattern in LAG_REFUSALS for m in pattern.finditer(dmesg)})
+    refusals = sorted({m.group(0) for r in LAG_REFUSALS for m in r.pattern.finditer(dmesg)})
     if refusals:
         report.fail(
             "lag-rdma",
@@ -205,6 +242,42 @@ def ice_reads(node: Node) -> list[Read]:
 
 
 DMESG = ["dmesg"]
+# The timestamp at the start of a dmesg line: "[%5ld.%06ld] " (util-linux dmesg's default
+# time format, as printk's print_time), seconds since boot on the kernel's own clock, so
+# later lines have later stamps; absent where printk.time is off.
+_STAMP = re.compile(r"\[\s*(\d+\.\d+)\]\s?")
+
+
+def _stamped(dmesg: str) -> list[tuple[float, str]]:
+    """(timestamp, message) of each dmesg line that has a timestamp (bounded)."""
+    lines = []
+    for line in dmesg.splitlines()[-20000:]:
+        stamp = _STAMP.match(line)
+        if stamp:
+            lines.append((float(stamp[1]), line[stamp.end() :].strip()[:500]))
+    return lines
+
+
+def newest_stamp(dmesg: str) -> float | None:
+    """The newest timestamp in the kernel log: a later line is a later event. None when the
+    log has no timestamps (then nothing can be told apart as newer)."""
+    return max((stamp for stamp, _ in _stamped(dmesg)), default=None)
+
+
+def lag_refusal(message: str) -> LagRefusal | None:
+    """The LAG refusal a kernel message is, if it is one."""
+    return next((r for r in LAG_REFUSALS if r.pattern.search(message)), None)
+
+
+def lag_refusals_after(dmesg: str, mark: float) -> list[tuple[str, LagRefusal]]:
+    """ice's RDMA-over-LAG refusals logged after ``mark`` (a ``newest_stamp`` taken before
+    the bond changed), each line once with its reason: an older refusal is history."""
+    found: dict[str, LagRefusal] = {}
+    for stamp, message in _stamped(dmesg):
+        refusal = lag_refusal(message) if stamp > mark else None
+        if refusal is not None:
+            found.setdefault(message, refusal)
+    return list(found.items())
 
 
 # Each bond port's PCI address (`ethtool -i`: bus-info, None when unread): the bond check

@@ -346,11 +346,28 @@ async def test_ssh_over_bond1_is_refused_before_any_question(tmp_path, fault):
 
 
 async def test_failed_verification_rolls_back_and_leaves_the_node_cordoned(tmp_path):
-    frontend = HeadlessFrontEnd(yes=True, window_open=True, out=io.StringIO())
+    out = io.StringIO()
+    frontend = HeadlessFrontEnd(yes=True, window_open=True, out=out)
     outcome, lab = await run_lab(tmp_path, frontend, "pfc-not-applied")
     assert outcome.summary.results[("qos.apply", "gpu-b300-01")].value == "failed"
     findings = {f.check: f for f in step_findings(outcome, "qos.apply")}
     assert findings["T08.qos-ens5f1np1"].severity is Severity.FAIL
+    # The rejoin with one port's PFC off: ice refused RDMA on the bond and logged it as
+    # ice_lag.c netdev_info does; the step says so at once instead of waiting LACP_WAIT_S
+    # for a device that will not come (no wait was reported, by apply nor by the undo,
+    # whose rejoin with the captured QoS brings the device back: its rdma-back passes).
+    verified, undone = [
+        f for f in step_findings(outcome, "qos.apply") if f.check == "T08.rdma-back"
+    ]
+    assert undone.severity is Severity.PASS
+    refused = verified
+    assert refused.severity is Severity.FAIL
+    assert (
+        "'ice 0000:3b:00.0 ens5f0np0: Found netdev ens5f1np1 with different DCB config' "
+        "after the rejoin (the bond members' DCB configs differ"
+    ) in refused.message
+    assert "same DCB" in refused.remediation and "rejoin" in refused.remediation
+    assert "waiting for the RDMA device" not in out.getvalue()
     assert findings["T08.rollback"].message == "rolled back to the captured previous QoS"
     host = lab.hosts["gpu-b300-01"]
     # The capture is retired (as rollback-qos.sh retires it): the next window captures afresh.

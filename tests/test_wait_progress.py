@@ -60,6 +60,35 @@ async def test_the_wait_shows_its_progress_logs_its_poll_once_and_says_when_it_e
         assert log[-1] == "gpu-1$ cat /sys/class/x"
 
 
+async def test_a_wait_that_polls_two_commands_in_turn_logs_each_once():
+    """The RDMA device and, between, the kernel log (an ice LAG refusal ends the wait)."""
+    app = IdleApp()
+    async with app.run_test(size=SIZE) as pilot:
+        await show(app, pilot, "main")
+        main = app.main()
+        now = [1000.0]
+        main.clock = lambda: now[0]
+        main.engine_event(Waiting("qos.apply", "gpu-1", "waiting for the RDMA device on bond1", 60))
+        for _ in range(5):
+            for command, line in (
+                (POLL, "link irdma0/1 state DOWN"),
+                ("dmesg", "[ 9.1] bond1: up"),
+            ):
+                main.engine_event(CommandStarted("gpu-1", command))
+                main.engine_event(OutputLine("gpu-1", line))
+                main.engine_event(CommandFinished("gpu-1", command, 0, 0.1))
+            now[0] += 2
+        main.engine_event(WaitEnded("qos.apply", "gpu-1"))
+        main.engine_event(CommandStarted("gpu-1", "dmesg"))  # after the wait: shown again
+        log = [line.split(" ", 1)[1] for line in main.transcript]
+        assert log.count(f"gpu-1$ {POLL}") == 1 and log.count("gpu-1| [ 9.1] bond1: up") == 1
+        assert log[-2] == (
+            "gpu-1: qos.apply: done waiting for the RDMA device on bond1 after 10.0s; its 2 "
+            "commands ran 10 times, each shown once"
+        )
+        assert log[-1] == "gpu-1$ dmesg"
+
+
 async def test_the_qos_step_says_it_waits_for_the_rdma_device_and_when_the_wait_is_over(
     monkeypatch,
 ):
@@ -80,7 +109,8 @@ async def test_the_qos_step_says_it_waits_for_the_rdma_device_and_when_the_wait_
         wait_begins=lambda message, timeout: said.append((message, round(timeout))),
         wait_ends=lambda: said.append("ended"),
     )
-    assert await qos_steps.ApplyQos()._device_on_bond(ctx) == "irdma0"
+    found = await qos_steps.ApplyQos()._device_on_bond(ctx, None)
+    assert found.device == "irdma0"
     assert said == [("waiting for the RDMA device on bond1", 60), "ended"]
 
 

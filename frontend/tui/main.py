@@ -114,9 +114,11 @@ class MainScreen(Screen[None]):
         self._started: dict[tuple[str, str], float] = {}
         self._current: tuple[str, str, str] | None = None  # title, step, target shown now
         # What steps wait for (a node's reboot), since when and for how long at most: the
-        # progress each second. A wait polls: its repeated command is logged once.
+        # progress each second. A wait polls: each of its repeated commands is logged once
+        # (a wait may poll two in turn: the RDMA device, and the kernel log for a refusal).
         self._waiting: dict[tuple[str, str], tuple[str, float, float]] = {}
-        self._polls: dict[str, tuple[str, int]] = {}  # target -> (its last command, repeats)
+        # target -> (the commands its wait polled, or its last one; how often they ran again)
+        self._polls: dict[str, tuple[set[str], int]] = {}
         self._quiet: set[str] = set()  # targets whose repeated poll is running now
         self._run_ended = False
         # Nodes a failed maintenance change left cordoned (from the checkpoint, see
@@ -270,12 +272,13 @@ class MainScreen(Screen[None]):
                 self._wait_over(step, target)
                 self._tick()
             case CommandStarted(target=target, command=command):
-                last, repeats = self._polls.get(target, ("", 0))
-                if command == last and any(t == target for _, t in self._waiting):
-                    self._polls[target] = (command, repeats + 1)  # the wait's poll, again
+                seen, repeats = self._polls.get(target, (set(), 0))
+                waiting = any(t == target for _, t in self._waiting)
+                if command in seen and waiting:
+                    self._polls[target] = (seen, repeats + 1)  # one of the wait's polls, again
                     self._quiet.add(target)
                     return
-                self._polls[target] = (command, 0)
+                self._polls[target] = ({*seen, command}, repeats) if waiting else ({command}, 0)
                 self._quiet.discard(target)
                 self._log(f"{target}$ {command}")
             case OutputLine(target=target) | CommandFinished(target=target) if (
@@ -302,8 +305,14 @@ class MainScreen(Screen[None]):
         if wait is None:
             return
         message, since, _ = wait
-        repeats = self._polls.pop(target, ("", 0))[1]
-        again = f"; its command ran {repeats + 1} times, shown once" if repeats else ""
+        seen, repeats = self._polls.pop(target, (set(), 0))
+        runs = repeats + len(seen)  # each command the wait polled was shown once
+        if not repeats:
+            again = ""
+        elif len(seen) < 2:
+            again = f"; its command ran {runs} times, shown once"
+        else:
+            again = f"; its {len(seen)} commands ran {runs} times, each shown once"
         self._log(f"{target}: {step}: done {message} after {elapsed(self.clock() - since)}{again}")
 
     def _log(self, line: str) -> None:

@@ -104,9 +104,7 @@ class LabHost(
                 port.dcb.pfc.add(3)
         if "lag-dcb-mismatch" in self.faults:
             self.ports[1].dcb.pfc.add(3)  # one port had PFC when the bond formed
-            self.kernel_log.append(
-                f"ice {self.ports[0].slot}: Found netdev {self.ports[1].name} with different DCB config"
-            )
+            self.kernel_log.append(self.lag_dcb_refusal())
             self.lag_rdma_ok = False
         if "headers-other-kernel" in self.faults:
             # A repository's newest kernel-devel, not the running kernel's (dnf install

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import shlex
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from steps.baseline import RDMA_BASELINE
@@ -24,7 +24,14 @@ from steps.common import (
     stats_command,
     write_host_files,
 )
-from steps.e810 import BUS_INFO
+from steps.e810 import (
+    BUS_INFO,
+    DMESG,
+    LagRefusal,
+    lag_refusal,
+    lag_refusals_after,
+    newest_stamp,
+)
 from steps.irdma import GID_INDEX, RDMA_DEVICE
 from steps.preflight import SSH_PATH_READS, evaluate_ssh_path, ssh_over_bond
 from steps.qos.commands import (
@@ -80,6 +87,37 @@ from wizard.transports.base import CommandResult, read_file_command
 # What qos.apply records once its verification ran: the QoS it saw in place (ports, dscp,
 # priority, traffic_class, tos); "with QoS" steps need it.
 QOS_VERIFIED = ResultKey("qos.apply", "qos_verified", dict, "the QoS qos.apply verified")
+
+# The kernel log is read at the first poll of the wait for the RDMA device and then after
+# gaps that double (2, 4, 8, 16 s): a refusal shows within seconds of the rejoin, and a
+# whole dmesg is not journaled every poll of a minute-long wait.
+LOG_CHECK_FIRST_GAP_S = 2.0
+
+
+@dataclass(frozen=True)
+class OnBond:
+    """What the wait after the rejoin found: the RDMA device, or ice's refusals of RDMA on
+    the bond that the kernel logged after the rejoin (each line with its reason)."""
+
+    device: str | None
+    refusals: tuple[tuple[str, LagRefusal], ...] = ()
+
+
+def refused_finding(report: Report, node: Node, refusals: tuple[tuple[str, LagRefusal], ...]):
+    """rdma-back failed because Intel's LAG refused RDMA on the bond after the rejoin: the
+    kernel's lines, the cause and the fix."""
+    lines = "; ".join(f"'{line}'" for line, _ in refusals)
+    causes = "; ".join(dict.fromkeys(r.cause for _, r in refusals))
+    fixes = "; ".join(dict.fromkeys(r.remediation for _, r in refusals))
+    report.fail(
+        "rdma-back",
+        f"no RDMA device on {node.bond.name} after the rejoin: Intel's ice refused RDMA on the "
+        f"bond and logged {lines} after the rejoin ({causes}), so the wizard stopped waiting "
+        "for a device ice will not register",
+        fixes,
+        gate="T08",
+    )
+
 
 # systemctl(1): is-enabled exits non-zero when a unit is not enabled (before this step).
 IS_ENABLED_EXITS = {1: "not enabled yet"}
@@ -246,6 +284,7 @@ class ApplyQos(Step):
         for port in node.bond.ports:
             lines += [f"# {port}", *runbook_lines(port, apply_targets(site, port), shown)]
         lines += [
+            shown(DMESG, "the kernel log's newest timestamp, before the rejoin"),
             *(
                 shown(c, "NetworkManager")
                 for c in join_bond_commands(NETWORK_MANAGER, node, profiles)
@@ -253,6 +292,7 @@ class ApplyQos(Step):
             *(shown(c, "networkd") for c in join_bond_commands("networkd", node, {})),
             *(shown(c, "unmanaged") for c in join_bond_commands("none", node, {})),
             shown(RDMA_LINKS, "the RDMA device Intel's LAG registered again on the bond"),
+            shown(DMESG, "while it is not there: a LAG refusal of ice logged since the rejoin?"),
             *(shown(c) for c in tos_commands(device, site.qos.roce_tos)),
             *verify_lines(node, device),
             f"{back_in_service(node.name)}  # from the jump host, once verified",
@@ -461,8 +501,11 @@ class ApplyQos(Step):
                 # first, as the exported script's EXIT trap does. Then the failure stands.
                 await self._rejoin(ctx, manager, profiles, check=False)
                 raise
+        mark = await self._log_mark(ctx)
         await self._rejoin(ctx, manager, profiles, check=True)
-        device = await self._device_on_bond(ctx)
+        found = await self._device_on_bond(ctx, mark)
+        ctx.data["lag_refusals"] = [line for line, _ in found.refusals]  # verify names them
+        device = found.device
         if device is None:
             return  # verify says so, with the evidence
         ctx.data["rdma_device"] = device
@@ -501,17 +544,33 @@ class ApplyQos(Step):
         names = {slave.name for slave in bonding.fact.slaves}
         return [p for p in ctx.node.bond.ports if p in names]
 
-    async def _device_on_bond(self, ctx: StepContext) -> str | None:
-        """The RDMA device Intel's LAG registers again once the bond has formed (bounded)."""
+    async def _log_mark(self, ctx: StepContext) -> float | None:
+        """The newest kernel log timestamp before the rejoin (e810.ice's `dmesg`): only a
+        refusal logged after it ends the wait early. None (unreadable, no timestamps): no
+        refusal does, and the wait runs its full bound."""
+        log = await ctx.run(DMESG)
+        return newest_stamp(log.stdout) if log.ok else None
+
+    async def _device_on_bond(self, ctx: StepContext, mark: float | None) -> OnBond:
+        """The RDMA device Intel's LAG registers again once the bond has formed (bounded),
+        or, at once, the refusal ice logged after ``mark`` instead (ice_lag.c
+        ice_lag_chk_rdma unplugs the RDMA device then: no device is coming)."""
         assert ctx.node is not None
         deadline = time.monotonic() + LACP_WAIT_S
         told = False
+        check_at, gap = time.monotonic(), LOG_CHECK_FIRST_GAP_S
+        refusals: list[tuple[str, LagRefusal]] = []
         while True:
             device = await rdma_device(ctx, live=True)
-            if device is not None or time.monotonic() > deadline:
+            now = time.monotonic()
+            if device is None and mark is not None and now >= check_at:
+                log = await ctx.run(DMESG)
+                refusals = lag_refusals_after(log.stdout, mark) if log.ok else []
+                check_at, gap = now + gap, gap * 2
+            if device is not None or refusals or now > deadline:
                 if told:
                     ctx.wait_ends()
-                return device
+                return OnBond(device, tuple(refusals))
             if not told:
                 told = True
                 ctx.wait_begins(
@@ -583,10 +642,19 @@ class ApplyQos(Step):
                 f"{device} default_roce_tos = {tos}, expected {ctx.site.qos.roce_tos}",
                 f"mkdir -p /sys/kernel/config/rdma_cm/{device} and write the ToS (after the bond formed)",
             )
-        report.findings.extend(await self._bond_and_rdma(ctx))
+        refusals = tuple(
+            (line, refusal)
+            for line in ctx.data.get("lag_refusals") or ()
+            if (refusal := lag_refusal(line)) is not None
+        )
+        report.findings.extend(await self._bond_and_rdma(ctx, refusals))
         return report.findings
 
-    async def _bond_and_rdma(self, ctx: StepContext) -> list[Finding]:
+    async def _bond_and_rdma(
+        self, ctx: StepContext, refusals: tuple[tuple[str, LagRefusal], ...] = ()
+    ) -> list[Finding]:
+        """LACP bundled both ports (bounded wait) and the RDMA device is ACTIVE again;
+        without one, ``refusals`` (the rejoin's wait found them) say why."""
         assert ctx.node is not None
         node = ctx.node
         report = Report("T10")
@@ -633,6 +701,8 @@ class ApplyQos(Step):
             report.ok(
                 "rdma-back", f"{active[0].device} is ACTIVE again on {active[0].netdev}", gate="T08"
             )
+        elif refusals:
+            refused_finding(report, node, refusals)
         else:
             report.fail(
                 "rdma-back",
@@ -680,13 +750,15 @@ class ApplyQos(Step):
                 await converge(reader, targets[port], values.get(port))
         enslaved = await self._enslaved(ctx)
         missing = [p for p in node.bond.ports if p not in enslaved]
+        mark = await self._log_mark(ctx)  # the change's own refusal is history here
         for command in join_bond_commands(manager, node, profiles, missing):
             await ctx.run(command)
-        device = await self._device_on_bond(ctx)
+        found = await self._device_on_bond(ctx, mark)
+        device = found.device
         if device and capture.get("tos") is not None:
             for command in tos_commands(device, capture["tos"]):
                 await ctx.run(command)
-        findings = await self._bond_and_rdma(ctx)
+        findings = await self._bond_and_rdma(ctx, found.refusals)
         report = Report("T08")
         if await self._restored(ctx, targets, values, previous):
             report.warn(
