@@ -152,6 +152,15 @@ def build_parser() -> argparse.ArgumentParser:
         "peer; never implied by --yes",
     )
     _allow_cluster_change(p)
+    p.add_argument(
+        "--delete-bare-pod",
+        action="append",
+        default=[],
+        metavar="NAMESPACE/NAME",
+        help="headless: let a maintenance drain delete this pod, which declares no controller "
+        "(nothing recreates it: its work is lost); repeat per pod; never implied by --yes. "
+        "Without it the step stops before the drain, naming such pods",
+    )
     p.add_argument("--phase", help="run only this phase (id or number)")
     p.add_argument("--step", help="run only this step (id)")
     p.add_argument(
@@ -492,6 +501,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         window_open=args.maintenance_window_open,
         allow_storage_load=frozenset(args.allow_storage_load),
         allow_cluster_change=frozenset(args.allow_cluster_change),
+        delete_bare_pods=frozenset(args.delete_bare_pod),
         verbose=args.verbose,
         compact=is_fleet(len(site.nodes)),
     )

@@ -2,7 +2,8 @@
 
 Used by ``run --headless``, ``demo --headless`` and ``check``. Apply steps proceed only
 with ``--yes``; maintenance gates only with ``--maintenance-window-open`` (and ``--yes``); a
-change outside the new nodes only with ``--allow-cluster-change NAME``.
+change outside the new nodes only with ``--allow-cluster-change NAME``; the deletion of a
+pod with no controller by a drain only with ``--delete-bare-pod NAMESPACE/NAME``.
 Without them the run stops at the first decision and says which flag it needed.
 
 What a line says of a step (its state, message and findings) is read from the one fold of
@@ -48,6 +49,7 @@ class HeadlessFrontEnd:
         window_open: bool = False,
         allow_storage_load: frozenset[str] | set[str] = frozenset(),
         allow_cluster_change: frozenset[str] | set[str] = frozenset(),
+        delete_bare_pods: frozenset[str] | set[str] = frozenset(),
         verbose: bool = False,
         show_findings: bool = True,
         compact: bool = False,
@@ -66,6 +68,9 @@ class HeadlessFrontEnd:
         # The changes outside the new nodes the operator approved by name
         # (--allow-cluster-change; wizard/approvals.py ClusterChange values).
         self.allow_cluster_change = frozenset(allow_cluster_change)
+        # The pods with no controller the operator approved to delete by name
+        # (--delete-bare-pod NAMESPACE/NAME): a drain deletes them for good.
+        self.delete_bare_pods = frozenset(delete_bare_pods)
         self.verbose = verbose
         self.wants_output_lines = verbose  # lines are printed only with --verbose
         self.out = out or sys.stdout
@@ -175,6 +180,12 @@ class HeadlessFrontEnd:
             if name not in self.allow_cluster_change:
                 raise DecisionRequired(decision, f"pass --allow-cluster-change {name}")
             return Reply(Answer.PROCEED, typed=name, reason=f"--allow-cluster-change {name}")
+        if decision.kind is DecisionKind.DELETE_BARE_POD:
+            # Never implied by --yes nor the window: each pod a drain would lose is named.
+            name = decision.confirm_text or ""
+            if name not in self.delete_bare_pods:
+                raise DecisionRequired(decision, f"pass --delete-bare-pod {name}")
+            return Reply(Answer.PROCEED, typed=name, reason=f"--delete-bare-pod {name}")
         if not self.yes:
             raise DecisionRequired(decision, "review the diff, then pass --yes")
         return Reply(Answer.PROCEED)

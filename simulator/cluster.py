@@ -133,8 +133,11 @@ class ClusterObjects:
             state = {"terminated": {"exitCode": 0, "reason": "Completed"}}
         return {
             "metadata": {"name": name, "namespace": namespace, "labels": {"app": name.rsplit("-", 1)[0]},
+                         # controller: true, as every controller sets on what it creates
+                         # (apimachinery metav1.NewControllerRef); kubectl drain and the
+                         # wizard's treat a pod without it as one with no controller.
                          "ownerReferences": [{"apiVersion": "apps/v1", "kind": owner, "name": name.rsplit("-", 1)[0],
-                                              "uid": "lab"}]},
+                                              "uid": "lab", "controller": True}]},
             "spec": {"nodeName": node, "containers": [{"name": "main", "image": "lab"}]},
             "status": {"phase": phase, "containerStatuses": [{
                 "name": "main", "ready": ready, "restartCount": restarts, "image": "lab", "imageID": "lab",

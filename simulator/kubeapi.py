@@ -361,13 +361,23 @@ def _matches(obj: dict[str, Any], labels: str | None, fields: str | None) -> boo
         elif term not in meta.get("labels", {}):
             return False
     for term in filter(None, (fields or "").split(",")):
-        key, _, value = term.replace("==", "=").partition("=")
+        negated = "!=" in term
+        key, _, value = term.replace("!=", "=").replace("==", "=").partition("=")
         node: Any = obj
         for part in key.split("."):
             node = node.get(part) if isinstance(node, dict) else None
-        if str(node) != value:
+        if (_field_text(key, node) == value) is negated:
             return False
     return True
+
+
+def _field_text(key: str, value: Any) -> str:
+    """A selectable field as the API server renders it: a Node's spec.unschedulable is
+    strconv.FormatBool of the bool, "false" when unset (pkg/registry/core/node/strategy.go
+    NodeToSelectableFields); others as their text."""
+    if key == "spec.unschedulable":
+        return "true" if value is True else "false"
+    return str(value)
 
 
 def _retry_after(body: Any) -> int:

@@ -27,7 +27,7 @@ from steps.packages import (
 from steps.qos import DCB_UNIT, TOS_UNIT, BootPersistence, procedure
 from steps.remote import site_path, ssh_config, ssh_options
 from wizard.artifacts import Artifact, Target, render
-from wizard.drain import drain_command, uncordon_command
+from wizard.drain import CORDON_MARK, drain_command, uncordon_command
 from wizard.site import Node, Site, SshSettings
 
 # The export's ssh_config (steps/remote.py ssh_config), found from the inventory's folder
@@ -37,8 +37,8 @@ SSH_CONFIG = "{{ inventory_dir }}/ssh_config"
 
 # The QoS play's mark on a cordon it set (kubectl annotate, before the drain): a rerun
 # uncordons a node that carries it (a failed run left it cordoned), and never a node
-# cordoned without it (someone else's cordon, a hardware fault say).
-CORDON_MARK = "gpu-node-wizard/cordoned-for"
+# cordoned without it (someone else's cordon, a hardware fault say). The runbook's lines
+# keep the same mark (wizard/drain.py CORDON_MARK).
 
 
 def ssh_vars(site: Site, ssh: SshSettings) -> dict:

@@ -357,10 +357,16 @@ class _Kube:
     def __init__(self) -> None:
         self.calls: list[tuple] = []
 
+    async def node(self, name):
+        return {"metadata": {"name": name}, "spec": {}}  # schedulable: no cordon before
+
+    async def pods(self, namespace=None, *, field_selector=""):
+        return []  # no pod without a controller to put to the operator
+
     async def cordon(self, name, unschedulable=True):
         self.calls.append(("cordon", name, unschedulable))
 
-    async def drain(self, name, timeout=600.0, progress=None):
+    async def drain(self, name, timeout=600.0, progress=None, delete_bare=()):
         from wizard.transports.kube import KubeError
 
         raise KubeError(f"drain of {name} timed out after 600s; still running: default/db-0")

@@ -15,14 +15,20 @@ import pytest
 
 from tests.test_kube_client import kubeconfig
 from wizard.transports import kube as kube_module
-from wizard.transports.kube import KubeClient, KubeError
+from wizard.transports.kube import BarePodsError, KubeClient, KubeError
+
+# What a ReplicaSet's pod carries (apimachinery metav1.NewControllerRef).
+REPLICASET = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "1",
+              "controller": True}  # fmt: skip
 
 
-def pod(name, *, annotations=None, terminating=False, ns="default"):
-    meta = {"name": name, "namespace": ns, "annotations": annotations or {}}
+def pod(name, *, annotations=None, terminating=False, ns="default", owners=(REPLICASET,),
+        phase="Running"):  # fmt: skip
+    meta = {"name": name, "namespace": ns, "annotations": annotations or {},
+            "ownerReferences": list(owners)}  # fmt: skip
     if terminating:
         meta["deletionTimestamp"] = "2026-12-01T23:00:00Z"
-    return {"metadata": meta, "spec": {"nodeName": "gpu-1"}, "status": {"phase": "Running"}}
+    return {"metadata": meta, "spec": {"nodeName": "gpu-1"}, "status": {"phase": phase}}
 
 
 class Cluster:
@@ -105,12 +111,12 @@ def drive(tmp_path, monkeypatch):
     monkeypatch.setattr(kube_module.asyncio, "sleep", recorded)
     servers = []
 
-    async def run(cluster, timeout=30.0):
+    async def run(cluster, timeout=30.0, delete_bare=()):
         httpd = serve(cluster)
         servers.append(httpd)
         url = f"http://127.0.0.1:{httpd.server_address[1]}"
         client = KubeClient(kubeconfig(tmp_path / "kubeconfig", url))
-        return await client.drain("gpu-1", timeout=timeout)
+        return await client.drain("gpu-1", timeout=timeout, delete_bare=delete_bare)
 
     yield run, sleeps
     for httpd in servers:
@@ -172,3 +178,31 @@ async def test_mirror_and_terminating_pods_are_not_evicted_and_none_twice(drive)
     assert evicted == ["default/a"]
     assert cluster.evictions == ["a"]  # once, though it stayed listed while terminating
     assert "kube-proxy-gpu-1" in cluster.pods
+
+
+# kubectl drain without --force (k8s.io/kubectl pkg/drain/filters.go unreplicatedFilter,
+# kubernetes/kubectl dee3483): a running pod whose ownerReferences hold no controller
+# (metav1.GetControllerOf) is "Pods that declare no controller (use --force to override)",
+# and GetPodsForDeletion's error stops the drain before any eviction.
+NOT_A_CONTROLLER = {**REPLICASET, "controller": False}
+
+
+async def test_a_pod_with_no_controller_stops_the_drain_before_any_eviction(drive):
+    run, _ = drive
+    bare = pod("scratch", ns="team", owners=())
+    adopted = pod("adopted", ns="team", owners=(NOT_A_CONTROLLER,))  # an owner, no controller
+    cluster = Cluster([pod("a"), bare, adopted], {})
+    with pytest.raises(BarePodsError) as caught:
+        await run(cluster)
+    assert caught.value.pods == ("team/scratch", "team/adopted")
+    assert "team/scratch, team/adopted declare no controller" in str(caught.value)
+    assert cluster.evictions == []  # not even the pod with a controller
+    assert {"a", "scratch", "adopted"} <= set(cluster.pods)
+
+
+async def test_a_pod_with_no_controller_approved_by_name_is_evicted_a_finished_one_is_left(drive):
+    run, _ = drive
+    done = pod("job-done", owners=(), phase="Succeeded")  # any finished pod may go (kubectl)
+    cluster = Cluster([pod("a"), pod("scratch", ns="team", owners=()), done], {})
+    assert await run(cluster, delete_bare={"team/scratch"}) == ["default/a", "team/scratch"]
+    assert "job-done" in cluster.pods  # not evicted: it runs nothing

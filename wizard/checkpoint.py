@@ -267,12 +267,18 @@ EARLIER_KEYS = ("state", "message", "findings", "finished", "attempts")
 @dataclass(frozen=True)
 class Maintenance:
     """A maintenance change in flight (``extra.maintenance``): the stage it reached and the
-    capture it is finished or rolled back from."""
+    capture it is finished or rolled back from; and, read before its first effect, whether
+    the node was cordoned already by someone else (then the change never uncordons it)
+    and which bare pods the operator approved the deletion of by name."""
 
     stage: str = "confirmed"
     capture: Mapping[str, Any] = field(default_factory=dict)
     at: str | None = None  # when the change began (its capture was persisted)
     at_stage: str | None = None  # when it entered ``stage``
+    # spec.unschedulable was true, and not by a cordon of the wizard's, before the change.
+    cordoned_before: bool = False
+    # ``namespace/name`` of each pod with no controller the operator approved to delete.
+    delete_bare: tuple[str, ...] = ()
 
     @property
     def since(self) -> str:
@@ -284,6 +290,10 @@ class Maintenance:
             data["at"] = self.at
         if self.at_stage is not None:
             data["at_stage"] = self.at_stage
+        if self.cordoned_before:
+            data["cordoned_before"] = True
+        if self.delete_bare:
+            data["delete_bare"] = list(self.delete_bare)
         return data
 
     @classmethod
@@ -294,6 +304,8 @@ class Maintenance:
             capture=dict(data.get("capture") or {}),
             at=str(at) if at is not None else None,
             at_stage=str(at_stage) if at_stage is not None else None,
+            cordoned_before=data.get("cordoned_before") is True,
+            delete_bare=tuple(str(p) for p in data.get("delete_bare") or ()),
         )
 
 

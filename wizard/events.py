@@ -111,6 +111,9 @@ class DecisionKind(StrEnum):
     STORAGE_LOAD = "storage-load"
     # A change outside the new nodes (wizard/approvals.py): a typed confirmation naming it.
     CLUSTER_CHANGE = "cluster-change"
+    # A pod with no controller that a drain would delete for good: a typed confirmation
+    # naming it (namespace/name); refused, the step stops before the drain.
+    DELETE_BARE_POD = "delete-bare-pod"
 
 
 class Answer(StrEnum):

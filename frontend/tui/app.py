@@ -88,6 +88,8 @@ DECISION_SCREENS = {
     DecisionKind.STORAGE_LOAD: MaintenanceScreen,
     # And a change outside the new nodes: its name (gpu-operator-upgrade...) typed.
     DecisionKind.CLUSTER_CHANGE: MaintenanceScreen,
+    # And a pod with no controller a drain would delete for good: its namespace/name typed.
+    DecisionKind.DELETE_BARE_POD: MaintenanceScreen,
     DecisionKind.MANUAL_DONE: ManualScreen,
     DecisionKind.RETRY_FAILED: FailedStepScreen,
     DecisionKind.ROLLBACK: RollbackScreen,

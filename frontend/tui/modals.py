@@ -397,6 +397,10 @@ _TYPED = {
         "Type the change's name ({}) to approve this change outside the new nodes:",
         "Approve change",
     ),
+    DecisionKind.DELETE_BARE_POD: (
+        "Type the pod ({}) to approve its deletion for good:",
+        "Delete the pod",
+    ),
 }
 
 

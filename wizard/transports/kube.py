@@ -10,7 +10,7 @@ import asyncio
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import urllib3
@@ -20,7 +20,7 @@ from kubernetes.client import ApiClient, Configuration
 from kubernetes.config.config_exception import ConfigException
 
 from wizard import journal
-from wizard.drain import DRAIN_TIMEOUT_S
+from wizard.drain import DRAIN_TIMEOUT_S, FINISHED_PHASES, MIRROR_ANNOTATION, bare_pods
 from wizard.transports.base import TransportError, UnreachableError
 
 TARGET = "cluster"
@@ -355,10 +355,17 @@ class KubeClient:
         *,
         timeout: float = DRAIN_TIMEOUT_S,
         progress: Callable[[str, float], None] | None = None,
+        delete_bare: Collection[str] = (),
     ) -> list[str]:
         """Evict every non-DaemonSet pod from the node, respecting PodDisruptionBudgets: an
         eviction a budget refuses (429) is asked again until ``timeout``, never forced (no
         delete); ``progress`` hears which pods wait, and for how long at most.
+
+        A pod that declares no controller (wizard/drain.py ``bare_pods``) is evicted only
+        when the operator approved it by name (``delete_bare``: ``namespace/name``):
+        otherwise the drain raises ``BarePodsError`` before it evicts anything, as kubectl
+        drain without --force refuses the node (k8s.io/kubectl pkg/drain/filters.go
+        unreplicatedFilter). Nothing would recreate it: its work would be lost for good.
 
         As kubectl's drain (staging/src/k8s.io/kubectl/pkg/drain/drain.go evictPods and
         filters.go): mirror pods (the kubelet's static pods) are skipped, a pod already
@@ -377,10 +384,13 @@ class KubeClient:
                 for p in await self.pods(field_selector=f"spec.nodeName={name}")
                 if not _daemonset_pod(p)
                 and not _mirror_pod(p)
-                and p.get("status", {}).get("phase") not in _FINISHED
+                and p.get("status", {}).get("phase") not in FINISHED_PHASES
             ]
             if not pods:
                 return evicted
+            bare = [who for who in bare_pods(pods) if who not in delete_bare]
+            if bare:
+                raise BarePodsError(name, bare)
             refused = []
             waits: list[float] = []
             for pod in pods:
@@ -441,7 +451,22 @@ class KubeClient:
             await asyncio.sleep(max(waits) if waits else DRAIN_POLL_S)
 
 
-_FINISHED = ("Succeeded", "Failed")
+class BarePodsError(KubeError):
+    """The drain met pods that declare no controller, not approved by name: nothing was
+    evicted by this look (kubectl drain's "cannot delete Pods that declare no controller
+    (use --force to override)", k8s.io/kubectl pkg/drain/filters.go)."""
+
+    def __init__(self, node: str, pods: list[str]) -> None:
+        self.node = node
+        self.pods = tuple(pods)
+        super().__init__(
+            f"drain of {node} stopped before evicting: {', '.join(pods)} declare no controller "
+            "(no ownerReference with controller: true), so nothing would recreate them and "
+            "their work would be lost; move or delete them yourself, or approve each one's "
+            "deletion by name, then run again"
+        )
+
+
 RETRY_AFTER_TRIES = 10
 CONFLICT_TRIES = 5
 RETRY_AFTER_MAX_S = 10.0
@@ -473,7 +498,7 @@ def _causes(data: bytes) -> tuple[str, ...]:
 
 def _mirror_pod(pod: dict[str, Any]) -> bool:
     """The kubelet's mirror of a static pod: the API cannot evict it (kubectl skips it)."""
-    return "kubernetes.io/config.mirror" in (pod["metadata"].get("annotations") or {})
+    return MIRROR_ANNOTATION in (pod["metadata"].get("annotations") or {})
 
 
 def _message(data: bytes) -> str:
