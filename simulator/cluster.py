@@ -37,7 +37,7 @@ class ClusterObjects:
         runtime = "containerd://2.1.4"
         kernel = "6.12.0-124.8.1.el10_2.x86_64"
         if gpu_host is not None:
-            kernel = gpu_host.kernel
+            kernel = gpu_host.state.kernel
             if "containerd-1.7" in gpu_host.faults:
                 runtime = "containerd://1.7.27"
         labels = {
@@ -91,7 +91,7 @@ class ClusterObjects:
             self.lab.cluster.put(
                 "v1",
                 "nodes",
-                self.node_object(host.name, host.rdma_ip, control_plane=False, gpu_host=host),
+                self.node_object(host.name, host.state.rdma_ip, control_plane=False, gpu_host=host),
             )
         seed_pull_secret(self.lab)
         if variant.other_gpu_node:
@@ -153,7 +153,7 @@ class ClusterObjects:
             return 200, {"changed": False, "skipped": f"{name} is not a lab GPU node"}
         if self.lab.cluster.node(name) is not None:
             return 200, {"changed": False}
-        node = self.node_object(name, host.rdma_ip, control_plane=False, gpu_host=host)
+        node = self.node_object(name, host.state.rdma_ip, control_plane=False, gpu_host=host)
         self.lab.cluster.put("v1", "nodes", node)
         self.lab.operator.reaches(name)
         return 200, {"changed": True}

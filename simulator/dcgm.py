@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from simulator.faults import Fault
 
 if TYPE_CHECKING:
-    from simulator.host import LabHost
+    from simulator.host import HostState
 
 MODEL = "NVIDIA B300 SXM6 AC"
 DRIVER = "595.91.07"
@@ -61,7 +61,7 @@ IDLE = {
 }  # fmt: skip
 
 
-def exporter_page(host: LabHost) -> str:
+def exporter_page(host: HostState) -> str:
     """The page ``GET :9400/metrics`` of the exporter on ``host`` answers with."""
     gpus = range(host.gpus_present)
     xid = Fault.GPU_XID in host.faults

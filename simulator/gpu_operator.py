@@ -174,12 +174,12 @@ class GpuOperator:
         if rolled or self.lab.cluster.get("v1", "pods", namespace, validator) is None:
             self.lab.cluster.put("v1", "pods", self.lab.cluster_objects.pod(namespace, validator, node, owner="Job",
                                                      phase="Succeeded", ready=False))  # fmt: skip
-        host.gpu_driver = True
+        host.state.gpu_driver = True
         self.toolkit_configures(host)
         with self.lab.cluster.lock:
             live = self.lab.cluster.node(host.name)
             if live is not None:
-                count = str(host.gpus_present)
+                count = str(host.state.gpus_present)
                 live["status"]["capacity"]["nvidia.com/gpu"] = count
                 live["status"]["allocatable"]["nvidia.com/gpu"] = count
                 live["metadata"]["labels"]["nvidia.com/gpu.present"] = "true"
@@ -207,7 +207,7 @@ class GpuOperator:
             return 503, "connection refused"
         if path.rstrip("/") != "/metrics":
             return 404, "404 page not found\n"
-        return 200, exporter_page(host)
+        return 200, exporter_page(host.state)
 
     def toolkit_configures(self, host: LabHost) -> None:
         """containerd's config as Kubespray v2.29.1 templates it (version 3, no imports

@@ -202,7 +202,7 @@ class Lab:
         self.api.add_lab_handler(
             "GET",
             "/lab/v1/hosts",
-            lambda _: (200, {n: h.snapshot() for n, h in self.hosts.items()}),
+            lambda _: (200, {n: h.state.snapshot() for n, h in self.hosts.items()}),
         )
         self.cluster.pod_logs = self.workloads.pod_logs
         self.cluster.pod_proxy = self.operator.pod_proxy
@@ -296,7 +296,7 @@ SAVE_EVERY_S = 1.0  # a kept lab saves at most this often, and only after a chan
 def _saved_host(saved: persist.Saved | None, fresh: LabHost) -> LabHost:
     """The host as saved (its files, modules, QoS, machine-id...), or the fresh one."""
     if saved is not None and fresh.name in saved.hosts:
-        return saved.hosts[fresh.name]
+        return LabHost.from_state(saved.hosts[fresh.name])
     return fresh
 
 

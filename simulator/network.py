@@ -1,6 +1,6 @@
 """The lab host's bond and whoever manages it: NetworkManager (RHEL 10), systemd-networkd
 (Ubuntu 24.04 server through netplan), and what Intel's out-of-tree ice does to RDMA when
-the bond changes. A mixin of ``LabHost`` (simulator/host/).
+the bond changes. ``HostNetwork``, a collaborator of ``LabHost`` (simulator/host/).
 
 Sources:
 - NetworkManager (src/core/devices/nm-device.c ``device_recheck_port_status``,
@@ -24,19 +24,24 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from simulator.host import LabHost, Port, Result
+    from simulator.host import Port, Result
+    from simulator.host.machine import HostState
 
 
-class NetworkMixin:
-    """Bond membership, its manager and the RDMA re-registration that follows it."""
+class HostNetwork:
+    """Bond membership, its manager and the RDMA re-registration that follows it, on the
+    host's state."""
 
-    def _manager(self: LabHost) -> str:
-        return "networkd" if self.os.startswith("ubuntu") else "NetworkManager"
+    def __init__(self, state: HostState) -> None:
+        self.state = state
 
-    def profile(self: LabHost, port: Port) -> str:
-        return f"{self.bond_name}-port{self.ports.index(port) + 1}"
+    def _manager(self) -> str:
+        return "networkd" if self.state.os.startswith("ubuntu") else "NetworkManager"
 
-    def nm_connections(self: LabHost) -> list[tuple[str, str, str, Port, bool]]:
+    def profile(self, port: Port) -> str:
+        return f"{self.state.bond_name}-port{self.state.ports.index(port) + 1}"
+
+    def nm_connections(self) -> list[tuple[str, str, str, Port, bool]]:
         """NetworkManager's profiles in D-Bus order: (NAME, UUID, TYPE, device, bond port).
         nmcli(1) selects a profile by ``id`` (its name, the default) or ``uuid``; names need
         not be unique. NetworkManager src/nmcli/common.c ``nmc_find_connection``: an id
@@ -48,72 +53,62 @@ class NetworkMixin:
         import uuid
 
         rows = []
-        for port in self.ports:
+        for port in self.state.ports:
             name = self.profile(port)
-            if "nm-duplicate-profile" in self.faults:
-                stale = str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{self.name}/{name}/stale"))
+            if "nm-duplicate-profile" in self.state.faults:
+                stale = str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{self.state.name}/{name}/stale"))
                 rows.append((name, stale, "802-3-ethernet", port, False))
-            own = str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{self.name}/{name}"))
+            own = str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{self.state.name}/{name}"))
             rows.append((name, own, "802-3-ethernet", port, True))
         return rows
 
-    def _nm_active(self: LabHost, row: tuple[str, str, str, Port, bool]) -> bool:
+    def _nm_active(self, row: tuple[str, str, str, Port, bool]) -> bool:
         """Whether the profile is active: the port's bond profile while the port is in the
         bond through it, a standalone one while the port is up outside the bond by it."""
         _, _, _, port, bond_port = row
         return port.nm_profile_active and (port.nm_standalone != bond_port)
 
-    def set_enslaved(self: LabHost, port: Port, enslaved: bool) -> None:
+    def set_enslaved(self, port: Port, enslaved: bool) -> None:
         """A port joins or leaves the bond; the RDMA device follows the bond (OOT LAG)."""
         if port.enslaved == enslaved:
             return
         port.enslaved = enslaved
         if enslaved:
-            self.kernel_log.append(
-                f"{self.bond_name}: (slave {port.name}): Enslaving as a backup interface with an up link"
+            self.state.kernel_log.append(
+                f"{self.state.bond_name}: (slave {port.name}): Enslaving as a backup interface with an up link"
             )
         else:
-            self.kernel_log.append(
-                f"{self.bond_name}: (slave {port.name}): Releasing backup interface"
+            self.state.kernel_log.append(
+                f"{self.state.bond_name}: (slave {port.name}): Releasing backup interface"
             )
         self.reregister_rdma()
 
-    def form_bond(self: LabHost) -> None:
+    def form_bond(self) -> None:
         """At boot, once the network is up: both ports join (after the early boot units)."""
-        for port in self.ports:
+        for port in self.state.ports:
             self.set_enslaved(port, True)
             port.admin_up = True
 
-    def reregister_rdma(self: LabHost) -> None:
+    def reregister_rdma(self) -> None:
         """The irdma device is unplugged and plugged again: configfs state is lost."""
-        first, second = self.ports[0], self.ports[1]
-        self.lag_rdma_ok = True
+        first, second = self.state.ports[0], self.state.ports[1]
+        self.state.lag_rdma_ok = True
         if first.enslaved and second.enslaved and first.dcb.config() != second.dcb.config():
-            self.kernel_log.append(self.lag_dcb_refusal())
-            self.lag_rdma_ok = False
-        for path in list(self.configfs):
+            self.state.kernel_log.append(self.state.lag_dcb_refusal())
+            self.state.lag_rdma_ok = False
+        for path in list(self.state.configfs):
             if path.startswith("/sys/kernel/config/irdma/"):
-                del self.configfs[path]  # the group points at the old device
+                del self.state.configfs[path]  # the group points at the old device
             elif path.endswith("/default_roce_tos"):
-                self.configfs[path] = "0\n"  # cma_add_one: a fresh, zeroed cma_device
-
-    def lag_dcb_refusal(self: LabHost) -> str:
-        """What Intel's ice logs when the bond's ports differ in DCB (src/ice_lag.c
-        ice_is_bond_rdma_cap): ``netdev_info(lag->netdev, "Found netdev %s with different
-        DCB config\\n", peer)`` on the bond's primary (the first port that joined), which
-        net/core/dev.c __netdev_printk prefixes with "<driver> <PCI address> <netdev>: "."""
-        first, second = self.ports[0], self.ports[1]
-        return (
-            f"ice {first.slot} {first.name}: Found netdev {second.name} with different DCB config"
-        )
+                self.state.configfs[path] = "0\n"  # cma_add_one: a fresh, zeroed cma_device
 
     # -- ip link under a manager -------------------------------------------------------------
 
-    def link_master(self: LabHost, port: Port, enslave: bool) -> None:
+    def link_master(self, port: Port, enslave: bool) -> None:
         """`ip link set P nomaster|master BOND`: NM puts a released port back."""
         if not enslave and self._manager() == "NetworkManager" and port.nm_profile_active:
-            self.kernel_log.append(
-                f"NetworkManager: device ({port.name}): released from controller device {self.bond_name}"
+            self.state.kernel_log.append(
+                f"NetworkManager: device ({port.name}): released from controller device {self.state.bond_name}"
             )
             self.set_enslaved(port, False)
             # nm-policy: CONNECTION_ASSUMED does not block autoconnect: activated again.
@@ -123,7 +118,7 @@ class NetworkMixin:
 
     # -- NetworkManager ------------------------------------------------------------------------
 
-    def cmd_nmcli(self: LabHost, args: list[str]) -> Result:
+    def cmd_nmcli(self, args: list[str]) -> Result:
         from simulator.host import Result
 
         if self._manager() != "NetworkManager":
@@ -133,8 +128,8 @@ class NetworkMixin:
         if words[:1] in (["-f"], ["-g"]):
             fields, words = words[1], words[2:]
         if words[:2] == ["device", "status"]:
-            rows = [(self.bond_name, "bond", "connected", self.bond_name)]
-            for port in self.ports:
+            rows = [(self.state.bond_name, "bond", "connected", self.state.bond_name)]
+            for port in self.state.ports:
                 active = port.nm_profile_active
                 rows.append((port.name, "ethernet", "connected" if active else "disconnected",
                              self.profile(port) if active else ""))  # fmt: skip
@@ -142,7 +137,7 @@ class NetworkMixin:
             wanted = [columns[f] for f in (fields or "DEVICE,TYPE,STATE,CONNECTION").split(",")]
             return Result("".join(":".join(row[i] for i in wanted) + "\n" for row in rows))
         if words[:2] == ["device", "show"] and len(words) == 3:
-            port = self._port(words[2])
+            port = self.state.port(words[2])
             if port is None:
                 return Result(stderr=f"Error: Device '{words[2]}' not found.\n", exit_status=10)
             return Result((self.profile(port) if port.nm_profile_active else "") + "\n")
@@ -164,7 +159,7 @@ class NetworkMixin:
             stderr=f"Error: argument '{' '.join(words)}' not understood.\n", exit_status=2
         )
 
-    def _nm_up_down(self: LabHost, up: bool, selector: list[str]) -> Result:
+    def _nm_up_down(self, up: bool, selector: list[str]) -> Result:
         """`nmcli connection up|down [id|uuid] ID` as nmcli resolves it (see nm_connections)."""
         from simulator.host import Result
 
@@ -180,7 +175,7 @@ class NetworkMixin:
             self.set_enslaved(port, bond_port)
             port.admin_up = True
             return Result("Connection successfully activated (D-Bus active path: "
-                          f"/org/freedesktop/NetworkManager/ActiveConnection/{4 + self.ports.index(port)})\n")  # fmt: skip
+                          f"/org/freedesktop/NetworkManager/ActiveConnection/{4 + self.state.ports.index(port)})\n")  # fmt: skip
         active = [r for r in rows if self._nm_active(r)]
         if not active:
             return Result(stderr=f"Error: '{value}' is not an active connection.\n"
@@ -190,12 +185,12 @@ class NetworkMixin:
             port.nm_profile_active, port.nm_standalone = False, False
             self.set_enslaved(port, False)
             out.append(f"Connection '{name}' successfully deactivated (D-Bus active path: "
-                       f"/org/freedesktop/NetworkManager/ActiveConnection/{4 + self.ports.index(port)})\n")  # fmt: skip
+                       f"/org/freedesktop/NetworkManager/ActiveConnection/{4 + self.state.ports.index(port)})\n")  # fmt: skip
         return Result("".join(out))
 
     # -- systemd-networkd ------------------------------------------------------------------------
 
-    def cmd_networkctl(self: LabHost, args: list[str]) -> Result:
+    def cmd_networkctl(self, args: list[str]) -> Result:
         from simulator.host import Result
 
         if self._manager() != "networkd":
@@ -203,13 +198,13 @@ class NetworkMixin:
         words = [a for a in args if not a.startswith("--")]
         if words[:1] == ["list"]:
             lines = ["  1 lo        loopback unmanaged  unmanaged"]
-            for i, port in enumerate(self.ports):
+            for i, port in enumerate(self.state.ports):
                 lines.append(f"  {4 + i} {port.name} ether    enslaved  configured")
-            lines.append(f"  6 {self.bond_name}     bond     routable  configured")
+            lines.append(f"  6 {self.state.bond_name}     bond     routable  configured")
             return Result("\n".join(lines) + "\n")
         if words[:1] == ["reconfigure"]:
             for name in words[1:]:
-                port = self._port(name)
+                port = self.state.port(name)
                 if port is None:
                     return Result(
                         stderr=f'Failed to resolve interface "{name}": No such device\n',

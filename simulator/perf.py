@@ -260,7 +260,7 @@ def client_output(args: PerftestArgs, host: LabHost, *, visible: list[int] | Non
     """The client's output; ``visible``: the host GPUs the container sees, in CUDA's order
     (``--use_cuda=N`` takes the N-th), all of them in PCI order when None."""
     lines = []
-    order = list(range(host.gpus_present)) if visible is None else visible
+    order = list(range(host.state.gpus_present)) if visible is None else visible
     gpu = order[args.cuda] if args.cuda is not None and args.cuda < len(order) else None
     if args.cuda is not None:
         lines += [
@@ -281,7 +281,7 @@ def client_output(args: PerftestArgs, host: LabHost, *, visible: list[int] | Non
     lines += _header(args, host)
     lines += [
         " local address: LID 0x01 QPN 0x0011 PSN 0x5a1f3c RKey 0x69540273 VAddr 0x007e4ef245e000",
-        f" GID: 00:00:00:00:00:00:00:00:00:00:255:255:{host.rdma_ip.replace('.', ':')}",
+        f" GID: 00:00:00:00:00:00:00:00:00:00:255:255:{host.state.rdma_ip.replace('.', ':')}",
         " remote address: LID 0x01 QPN 0x0012 PSN 0x2ce2c7 RKey 0xbfde4945 VAddr 0x0075bee2e6f000",
         " GID: 00:00:00:00:00:00:00:00:00:00:255:255:192:168:50:200",
         "-" * 87,
@@ -300,7 +300,7 @@ def client_output(args: PerftestArgs, host: LabHost, *, visible: list[int] | Non
             bw *= 0.97
         if args.cuda is not None:
             bw *= 0.92 if args.dmabuf else 0.88
-            if gpu is not None and gpu_nic_link(gpu, host.gpus_present, host.faults) == "SYS":
+            if gpu is not None and gpu_nic_link(gpu, host.state.gpus_present, host.faults) == "SYS":
                 bw *= SYS_GPU_SHARE
         if args.rate_limit is not None:
             # The software limiter paces the whole process, not each QP
@@ -493,12 +493,12 @@ async def run_perftest(argv: list[str], host: LabHost, broker: Broker) -> tuple[
             1,
         )
     if args.server is None:
-        future = broker.listen(host.rdma_ip, args.port)
+        future = broker.listen(host.state.rdma_ip, args.port)
         waiting = "\n************************************\n* Waiting for client to connect... *\n************************************\n"
         try:
             await asyncio.wait_for(future, args.duration or 60)
         except TimeoutError:
-            broker.connect(host.rdma_ip, args.port)
+            broker.connect(host.state.rdma_ip, args.port)
             return waiting, "Couldn't connect the client in time\n", 1
         except asyncio.CancelledError:
             return waiting, "", 143  # killed by pkill / timeout
@@ -599,11 +599,11 @@ def congestion(host: LabHost, args: PerftestArgs, *, receiver: bool) -> None:
     """DCQCN at work (seed 004 section 3): with ECN on both ends and RoCE traffic in its
     class (-T), the switch marks packets at its threshold; the receiver counts the marks and
     sends CNPs, the sender handles them. Without ECN nothing is marked."""
-    if args.tos is None or not host.ecn_enabled():
+    if args.tos is None or not host.rdma.ecn_enabled():
         return
     names = ("RxECNMrkd", "cnpSent") if receiver else ("cnpHandled",)
     for name in names:
-        host.hw_counters[name] = host.hw_counters.get(name, 0) + CONGESTED_PACKETS
+        host.state.hw_counters[name] = host.state.hw_counters.get(name, 0) + CONGESTED_PACKETS
 
 
 def split_prefixes(argv: list[str]) -> list[str]:

@@ -33,14 +33,14 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from simulator.host import LabHost
+from simulator.host import HostState
 from wizard.private import check_folder, check_owned
 
 if TYPE_CHECKING:
     from simulator.lab import Lab
 
 SAVED = "lab-state.json"
-FORMAT = 2  # bump when the saved shape changes: an older file starts a fresh lab
+FORMAT = 3  # bump when the saved shape changes: an older file starts a fresh lab
 MAX_SAVED_BYTES = 256 << 20  # a lab of 1000 nodes saves a few tens of MB
 # The only classes a saved lab is rebuilt as: the lab's own, by module.
 _LAB_MODULES = "simulator."
@@ -57,7 +57,7 @@ class Saved:
     host_keys: dict[str, bytes] = field(default_factory=dict)  # host name -> private key
     ssh_ports: dict[str, int] = field(default_factory=dict)  # host name -> port
     api_port: int = 0
-    hosts: dict[str, LabHost] = field(default_factory=dict)
+    hosts: dict[str, HostState] = field(default_factory=dict)  # each LabHost's state
     objects: dict[Any, Any] = field(default_factory=dict)  # ClusterState.objects
     resource_version: int = 1
     releases: dict[str, Any] = field(default_factory=dict)
@@ -184,7 +184,7 @@ def capture(lab: Lab) -> Saved:
         host_keys={n: s.host_key.export_private_key() for n, s in lab.servers.items()},
         ssh_ports={n: s.port for n, s in lab.servers.items()},
         api_port=int(lab.api.httpd.server_address[1]),
-        hosts=dict(lab.hosts),
+        hosts={name: host.state for name, host in lab.hosts.items()},
         objects=objects,
         resource_version=version,
         releases=dict(lab.releases),
@@ -201,7 +201,7 @@ async def keep_saving(lab: Lab, every_s: float) -> None:
             sum(len(h.commands) for h in lab.hosts.values()),
             lab.cluster._rv,
             len(lab.releases),
-            tuple(h.boot_id for h in lab.hosts.values()),
+            tuple(h.state.boot_id for h in lab.hosts.values()),
         )
         if mark != last:
             last = mark

@@ -157,8 +157,8 @@ class HostRoot:
     def _wanted(self) -> dict[str, str]:
         """What the model says the mounted directories hold."""
         wanted = {p: c for p, c in self.host.files.items() if p.startswith(_PREFIXES)}
-        wanted["/etc/os-release"] = OS_RELEASE[self.host.os]
-        wanted["/etc/machine-id"] = self.host.machine_id + "\n"
+        wanted["/etc/os-release"] = OS_RELEASE[self.host.state.os]
+        wanted["/etc/machine-id"] = self.host.state.machine_id + "\n"
         return wanted
 
     def push(self) -> None:

@@ -199,7 +199,8 @@ class LabShell:
         self.roots_folder.mkdir()
         from simulator.host.dispatch import LAB_TOOLS
 
-        names = {n[4:] for n in dir(LabHost) if n.startswith("cmd_")} | set(_EXTRA_COMMANDS)
+        names = {n[4:] for kind in LabHost.ANSWERING for n in dir(kind) if n.startswith("cmd_")}
+        names |= set(_EXTRA_COMMANDS)
         names |= set(LAB_TOOLS)  # the tools registered for a Command (@lab_tool)
         names = {spelling for n in names for spelling in (n, n.replace("_", "-"))}
         names -= {"sh", "sudo", "timeout"}
@@ -328,7 +329,7 @@ class LabShell:
             tool = shutil.which(argv[0], path=_FILTER_PATH)
             if tool is not None:
                 return await self._filter([tool, *argv[1:]], stdin)
-        result = self.hosts[host_name].run_argv(argv, stdin)
+        result = self.hosts[host_name].dispatch.run_argv(argv, stdin)
         return result.stdout, result.stderr, result.exit_status
 
     async def _filter(self, argv: list[str], stdin: str) -> tuple[str, str, int]:
@@ -593,14 +594,14 @@ class LabShell:
         (``Before=network-pre.target``) run first, then the network comes up (the bond
         forms), then the others (``After=network-online.target``), each ExecStart in turn."""
         early, late = [], []
-        for unit in sorted(host.enabled_units):
+        for unit in sorted(host.state.enabled_units):
             text = host.files.get(f"/etc/systemd/system/{unit}", "")
             (early if "network-pre.target" in _directive(text, "Before") else late).append(
                 (unit, text)
             )
         failed: set[str] = set()
         results = [await self._unit(host, unit, text, failed) for unit, text in early]
-        host.form_bond()
+        host.network.form_bond()
         results += [await self._unit(host, unit, text, failed) for unit, text in late]
         return [r for r in results if r is not None]
 
@@ -619,13 +620,13 @@ class LabShell:
         broken = [u for u in _directive(text, "Requires").split() if u in failed and u in after]
         if broken:
             failed.add(unit)
-            host.boot_log.append({"unit": unit, "exit": None, "result": "dependency",
+            host.state.boot_log.append({"unit": unit, "exit": None, "result": "dependency",
                                   "stdout": "", "stderr": f"dependency failed: {broken[0]}\n"})  # fmt: skip
             return None
         result = await self.run(host, host.files.get(command[0], ""), *command[1:])
         if result.exit_status != 0:
             failed.add(unit)
-        host.boot_log.append(
+        host.state.boot_log.append(
             {
                 "unit": unit,
                 "exit": result.exit_status,

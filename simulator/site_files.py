@@ -67,17 +67,17 @@ class SiteFiles:
                     "name": name,
                     "host": server.address,
                     "ssh": {"port": server.port},
-                    "os": host.os,
-                    "gpu_count": host.gpu_count,
-                    "bond": {"name": host.bond_name, "ports": [p.name for p in host.ports]},
-                    "rdma_ip": host.rdma_ip,
+                    "os": host.state.os,
+                    "gpu_count": host.state.gpu_count,
+                    "bond": {"name": host.state.bond_name, "ports": [p.name for p in host.ports]},
+                    "rdma_ip": host.state.rdma_ip,
                 }
             )
         peers = [
             # The lab's peers are stand-ins that serve nobody: no production storage to
             # gate (tests/test_storage_load_gate.py turns it on).
             {"name": name, "host": server.address, "ssh": {"port": server.port},
-             "rdma_ip": lab.hosts[name].rdma_ip, "production": False}
+             "rdma_ip": lab.hosts[name].state.rdma_ip, "production": False}
             for name, server in lab.servers.items()
             if lab.hosts[name].role == "peer"
         ]  # fmt: skip

@@ -173,7 +173,7 @@ class LabSshServer:
             return self.host.execute(command, stdin)
         self.host.commands.append(command)
         # The channel's stdin fed to the shell while it runs: `ssh node 'sh -s' < script`.
-        env = {"SSH_CONNECTION": self.host.ssh_connection()}
+        env = {"SSH_CONNECTION": self.host.dispatch.ssh_connection()}
         source = stdin.encode() if stdin else process.stdin
         ran = await self.shell.exec(self.host, command, source, env=env)
         return Result(ran.stdout, ran.stderr, ran.exit_status)
@@ -205,7 +205,7 @@ class LabSshServer:
             return "", refusal + "\n", 1
         port = int(argv[argv.index("-p") + 1]) if "-p" in argv else 5201
         if "-s" in argv:
-            future = self.broker.listen(self.host.rdma_ip, port)
+            future = self.broker.listen(self.host.state.rdma_ip, port)
             try:
                 await asyncio.wait_for(future, 60)
             except TimeoutError:
@@ -238,6 +238,6 @@ class LabSshServer:
         if self.shell is not None:
             await self.shell.boot(self.host)  # early units, the bond forms, late units
         else:
-            self.host.form_bond()
+            self.host.network.form_bond()
         await asyncio.sleep(self.reboot_seconds)
         await self.start(port)

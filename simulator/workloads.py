@@ -120,7 +120,7 @@ class Workloads:
                 "initializing CUDA\ncuInit() failed: CUDA driver version is insufficient\n",
                 False,
             )
-        if args.cuda is not None and not args.dmabuf and "nvidia_peermem" not in host.modules:
+        if args.cuda is not None and not args.dmabuf and "nvidia_peermem" not in host.state.modules:
             # Without DMA-BUF, ibv_reg_mr of GPU memory needs nvidia-peermem (the GPU
             # Operator's driver.rdma.enabled, off by design here): the kernel refuses it.
             return " Couldn't allocate MR\n Failed to create MR\n", False
@@ -130,7 +130,7 @@ class Workloads:
         visible = None
         if args.cuda is not None:
             env = {e["name"]: e.get("value") for e in container.get("env", [])}
-            visible = visible_gpus(host.gpus_present, int(limits["nvidia.com/gpu"]), env)
+            visible = visible_gpus(host.state.gpus_present, int(limits["nvidia.com/gpu"]), env)
             if args.cuda >= len(visible):
                 # perftest src/cuda_memory.c init_gpu(): the id is checked against
                 # cuDeviceGetCount (wording as perftest prints it, approximately).
@@ -262,7 +262,7 @@ class Workloads:
             resource = f"{prefix}/{entry['resourceName']}"
             # rdma_device_spec.go: a device without its rdma_cm, umad and uverbs
             # character devices is skipped, and the pool advertises 0.
-            devices = host.infiniband_devices()
+            devices = host.kmod.infiniband_devices()
             complete = all(
                 any(d.startswith(n) for d in devices) for n in ("rdma_cm", "umad", "uverbs")
             )
@@ -295,7 +295,7 @@ class Workloads:
                 hca = env.get("NCCL_IB_HCA") or (
                     host.rdma_devices[0][0] if rdma and host.rdma_devices else None
                 )
-                output.append(single_node_log(host.name, min(gpus, host.gpus_present),
+                output.append(single_node_log(host.name, min(gpus, host.state.gpus_present),
                                               p2p=env.get("NCCL_P2P_DISABLE") != "1",
                                               shm=env.get("NCCL_SHM_DISABLE") != "1", hca=hca))  # fmt: skip
                 continue
@@ -314,7 +314,7 @@ class Workloads:
                     continue
                 if words[:1] == ["nvidia-smi"] and gpus:
                     # The container toolkit puts nvidia-smi into a container given GPUs.
-                    result = host.nvidia_smi(words[1:])
+                    result = host.pci.nvidia_smi(words[1:])
                 else:
                     result = host.execute(part.strip())
                 output.append(result.stdout + result.stderr)

@@ -52,7 +52,7 @@ async def test_the_exported_inventory_reaches_the_lab_with_the_sites_key_and_kno
         assert status == 0, output
         for host in lab.gpu_hosts():
             assert f"{host.name} | CHANGED | rc=0" in output
-            assert host.machine_id in output
+            assert host.state.machine_id in output
 
 
 def test_by_default_an_unknown_host_key_is_refused(tmp_path):

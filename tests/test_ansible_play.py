@@ -180,11 +180,12 @@ async def test_the_play_runs_for_real_then_the_wizard_verifies_it_and_a_rerun_ch
 
             # What the play wrote landed in the host's model (through its own view).
             for host in lab.gpu_hosts():
-                assert f"kernel-devel-{host.kernel}" in host.packages  # the running kernel's
+                state = host.state
+                assert f"kernel-devel-{state.kernel}" in state.packages  # the running kernel's
                 assert "roce_ena=1" in host.files["/etc/modprobe.d/irdma.conf"]
-                assert host.irdma_roce and "roce_ena=1" in host.initramfs_irdma_options
+                assert host.state.irdma_roce and "roce_ena=1" in host.state.initramfs_irdma_options
                 assert host.name in host.files["/usr/local/sbin/gpu-node-wizard-roce-tos"]
-                assert host.enabled_units >= {
+                assert host.state.enabled_units >= {
                     "gpu-node-wizard-roce-qos.service",
                     "gpu-node-wizard-roce-tos.service",
                 }
@@ -208,14 +209,14 @@ async def test_the_play_runs_for_real_then_the_wizard_verifies_it_and_a_rerun_ch
             # A run that failed half-way left irdma in iWARP mode and the initramfs without
             # roce_ena: the rerun notices both (nothing it copies changed) and fixes both.
             (host,) = lab.gpu_hosts()
-            host.irdma_roce = False
-            host.initramfs_irdma_options = ""
+            host.state.irdma_roce = False
+            host.state.initramfs_irdma_options = ""
             status, output = await _play(tool, tmp_path / "out", control, lab)
             assert status == 0, output[-6000:]
             tasks = _tasks(output)
             assert "changed: [gpu-b300-01]" in tasks["Rebuild the initramfs"], output[-6000:]
             assert "changed: [gpu-b300-01]" in tasks[reload], output[-6000:]
-            assert host.irdma_roce and "roce_ena=1" in host.initramfs_irdma_options
+            assert host.state.irdma_roce and "roce_ena=1" in host.state.initramfs_irdma_options
             assert await _node(lab) == ("", None)
     finally:
         shutil.rmtree(control, ignore_errors=True)

@@ -302,15 +302,15 @@ async def test_a_rebuilt_machine_under_the_same_name_does_not_inherit_its_result
         assert first.exit_code == 0
         host = lab.hosts["gpu-b300-01"]
         # Reinstalled: a new machine-id, and the packages the wizard installed are gone.
-        host.machine_id = "0" * 32
-        host.packages.clear()
+        host.state.machine_id = "0" * 32
+        host.state.packages.clear()
         out = io.StringIO()
         second = await _lab_run(lab, state, HeadlessFrontEnd(yes=True, out=out))
     text = out.getvalue()
     assert "gpu-b300-01 is not the machine its results were recorded on (machine_id" in text
     assert "already done" not in text
     assert second.summary.results[("packages.install", "gpu-b300-01")] is StepState.DONE
-    assert host.packages, "the packages were installed again on the new machine"
+    assert host.state.packages, "the packages were installed again on the new machine"
 
 
 async def test_a_reboot_re_verifies_settled_results_before_trusting_them(tmp_path):
@@ -322,14 +322,14 @@ async def test_a_reboot_re_verifies_settled_results_before_trusting_them(tmp_pat
     state = tmp_path / "state"
     async with Lab(tmp_path / "lab") as lab:
         await _lab_run(lab, state, HeadlessFrontEnd(yes=True, out=io.StringIO()))
-        lab.hosts["gpu-b300-01"].boot_id = "rebooted-boot-id"
-        lab.hosts["gpu-b300-01"].packages.discard("perftest")  # lost (e.g. a bad image)
+        lab.hosts["gpu-b300-01"].state.boot_id = "rebooted-boot-id"
+        lab.hosts["gpu-b300-01"].state.packages.discard("perftest")  # lost (e.g. a bad image)
         out = io.StringIO()
         await _lab_run(lab, state, HeadlessFrontEnd(yes=True, out=out))
     text = out.getvalue()
     assert "rebooted since its results were recorded" in text
     assert "packages.install no longer holds after a reboot: running it again" in text
-    assert "perftest" in lab.hosts["gpu-b300-01"].packages
+    assert "perftest" in lab.hosts["gpu-b300-01"].state.packages
 
 
 async def test_a_read_only_run_between_does_not_use_up_a_reboot(tmp_path):
@@ -343,14 +343,14 @@ async def test_a_read_only_run_between_does_not_use_up_a_reboot(tmp_path):
     async with Lab(tmp_path / "lab") as lab:
         await _lab_run(lab, state, HeadlessFrontEnd(yes=True, out=io.StringIO()))
         host = lab.hosts["gpu-b300-01"]
-        host.boot_id = "rebooted-boot-id"
-        host.packages.discard("perftest")
+        host.state.boot_id = "rebooted-boot-id"
+        host.state.packages.discard("perftest")
         # A run of another phase first: it reads the new boot id, and must not settle it.
         await _lab_run(lab, state, HeadlessFrontEnd(yes=True, out=io.StringIO()), phases=("e810",))
         out = io.StringIO()
         await _lab_run(lab, state, HeadlessFrontEnd(yes=True, out=out))
     assert "packages.install no longer holds after a reboot: running it again" in out.getvalue()
-    assert "perftest" in host.packages
+    assert "perftest" in host.state.packages
 
 
 class _Kube:

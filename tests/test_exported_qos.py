@@ -118,7 +118,7 @@ async def test_a_naive_rerun_dies_on_the_drivers_no_change_answer(shell):
     nothing, so a script that sets unconditionally fails on its second run."""
     host = fresh(shell)
     assert (await shell.run(host, procedure(SITE, NODE))).exit_status == 0
-    host.set_enslaved(host.ports[0], False)  # out of the bond: the driver takes DCB
+    host.network.set_enslaved(host.ports[0], False)  # out of the bond: the driver takes DCB
     naive = "#!/bin/sh\nset -e\n" + (
         "dcb pfc set dev ens5f0np0 prio-pfc 0:off 1:off 2:off 3:on 4:off 5:off 6:off 7:off\n"
     )
@@ -153,9 +153,9 @@ async def test_the_rollback_restores_the_captured_state(shell):
         "done\n"
     )
     for port in host.ports:
-        host.set_enslaved(port, False)
+        host.network.set_enslaved(port, False)
     assert (await shell.run(host, before)).exit_status == 0
-    host.form_bond()
+    host.network.form_bond()
     captured = {p: read_qos(host, p) for p in NODE.bond.ports}
     assert captured["ens5f0np0"].pfc == (4,)
     # What the live run captures (the same operations' reads), before the change.
@@ -188,14 +188,19 @@ async def test_the_rollback_restores_the_captured_state(shell):
             assert all(p.enslaved for p in host.ports)
 
 
-class AgentBackHost(LabHost):
+def agent_back_host() -> LabHost:
     """The firmware LLDP agent reported on again once the bond re-formed (the agent cannot
     be turned on by command in DSCP mode: this host's flag flips under the script)."""
+    host = LabHost("gpu-b300-01", "gpu", "10.10.0.21", "192.168.50.21")
+    reregister = host.network.reregister_rdma
 
-    def reregister_rdma(self) -> None:
-        super().reregister_rdma()
-        for port in self.ports:
+    def and_the_agent_back() -> None:
+        reregister()
+        for port in host.ports:
             port.lldp_agent = True
+
+    host.network.reregister_rdma = and_the_agent_back  # type: ignore[method-assign]
+    return host
 
 
 async def test_the_scripts_verification_reads_back_ets_and_the_lldp_agent(shell):
@@ -207,7 +212,7 @@ async def test_the_scripts_verification_reads_back_ets_and_the_lldp_agent(shell)
     result = await shell.run(host, broken)
     assert result.exit_status != 0
     assert "ETS (selection and bandwidth per TC): tc-tsa" in result.stderr, result.stderr
-    host = AgentBackHost("gpu-b300-01", "gpu", "10.10.0.21", "192.168.50.21")
+    host = agent_back_host()
     shell.hosts[host.name] = host
     result = await shell.run(host, script)
     assert result.exit_status != 0
@@ -215,24 +220,26 @@ async def test_the_scripts_verification_reads_back_ets_and_the_lldp_agent(shell)
     assert message in result.stderr, result.stderr
 
 
-class UnbundledHost(LabHost):
+def unbundled_host() -> LabHost:
     """The second port's link is up but LACP did not bundle it: bonding shows it with
     MII up in an aggregator of its own (as when the switch's port-channel lacks it)."""
+    host = LabHost("gpu-b300-01", "gpu", "10.10.0.21", "192.168.50.21")
+    bonding = host.nic.bonding
 
-    def _read(self, path):
-        text = super()._read(path)
-        if text and path == f"/proc/net/bonding/{self.bond_name}":
-            head, _, second = text.partition("Slave Interface: ens5f1np1\n")
-            text = (
-                head
-                + "Slave Interface: ens5f1np1\n"
-                + second.replace("Aggregator ID: 1", "Aggregator ID: 2", 1)
-            )
-        return text
+    def unbundled() -> str:
+        head, _, second = bonding().partition("Slave Interface: ens5f1np1\n")
+        return (
+            head
+            + "Slave Interface: ens5f1np1\n"
+            + second.replace("Aggregator ID: 1", "Aggregator ID: 2", 1)
+        )
+
+    host.nic.bonding = unbundled  # type: ignore[method-assign]
+    return host
 
 
 async def test_the_wait_for_the_bond_needs_both_ports_in_the_active_aggregator(shell):
-    host = UnbundledHost("gpu-b300-01", "gpu", "10.10.0.21", "192.168.50.21")
+    host = unbundled_host()
     shell.hosts[host.name] = host
     assert "MII Status: up" in host.execute("cat /proc/net/bonding/bond1").stdout
     result = await shell.run(host, procedure(SITE, NODE))
@@ -353,7 +360,7 @@ async def test_a_rollback_lasts_past_the_next_reboot(shell):
     assert (await shell.run(host, procedure(SITE, NODE))).exit_status == 0
     for artifact in BootPersistence().artifacts(SITE, NODE):  # as qos.persist installs them
         host.files[artifact.host_path] = artifact.content
-    host.enabled_units |= set(BOOT_UNITS)
+    host.state.enabled_units |= set(BOOT_UNITS)
     result = await shell.run(host, rollback_script(SITE, NODE, None))
     assert result.exit_status == 0, result.stderr
     enabled = host.execute(shlex.join(["systemctl", "is-enabled", *BOOT_UNITS]))
@@ -410,12 +417,12 @@ BEFORE = {
 async def _prepared(shell: LabShell, before: str) -> LabHost:
     host = fresh(shell)
     for port in host.ports:
-        host.set_enslaved(port, False)
+        host.network.set_enslaved(port, False)
     script = "#!/bin/sh\nset -e\nfor p in ens5f0np0 ens5f1np1; do\n"
     script += "  ethtool --set-priv-flags $p fw-lldp-agent off\n" + before + "done\n"
     result = await shell.run(host, script)
     assert result.exit_status == 0, result.stderr
-    host.form_bond()
+    host.network.form_bond()
     return host
 
 
@@ -432,10 +439,10 @@ async def test_a_rollback_whose_order_matters_restores_the_capture(shell, case, 
         assert result.exit_status == 0, result.stderr
     else:  # what the live undo runs, with the ports out of the bond as it takes them
         for port in host.ports:
-            host.set_enslaved(port, False)
+            host.network.set_enslaved(port, False)
         for port in NODE.bond.ports:
             await converge(reader(host), restore_targets(SITE, port), live[port])
-        host.form_bond()
+        host.network.form_bond()
     assert {p: read_qos(host, p) for p in NODE.bond.ports} == captured
 
 
@@ -493,10 +500,10 @@ async def test_a_successful_rollback_retires_the_capture_so_the_next_window_capt
     assert host.files[CAPTURE_FILE + ".restored"] == first
     # The port changes between the windows; the next window captures what is there then.
     for port in host.ports:
-        host.set_enslaved(port, False)
+        host.network.set_enslaved(port, False)
     again = "#!/bin/sh\nset -e\nfor p in ens5f0np0 ens5f1np1; do\n  dcb pfc set dev $p prio-pfc 5:on\ndone\n"
     assert (await shell.run(host, again)).exit_status == 0
-    host.form_bond()
+    host.network.form_bond()
     captured = {p: read_qos(host, p) for p in NODE.bond.ports}
     assert (await shell.run(host, procedure(SITE, NODE))).exit_status == 0
     assert host.files[CAPTURE_FILE] != first

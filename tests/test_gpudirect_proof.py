@@ -14,7 +14,7 @@ from wizard.model import Severity
 
 def gpu_host(driver: bool) -> LabHost:
     host = LabHost(name="gpu-1", role="gpu", mgmt_ip="10.0.0.1", rdma_ip="192.168.50.1")
-    host.gpu_driver = driver
+    host.state.gpu_driver = driver
     return host
 
 
@@ -22,7 +22,7 @@ def test_the_operator_driver_has_no_nvidia_smi_on_the_host_path():
     host = gpu_host(driver=True)
     assert host.execute("nvidia-smi -L").exit_status == 127
     listed = host.execute(shlex.join(nvidia_smi_command("-L")))
-    assert listed.exit_status == 0 and listed.stdout.count("NVIDIA B300") == host.gpu_count
+    assert listed.exit_status == 0 and listed.stdout.count("NVIDIA B300") == host.state.gpu_count
 
 
 def test_without_a_driver_the_command_says_so():

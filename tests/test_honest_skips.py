@@ -43,7 +43,7 @@ async def test_a_skipped_qos_window_skips_what_builds_on_it_and_t08_is_not_passe
     for step in DEPENDENTS:
         assert results[(step, node)] is StepState.SKIPPED, step
     host = lab.hosts[node]
-    assert "gpu-node-wizard-roce-qos.service" not in host.enabled_units  # no boot unit
+    assert "gpu-node-wizard-roce-qos.service" not in host.state.enabled_units  # no boot unit
     # A skip is not a failure: the run goes on past phase 11.
     assert not outcome.summary.stopped
     verdicts = outcome.gate_verdicts()

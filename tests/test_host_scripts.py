@@ -117,15 +117,15 @@ DCQCN = "/sys/kernel/config/irdma/irdma0/roce_dcqcn_enable"
 
 async def test_boot_scripts_run_twice_with_the_same_result(lab_host):
     shell, host = lab_host
-    site = _site(host.os)
+    site = _site(host.state.os)
     node = site.nodes[0]
     host.reboot()  # the ports are not in the bond yet: the early unit's moment
     for _ in range(2):
         result = await shell.run(host, boot_dcb_script(site, node))
         assert result.exit_status == 0, result.stderr
         assert _qos(host) == WANTED
-    host.form_bond()  # the network comes up; Intel's LAG registers the RDMA device again
-    assert host.rdma_devices, host.kernel_log
+    host.network.form_bond()  # the network comes up; Intel's LAG registers the RDMA device again
+    assert host.rdma_devices, host.state.kernel_log
     for _ in range(2):
         result = await shell.run(host, boot_tos_script(site, node))
         assert result.exit_status == 0, result.stderr
@@ -147,7 +147,7 @@ async def test_the_old_plain_boot_script_fails_on_its_second_run(lab_host):
 @pytest.mark.parametrize("lab_host", ["rhel-10.2", "ubuntu-24.04"], indirect=True)
 async def test_exported_apply_and_rollback_converge_through_the_bonds_manager(lab_host):
     shell, host = lab_host
-    site = _site(host.os)
+    site = _site(host.state.os)
     node = site.nodes[0]
     for _ in range(2):  # a second run finds everything in place and changes nothing
         result = await shell.run(host, procedure(site, node))
@@ -155,9 +155,9 @@ async def test_exported_apply_and_rollback_converge_through_the_bonds_manager(la
         assert _qos(host) == WANTED
         assert all(p.enslaved and p.admin_up for p in host.ports)
         assert host.configfs[TOS] == "96\n"
-    manager = "NetworkManager" if host.os.startswith("rhel") else "networkd"
+    manager = "NetworkManager" if host.state.os.startswith("rhel") else "networkd"
     assert f"{node.bond.name} is managed by: {manager}" in result.stderr
-    assert not any("released from controller" in line for line in host.kernel_log)
+    assert not any("released from controller" in line for line in host.state.kernel_log)
     for _ in range(2):
         result = await shell.run(host, rollback_script(site, node, None))
         assert result.exit_status == 0, result.stderr
@@ -171,7 +171,10 @@ def _install_boot_units(host, site, node) -> None:
     """The two boot units as qos.persist installs and enables them."""
     for artifact in BootPersistence().artifacts(site, node):
         host.files[artifact.host_path] = artifact.content
-    host.enabled_units |= {"gpu-node-wizard-roce-qos.service", "gpu-node-wizard-roce-tos.service"}
+    host.state.enabled_units |= {
+        "gpu-node-wizard-roce-qos.service",
+        "gpu-node-wizard-roce-tos.service",
+    }
 
 
 async def test_a_reboot_runs_the_units_before_and_after_the_network(lab_host):
@@ -179,15 +182,15 @@ async def test_a_reboot_runs_the_units_before_and_after_the_network(lab_host):
     after a reboot; with only the DCB unit (ToS written before the bond formed), the ToS of
     the re-registered device is lost."""
     shell, host = lab_host
-    site = _site(host.os)
+    site = _site(host.state.os)
     node = site.nodes[0]
     _install_boot_units(host, site, node)
     host.reboot()
     await shell.boot(host)
-    assert [entry["exit"] for entry in host.boot_log] == [0, 0], host.boot_log
+    assert [entry["exit"] for entry in host.state.boot_log] == [0, 0], host.state.boot_log
     assert _qos(host) == WANTED and host.configfs[TOS] == "96\n"
     # Without the late unit: the bond forms after the early one, the device starts at 0.
-    host.enabled_units.discard("gpu-node-wizard-roce-tos.service")
+    host.state.enabled_units.discard("gpu-node-wizard-roce-tos.service")
     host.files[TOS.replace("/default_roce_tos", "")] = ""
     host.reboot()
     await shell.boot(host)
@@ -200,13 +203,13 @@ async def test_a_failed_boot_dcb_unit_stops_the_tos_unit(lab_host):
     the unit fails. The ToS unit requires it: it is not started, so no RoCE ToS is
     written for ports left with ice's default DCB (one TC, no PFC), and both show."""
     shell, host = lab_host
-    site = _site(host.os)
+    site = _site(host.state.os)
     node = site.nodes[0]
     _install_boot_units(host, site, node)
     host.reboot()
-    host.form_bond()  # bonded before the early unit
+    host.network.form_bond()  # bonded before the early unit
     await shell.boot(host)
-    log = {entry["unit"]: entry for entry in host.boot_log}
+    log = {entry["unit"]: entry for entry in host.state.boot_log}
     assert log["gpu-node-wizard-roce-qos.service"]["exit"] != 0
     assert log["gpu-node-wizard-roce-tos.service"].get("result") == "dependency"
     assert host.configfs.get(TOS, "0\n") == "0\n"
@@ -216,12 +219,12 @@ async def test_the_boot_tos_script_refuses_ports_whose_dcb_is_not_in_place(lab_h
     """host-r2 M5: the ToS script checks the DCB of both ports (the change's own
     port_differs) before it marks RoCE traffic for a lossless class."""
     shell, host = lab_host
-    site = _site(host.os)
+    site = _site(host.state.os)
     node = site.nodes[0]
     assert (await shell.run(host, procedure(site, node))).exit_status == 0
-    host.set_enslaved(host.ports[1], False)
+    host.network.set_enslaved(host.ports[1], False)
     host.ports[1].dcb.pfc = set()  # PFC gone on the second port
-    host.form_bond()
+    host.network.form_bond()
     host.configfs.pop(TOS, None)
     result = await shell.run(host, boot_tos_script(site, node))
     assert result.exit_status == 1 and "ens5f1np1" in result.stderr, result.stderr
@@ -247,11 +250,11 @@ async def test_with_ecn_the_boot_units_bring_dcqcn_back_on_the_re_registered_dev
     host.configfs[DCQCN] = "1\n"
     host.reboot()  # configfs is gone; the bond forms after the early unit
     await shell.boot(host)
-    assert [entry["exit"] for entry in host.boot_log] == [0, 0], host.boot_log
+    assert [entry["exit"] for entry in host.state.boot_log] == [0, 0], host.state.boot_log
     assert host.configfs[DCQCN] == "1\n" and host.configfs[TOS] == "96\n"
     # Writing it before the bond forms is not enough: the re-registered device drops it.
-    host.form_bond()
-    host.set_enslaved(host.ports[1], False)
+    host.network.form_bond()
+    host.network.set_enslaved(host.ports[1], False)
     assert DCQCN not in host.configfs
 
 
@@ -259,7 +262,7 @@ async def test_the_exported_apply_finishes_a_half_done_change_under_network_mana
     """A first run broke off with both ports out of the bond (their NetworkManager profiles
     down): a rerun finds the profiles it kept, changes what is missing and rejoins."""
     shell, host = lab_host
-    site = _site(host.os)
+    site = _site(host.state.os)
     node = site.nodes[0]
     failing = procedure(site, node).replace('join_bond "$manager"\ndev=', "false\ndev=", 1)
     broken = await shell.run(host, failing.replace("trap rejoin_on_failure EXIT", ":", 1))
@@ -271,7 +274,7 @@ async def test_the_exported_apply_finishes_a_half_done_change_under_network_mana
 
 async def test_a_failure_after_leaving_the_bond_rejoins_it(lab_host):
     shell, host = lab_host
-    site = _site(host.os)
+    site = _site(host.state.os)
     failing = procedure(site, site.nodes[0]).replace('join_bond "$manager"\ndev=', "false\ndev=", 1)
     result = await shell.run(host, failing)
     assert result.exit_status != 0 and "bond1 rejoined" in result.stderr
@@ -283,21 +286,21 @@ async def test_a_rollback_lasts_across_the_next_boot(lab_host):
     disabled, so the next boot leaves the captured QoS alone (before, they stayed enabled
     and applied the rolled-back QoS again at the next boot)."""
     shell, host = lab_host
-    site = _site(host.os)
+    site = _site(host.state.os)
     node = site.nodes[0]
     before = _qos(host)
     assert (await shell.run(host, procedure(site, node))).exit_status == 0
     for artifact in BootPersistence().artifacts(site, node):
         host.files[artifact.host_path] = artifact.content
     units = ["gpu-node-wizard-roce-qos.service", "gpu-node-wizard-roce-tos.service"]
-    host.enabled_units |= set(units)
+    host.state.enabled_units |= set(units)
     result = await shell.run(host, rollback_script(site, node, None))
     assert result.exit_status == 0, result.stderr
     enabled = await shell.run(host, "systemctl is-enabled " + " ".join(units))
     assert enabled.stdout.split() == ["disabled", "disabled"], enabled.stdout
     host.reboot()
     await shell.boot(host)
-    host.form_bond()
+    host.network.form_bond()
     assert _qos(host) == before
 
 
@@ -312,7 +315,7 @@ async def test_a_failure_after_leaving_the_bond_rejoins_it_with_the_terminal_gon
     lab's shell refuses a redirection into a file, so stderr is closed instead (a write
     to it fails, EBADF, as to a hung-up tty)."""
     shell, host = lab_host
-    site = _site(host.os)
+    site = _site(host.state.os)
     node = site.nodes[0]
     if script == "rollback":
         assert (await shell.run(host, procedure(site, node))).exit_status == 0
@@ -324,7 +327,7 @@ async def test_a_failure_after_leaving_the_bond_rejoins_it_with_the_terminal_gon
     assert failing.count(f"exec 2>&-\n{stop}\ndev=") == 1
     result = await shell.run(host, failing)
     assert result.exit_status != 0
-    assert any("Releasing" in line for line in host.kernel_log), host.kernel_log
+    assert any("Releasing" in line for line in host.state.kernel_log), host.state.kernel_log
     assert all(p.enslaved and p.admin_up for p in host.ports)
 
 
@@ -335,7 +338,7 @@ async def test_the_exported_apply_addresses_the_port_profiles_by_uuid(lab_host):
     port up outside the bond; by UUID the bond re-forms with the ports' own profiles."""
     shell, host = lab_host
     host.faults.add("nm-duplicate-profile")
-    site = _site(host.os)
+    site = _site(host.state.os)
     result = await shell.run(host, procedure(site, site.nodes[0]))
     assert result.exit_status == 0, result.stderr
     assert all(p.enslaved and p.admin_up and not p.nm_standalone for p in host.ports)
@@ -347,10 +350,10 @@ async def test_the_boot_tos_unit_refuses_ports_without_their_dcb(lab_host):
     script checks both ports' DCB first; the unit Requires= the DCB unit) instead of
     writing the ToS on ports with no PFC and no DSCP map."""
     shell, host = lab_host
-    site = _site(host.os)
+    site = _site(host.state.os)
     node = site.nodes[0]
     host.reboot()
-    host.form_bond()  # the bond formed, but no DCB unit ran
+    host.network.form_bond()  # the bond formed, but no DCB unit ran
     result = await shell.run(host, boot_tos_script(site, node))
     assert result.exit_status != 0 and "DCB is not in place" in result.stderr, result.stderr
     assert host.configfs.get(TOS, "0\n") == "0\n"

@@ -61,7 +61,7 @@ async def test_headers_of_another_kernel_do_not_count(tmp_path):
     )  # fmt: skip
     host = lab.hosts["gpu-b300-01"]
     assert f"dnf install -y kernel-devel-{RHEL_KERNEL}" in host.commands
-    assert f"kernel-devel-{RHEL_KERNEL}" in host.packages
+    assert f"kernel-devel-{RHEL_KERNEL}" in host.state.packages
     assert findings_of(outcome, "packages.install")["T02.packages"].severity is Severity.PASS
 
 
@@ -98,7 +98,7 @@ async def _operate(tmp_path, fault):
     booted: dict[str, str] = {}
 
     def remember(lab):
-        booted["before"] = lab.hosts["gpu-b300-01"].boot_id
+        booted["before"] = lab.hosts["gpu-b300-01"].state.boot_id
 
     outcome, lab = await run_in_lab(
         tmp_path,
@@ -108,7 +108,7 @@ async def _operate(tmp_path, fault):
         phases=("operate",),
         prepare=remember,
     )  # fmt: skip  (greenfield: only this phase runs, so the node must be in the cluster)
-    return outcome, lab.hosts["gpu-b300-01"].boot_id != booted["before"]
+    return outcome, lab.hosts["gpu-b300-01"].state.boot_id != booted["before"]
 
 
 async def test_the_reboot_is_refused_while_the_next_kernel_lacks_the_drivers(tmp_path):

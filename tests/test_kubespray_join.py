@@ -115,7 +115,8 @@ async def test_the_wizard_runs_the_join_with_the_checkout(tmp_path):
     assert (
         "+    gpu-b300-01:" in inventory and "+        gpu-b300-01:" in inventory
     )  # host, kube_node
-    assert f"+      ip: {lab.hosts['gpu-b300-01'].rdma_ip}" in inventory  # its address on bond1
+    bond1_ip = lab.hosts["gpu-b300-01"].state.rdma_ip
+    assert f"+      ip: {bond1_ip}" in inventory  # its address on bond1
     assert "containerd_extra_args" in diffs[GROUP_VARS_PATH].diff
     assert (
         "runs playbooks/facts.yml --skip-tags bootstrap_os over the whole inventory"

@@ -147,7 +147,7 @@ async def test_two_nodes_are_checked_concurrently(tmp_path):
 async def test_a_fleet_check_groups_the_nodes_that_passed_and_lists_the_one_that_failed(tmp_path):
     progress = io.StringIO()
     async with Lab(tmp_path / "lab", nodes=8) as lab:
-        lab.hosts["gpu-b300-03"].gpu_count = 7
+        lab.hosts["gpu-b300-03"].state.gpu_count = 7
         site = load_site(lab.site_path)
         frontend = HeadlessFrontEnd(out=progress, show_findings=False, compact=True)
         outcome = await run_checks(site, build_plan(), tmp_path / "state", frontend)
@@ -244,14 +244,14 @@ async def test_packages_step_installs_only_what_is_missing(tmp_path):
     from tests.conftest import findings_of, run_in_lab
 
     def remove_perftest(lab: Lab) -> None:
-        lab.hosts["gpu-b300-01"].packages.discard("perftest")
+        lab.hosts["gpu-b300-01"].state.packages.discard("perftest")
 
     frontend = HeadlessFrontEnd(yes=True, out=io.StringIO())
     outcome, lab = await run_in_lab(
         tmp_path, frontend, phases=("packages",), prepare=remove_perftest
     )
     host = lab.hosts["gpu-b300-01"]
-    assert "perftest" in host.packages
+    assert "perftest" in host.state.packages
     installs = [c for c in host.commands if c.startswith("dnf install")]
     assert installs == ["dnf install -y perftest"]
     assert findings_of(outcome, "packages.install")["T02.packages"].severity is Severity.PASS

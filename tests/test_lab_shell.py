@@ -65,7 +65,7 @@ async def test_a_script_fed_on_stdin_runs_with_set_e_and_traps(lab):
     )
     status, out, err = await _ssh(lab, "sh -s", script)
     assert status != 0
-    assert out.strip() == lab.hosts["gpu-b300-01"].kernel
+    assert out.strip() == lab.hosts["gpu-b300-01"].state.kernel
     assert "not reached" not in out
     assert "cleanup ran" in err and "no_such_module" in err
 
@@ -127,7 +127,7 @@ async def test_both_shims_speak_the_same_protocol(monkeypatch, kind):
         ran = await shell.exec(host, "printf '%s\\n' 'a b' | tee /dev/null; cat /nope; echo $?")
         assert ran.stdout == "a b\n1\n" and "No such file" in ran.stderr
         ran = await shell.exec(host, "uname -r", b"")
-        assert ran.stdout == host.kernel + "\n"
+        assert ran.stdout == host.state.kernel + "\n"
     finally:
         await shell.stop()
 

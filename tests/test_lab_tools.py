@@ -19,7 +19,16 @@ def test_every_registered_command_is_answered_in_a_form_its_parser_reads():
 
 
 def test_no_program_has_two_handlers():
-    assert not [p for p in LAB_TOOLS if hasattr(LabHost, _method(p))]
+    assert not [p for p in LAB_TOOLS for kind in LabHost.ANSWERING if hasattr(kind, _method(p))]
+    handlers = [n for kind in LabHost.ANSWERING for n in dir(kind) if n.startswith("cmd_")]
+    assert len(handlers) == len(set(handlers))  # the host's collaborators: one subject each
+
+
+def test_dispatch_asks_the_collaborators_the_lab_shell_lists():
+    """The lab shell puts the programs of ``LabHost.ANSWERING`` on its PATH (shell.py):
+    the dispatch of a host asks those very collaborators."""
+    host = LabHost("gpu-1", "gpu", "10.10.0.21", "192.168.50.21")
+    assert tuple(type(c) for c in host.dispatch.answering) == LabHost.ANSWERING
 
 
 def test_a_step_and_the_lab_share_the_containerd_command():

@@ -53,7 +53,7 @@ async def test_the_plays_qos_guard_is_the_change_scripts_check_and_follows_the_d
     monkeypatch,
 ):
     shell, host = lab_host
-    site = _site(host.os)
+    site = _site(host.state.os)
     node = site.nodes[0]
     script = f"ansible/files/{node.name}/apply-qos.sh"
     guard = _window_tasks(site)["Decide whether the QoS is already in place (apply-qos.sh --check)"]

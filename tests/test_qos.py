@@ -86,7 +86,7 @@ def test_from_a_factory_port_the_driver_ends_in_the_desired_state():
     assert all(a.exit_status == 0 for a in answers), answers
     assert _state(host) == desired_port(SITE)
     assert _state(host).tc_bw == (50, 0, 0, 50, 0, 0, 0, 0)  # the RoCE TC has a guaranteed share
-    assert "Non-contiguous TCs - Disabling DCB" not in host.kernel_log
+    assert "Non-contiguous TCs - Disabling DCB" not in host.state.kernel_log
     # The ice order: LLDP agent off, the DSCP entry (switches to DSCP mode, resets ETS),
     # then PFC, ETS last; never a prio-tc.
     assert [c[:3] for c in commands] == [
@@ -111,7 +111,7 @@ def test_the_old_order_leaves_the_port_lossy_in_the_driver_model():
     host = _port()
     for command in old:
         host.execute(shlex.join(command))
-    assert "Non-contiguous TCs - Disabling DCB" in host.kernel_log
+    assert "Non-contiguous TCs - Disabling DCB" in host.state.kernel_log
     state = _state(host)
     assert state.pfc == () and state.tc_bw == (100, 0, 0, 0, 0, 0, 0, 0)
     assert state != desired_port(SITE)
@@ -150,11 +150,11 @@ def test_the_firmware_agent_off_resets_dcb_and_on_is_refused_in_dscp_mode():
     port = host.ports[0]
     port.dcb.pfc.add(3)  # as DCBX from the switch might have left it
     assert host.execute("ethtool --set-priv-flags ens5f0np0 fw-lldp-agent off").exit_status == 0
-    assert port.dcb.pfc == set() and "FW LLDP is disabled" in " ".join(host.kernel_log)
+    assert port.dcb.pfc == set() and "FW LLDP is disabled" in " ".join(host.state.kernel_log)
     _run_checked(host, apply_targets(SITE, "ens5f0np0"))
     refused = host.execute("ethtool --set-priv-flags ens5f0np0 fw-lldp-agent on")
     assert refused.exit_status == 1 and not port.lldp_agent
-    assert "FW Agent not allowed to start" in " ".join(host.kernel_log)
+    assert "FW Agent not allowed to start" in " ".join(host.state.kernel_log)
 
 
 def test_restore_puts_back_what_was_there():
@@ -165,7 +165,7 @@ def test_restore_puts_back_what_was_there():
     commands, answers = _run(host, restore_targets(SITE, "ens5f0np0"), captured)
     assert all(a.exit_status == 0 for a in answers), answers
     assert _state(host) == FACTORY
-    assert "Switched QoS to L2 VLAN mode" in " ".join(host.kernel_log)
+    assert "Switched QoS to L2 VLAN mode" in " ".join(host.state.kernel_log)
     assert commands[-1] == ["ethtool", "--set-priv-flags", "ens5f0np0", "fw-lldp-agent", "on"]
     assert _run(host, restore_targets(SITE, "ens5f0np0"), captured) == ([], [])
 
@@ -272,7 +272,7 @@ async def test_maintenance_flow_applies_identical_qos_and_uncordons(tmp_path):
     for port in host.ports:
         assert port.pfc == {3} and port.app == [(24, 3)] and not port.lldp_agent and port.enslaved
     assert host.configfs["/sys/kernel/config/rdma_cm/irdma0/ports/1/default_roce_tos"] == "96\n"
-    assert "gpu-node-wizard-roce-qos.service" in host.enabled_units
+    assert "gpu-node-wizard-roce-qos.service" in host.state.enabled_units
     # The live run kept its capture where apply-qos.sh keeps one, for rollback-qos.sh:
     # the ports as they were (factory: the firmware LLDP agent on, no DSCP entry).
     kept, tos = parse_capture(host.files[CAPTURE_FILE])
@@ -302,7 +302,7 @@ async def test_raw_ip_under_network_manager_is_undone_and_the_change_refused(tmp
     host = LabHost("gpu-1", "gpu", "10.0.0.1", "192.168.50.1")
     host.execute("ip link set dev ens5f0np0 nomaster")
     assert host.ports[0].enslaved
-    assert "released from controller device bond1" in " ".join(host.kernel_log)
+    assert "released from controller device bond1" in " ".join(host.state.kernel_log)
     host.execute("ethtool --set-priv-flags ens5f0np0 fw-lldp-agent off")
     refused = host.execute("dcb app add dev ens5f0np0 dscp-prio 24:3")
     assert refused.exit_status == 1 and "Invalid argument" in refused.stderr
@@ -435,14 +435,14 @@ async def test_a_failed_change_rejoins_the_bond_even_when_the_rollback_is_declin
 
     def refuse_ets(lab):
         host = lab.hosts["gpu-b300-01"]
-        real = host.cmd_dcb
+        real = host.nic.cmd_dcb
 
         def dcb(args):
             if args[:2] == ["ets", "set"]:
                 return Result(stderr="Attribute write: Invalid argument\n", exit_status=1)
             return real(args)
 
-        host.cmd_dcb = dcb
+        host.nic.cmd_dcb = dcb
 
     frontend = ScriptedFrontEnd({"rollback": Reply(Answer.ABORT)})
     outcome, lab = await run_in_lab(tmp_path, frontend, phases=UP_TO_QOS, prepare=refuse_ets)
@@ -473,7 +473,7 @@ def test_the_runbooks_rollback_runs_as_root_through_sudo_when_the_site_says_so()
 
 def _port_uuids(host) -> list[str]:
     """The UUIDs of the bond ports' own NetworkManager profiles, in port order."""
-    return [uid for _, uid, _, _, bond_port in host.nm_connections() if bond_port]
+    return [uid for _, uid, _, _, bond_port in host.network.nm_connections() if bond_port]
 
 
 async def test_the_live_window_addresses_the_port_profiles_by_uuid(tmp_path):

@@ -22,11 +22,11 @@ def _one(outcome, check):
 
 def test_the_lab_models_ice_lag_feature_support():
     healthy = LabHost(name="g", role="gpu", mgmt_ip="10.0.0.1", rdma_ip="192.168.50.1")
-    assert healthy.roce_lag and [d for d, _ in healthy.rdma_devices] == ["irdma0"]
+    assert healthy.state.roce_lag and [d for d, _ in healthy.rdma_devices] == ["irdma0"]
     for fault in ("ddp-default", "nvm-no-roce-lag"):
         host = LabHost(name="g", role="gpu", mgmt_ip="10.0.0.1", rdma_ip="192.168.50.1",
                        faults={fault})  # fmt: skip
-        assert not host.roce_lag
+        assert not host.state.roce_lag
         assert [(d, p.name) for d, p in host.rdma_devices] == [
             ("irdma0", "ens5f0np0"), ("irdma1", "ens5f1np1")
         ]  # fmt: skip

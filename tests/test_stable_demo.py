@@ -45,14 +45,14 @@ async def test_a_kept_lab_comes_back_with_its_ports_keys_and_state(tmp_path):
                                  only=steps_of(FIRST))  # fmt: skip
         assert first.summary.results[("join.labels", NODE)] is StepState.DONE
         before = lab_files(directory)
-        machine_id = lab.hosts[NODE].machine_id
+        machine_id = lab.hosts[NODE].state.machine_id
     saved = directory / persist.SAVED
     assert stat.S_IMODE(saved.stat().st_mode) == 0o600
     assert stat.S_IMODE(directory.stat().st_mode) == 0o700
 
     async with Lab(directory, persist=True) as lab:
         assert lab_files(directory) == before  # same addresses, ports, host and client keys
-        assert lab.hosts[NODE].machine_id == machine_id
+        assert lab.hosts[NODE].state.machine_id == machine_id
         assert lab.cluster.node(NODE)["metadata"]["labels"]["accelerator"] == "nvidia-b300"
         quiet = HeadlessFrontEnd(yes=True, window_open=True, out=io.StringIO())
         then = await run_engine(load_site(lab.site_path), build_plan(), state, quiet,
@@ -84,8 +84,8 @@ async def test_a_killed_demo_lab_was_saved_after_its_last_change(tmp_path):
 async def test_a_lab_saved_for_other_faults_starts_fresh(tmp_path):
     directory = tmp_path / "lab"
     async with Lab(directory, persist=True) as lab:
-        machine_id = lab.hosts[NODE].machine_id
+        machine_id = lab.hosts[NODE].state.machine_id
     async with Lab(directory, persist=True, faults=("irdma-not-loaded",)) as lab:
-        assert lab.hosts[NODE].machine_id != machine_id
-        assert "irdma" not in lab.hosts[NODE].modules
+        assert lab.hosts[NODE].state.machine_id != machine_id
+        assert "irdma" not in lab.hosts[NODE].state.modules
     assert (directory / "lab-state.set-aside").exists()

@@ -67,12 +67,12 @@ def test_cnps_only_with_ecn_on_and_traffic_in_its_class():
     host = LabHost("n", "peer", "10.0.0.1", "192.168.50.1")
     with_tos = PerftestArgs.parse(["ib_write_bw", "-R", "-T", "96"])
     congestion(host, with_tos, receiver=True)
-    assert host.hw_counters == {}  # ECN off: nothing marked
+    assert host.state.hw_counters == {}  # ECN off: nothing marked
     host.configfs["/sys/kernel/config/irdma/irdma0/roce_dcqcn_enable"] = "1\n"
     congestion(host, PerftestArgs.parse(["ib_write_bw"]), receiver=True)
-    assert host.hw_counters == {}  # no ToS: not the RoCE class
+    assert host.state.hw_counters == {}  # no ToS: not the RoCE class
     congestion(host, with_tos, receiver=True)
-    assert host.hw_counters == {"RxECNMrkd": CONGESTED_PACKETS, "cnpSent": CONGESTED_PACKETS}
+    assert host.state.hw_counters == {"RxECNMrkd": CONGESTED_PACKETS, "cnpSent": CONGESTED_PACKETS}
 
 
 def test_hw_counters_are_read_from_grep_output():

@@ -87,13 +87,13 @@ async def test_start_review_skip_then_apply_on_resume(tmp_path):
         assert "+irdma" in diffs and "+options irdma roce_ena=1" in diffs
         assert app.focused is review.query_one("#diffs")  # no button: Enter decides nothing
         lab_host = holder["session"].lab.hosts["gpu-b300-01"]
-        assert "irdma" not in lab_host.modules
+        assert "irdma" not in lab_host.state.modules
         await pilot.press("s")  # skip: irdma.verify builds on it, so it asks first
         await wait_for(pilot, lambda: screen_name(app) == "ConfirmSkipScreen")
         await pilot.press("y")
         asked = await run_to_end(pilot, app)
         assert [d.step for d in asked] == ["irdma.verify"]  # offered a retry, left failed
-        assert "irdma" not in lab_host.modules
+        assert "irdma" not in lab_host.state.modules
         assert app.summary.stopped  # irdma.verify then failed: the run stops at phase 5
     with Checkpoint.open(state, holder["session"].site) as checkpoint:
         assert checkpoint.step_state("irdma.enable", "gpu-b300-01") is StepState.SKIPPED
@@ -121,7 +121,7 @@ async def test_apply_changes_the_host_and_the_run_continues(tmp_path):
         shown = " ".join(str(s.content) for s in app.screen.query(".file"))
         assert files["cluster/kubespray/hosts-fragment.yaml"].content.strip() in shown
         host = holder["session"].lab.hosts["gpu-b300-01"]
-        assert "irdma" in host.modules
+        assert "irdma" in host.state.modules
         assert "roce_ena=1" in host.files["/etc/modprobe.d/irdma.conf"]
         phases = app.main_screen.query_one("#phases")
         assert phases.get_cell("irdma", "gpu-b300-01") == "✔"
@@ -132,7 +132,7 @@ async def test_fleet_view_shows_each_node_per_phase_and_the_one_that_failed(tmp_
 
     async def opener():
         holder["session"] = await open_lab((), 8, tmp_path / "state")
-        holder["session"].lab.hosts["gpu-b300-03"].gpu_count = 7  # one node lost a GPU
+        holder["session"].lab.hosts["gpu-b300-03"].state.gpu_count = 7  # one node lost a GPU
         return holder["session"]
 
     app = WizardApp(opener, auto_start=True)

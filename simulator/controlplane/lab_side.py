@@ -119,7 +119,7 @@ class RealSide:
         if host is None or host.role != "gpu" or name in self.kubelets.nodes:
             return False
         self.kubelets.register(
-            self.lab._node_object(name, host.rdma_ip, control_plane=False, gpu_host=host)
+            self.lab._node_object(name, host.state.rdma_ip, control_plane=False, gpu_host=host)
         )
         return True
 
@@ -184,7 +184,9 @@ class RealSide:
         if variant.joined:
             for host in lab.gpu_hosts():
                 kubelets.register(
-                    lab._node_object(host.name, host.rdma_ip, control_plane=False, gpu_host=host)
+                    lab._node_object(
+                        host.name, host.state.rdma_ip, control_plane=False, gpu_host=host
+                    )
                 )
         else:
             # The stand-in Kubespray's scale.yml joins them through the lab's own endpoint,

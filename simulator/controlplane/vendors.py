@@ -272,12 +272,12 @@ class Vendors:
         if host is None or daemonset not in OPERANDS.values():
             return {}
         if daemonset == OPERANDS["driver"]:
-            host.gpu_driver = True
+            host.state.gpu_driver = True
         elif daemonset == OPERANDS["container-toolkit"]:
             self.lab.operator.toolkit_configures(host)
         elif daemonset == OPERANDS["device-plugin"]:
-            host.gpu_driver = True  # the plugin waits for the driver's validation
-            return {"nvidia.com/gpu": str(host.gpus_present)}
+            host.state.gpu_driver = True  # the plugin waits for the driver's validation
+            return {"nvidia.com/gpu": str(host.state.gpus_present)}
         return {}
 
     # -- the MPI Operator's controller -----------------------------------------------------------

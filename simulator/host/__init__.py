@@ -6,15 +6,18 @@ State changes the way the real host's would: ``modprobe irdma`` changes ``lsmod`
 gives a new boot id. The output formats follow the samples in ``../shared/fixtures``.
 
 A package of one job per module: ``model`` (what the machine is made of: its ports, its
-fixed versions, a command's result), ``machine`` (``LabHost``: its state and what is
-derived from it), ``dispatch`` (a command line to its handler, as a shell would), and the
-handlers by subject: ``system`` (identity and packages), ``files`` (files, configfs and
-systemd), ``pci`` (PCI, IOMMU and GPUs), ``nic`` (ethtool, ip, bonding, dcb) and ``rdma``
-(kernel modules and RDMA devices). The bond's manager and the module loading are the
-mixins ``simulator/network.py`` and ``simulator/kmod.py``.
+fixed versions, a command's result), ``machine`` (``HostState``: its state and what is
+derived from it; ``LabHost``: the state with its collaborators), ``dispatch``
+(``CommandDispatch``: a command line to its handler, as a shell would), and the
+collaborators that answer by subject, each given the state and the few collaborators it
+talks to: ``system`` (``SystemInfo``: identity and packages), ``files`` (``HostFiles``:
+files, configfs and systemd), ``pci`` (``HostPci``: PCI, IOMMU and GPUs), ``nic``
+(``HostNic``: ethtool, ip, bonding, dcb) and ``rdma`` (``HostRdma``: kernel modules and
+RDMA devices). The bond's manager and the module loading are ``HostNetwork``
+(``simulator/network.py``) and ``KernelModules`` (``simulator/kmod.py``).
 """
 
-from simulator.host.machine import LabHost
+from simulator.host.machine import HostState, LabHost
 from simulator.host.model import Port, Result
 
-__all__ = ["LabHost", "Port", "Result"]
+__all__ = ["HostState", "LabHost", "Port", "Result"]

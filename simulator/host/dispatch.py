@@ -1,13 +1,14 @@
 """How a lab host takes a command line: as ``sh`` would (``sudo``, ``sh -c``, the
 transport's file-writing, value-writing, batch and nvidia-smi scripts), then to the tool of
 its first word: a lab tool registered for a ``Command`` (``@lab_tool(COMMAND)``, keyed by
-the same object the step runs, wizard/facts/command.py) or the host model's
-``cmd_<name>`` handler; else ``command not found`` like bash."""
+the same object the step runs, wizard/facts/command.py) or the ``cmd_<name>`` handler of
+one of the host's collaborators (files, pci, nic, ...); else ``command not found`` like
+bash."""
 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -18,13 +19,18 @@ from wizard.transports.base import WRITE_FILE_SCRIPT, WRITE_VALUE_SCRIPT
 from wizard.transports.batch import BATCH_SCRIPT, BatchPart, encode_batch_output
 
 if TYPE_CHECKING:
-    from simulator.host.machine import LabHost
+    from simulator.host.files import HostFiles
+    from simulator.host.machine import HostState
+    from simulator.host.pci import HostPci
 
 
 _TRANSPORT_SCRIPTS = (WRITE_FILE_SCRIPT, WRITE_VALUE_SCRIPT, BATCH_SCRIPT, NVIDIA_SMI_SCRIPT)
 
-# A lab tool: what the host answers for the program's arguments (after its name).
-LabTool = Callable[["LabHost", list[str]], Result]
+# A lab tool: what the host answers for the program's arguments (after its name), from the
+# host's state (simulator/host/machine.py ``HostState``).
+LabTool = Callable[["HostState", list[str]], Result]
+# A host model's handler: ``cmd_<program>`` of a collaborator, given the arguments.
+Handler = Callable[[list[str]], Result]
 
 # The lab's tools by program name, each with the Command it was registered for: the
 # shell's PATH holds them (simulator/shell.py), and tests/test_lab_tools.py runs every
@@ -55,12 +61,18 @@ def _method(program: str) -> str:
     return "cmd_" + program.replace("-", "_").replace(".", "_")
 
 
-def tool_for(host: LabHost, program: str) -> Callable[[list[str]], Result] | None:
-    """The handler of ``program`` on ``host``: a registered lab tool or a model method."""
+def tool_for(state: HostState, answering: Sequence[object], program: str) -> Handler | None:
+    """The handler of ``program`` on a host: a registered lab tool (given the host's state)
+    or the ``cmd_<program>`` method of the first of its collaborators that has one (looked
+    up at each call, so a test may replace one on an instance)."""
     registered = LAB_TOOLS.get(program)
     if registered is not None:
-        return partial(registered[1], host)
-    return getattr(host, _method(program), None)
+        return partial(registered[1], state)
+    for collaborator in answering:
+        handler = getattr(collaborator, _method(program), None)
+        if handler is not None:
+            return handler
+    return None
 
 
 def without_sudo(argv: list[str]) -> list[str]:
@@ -90,42 +102,43 @@ def in_process(command: str) -> bool:
     return argv[:2] == ["sh", "-c"] and len(argv) > 2 and argv[2] in _TRANSPORT_SCRIPTS
 
 
-class CommandDispatchMixin:
-    """A command line to its handler: what the shell in front of the real host does."""
+class CommandDispatch:
+    """A command line to its handler: what the shell in front of the real host does. It
+    records each command in the host's state, hands the transport's file and value writers
+    to ``files`` and the driver container's nvidia-smi to ``pci``, and any other program
+    to the collaborators in ``answering`` (their ``cmd_<program>`` methods)."""
 
-    def execute(self: LabHost, command: str, stdin: str = "") -> Result:
+    def __init__(
+        self, state: HostState, answering: Sequence[object], files: HostFiles, pci: HostPci
+    ) -> None:
+        self.state = state
+        self.answering = tuple(answering)
+        self.files = files
+        self.pci = pci
+
+    def execute(self, command: str, stdin: str = "") -> Result:
         """Run one command line the wizard sent (recorded in ``commands``), in-process:
         the transport's fixed scripts and simple argv (tests, the probe batch)."""
-        self.commands.append(command)
+        self.state.commands.append(command)
         return self.run_line(command, stdin)
 
-    def run_argv(self: LabHost, argv: list[str], stdin: str = "") -> Result:
+    def run_argv(self, argv: list[str], stdin: str = "") -> Result:
         """One tool call of the host's real shell (simulator/shell.py): argv[0] is the
         tool's name, the rest its arguments as the shell passed them."""
-        self._stdin = stdin
-        handler = tool_for(self, argv[0])
+        self.state.stdin = stdin
+        handler = tool_for(self.state, self.answering, argv[0])
         if handler is None:
             return Result(stderr=f"{argv[0]}: command not found\n", exit_status=127)
         return handler(argv[1:])
 
-    @property
-    def ssh_over_bond1(self: LabHost) -> bool:
-        """The SSH session runs over bond1: on its address, or on a VLAN stacked on it."""
-        return "ssh-over-bond1" in self.faults or "ssh-over-bond1-vlan" in self.faults
-
-    @property
-    def rdma_ip_interface(self: LabHost) -> str:
-        """Which interface holds the bond's address: bond1, or its VLAN bond1.100."""
-        return f"{self.bond_name}.100" if "ssh-over-bond1-vlan" in self.faults else self.bond_name
-
-    def ssh_connection(self: LabHost) -> str:
+    def ssh_connection(self) -> str:
         """$SSH_CONNECTION as sshd sets it (client address and port, server address and
         port); the server side is the bond's address when SSH runs over bond1."""
-        server = self.rdma_ip if self.ssh_over_bond1 else self.mgmt_ip
+        server = self.state.rdma_ip if self.state.ssh_over_bond1 else self.state.mgmt_ip
         return f"10.10.255.1 51514 {server} 22"
 
-    def run_line(self: LabHost, command: str, stdin: str = "") -> Result:
-        self._stdin = stdin
+    def run_line(self, command: str, stdin: str = "") -> Result:
+        self.state.stdin = stdin
         try:
             argv = shlex.split(command)
         except ValueError as exc:
@@ -133,28 +146,28 @@ class CommandDispatchMixin:
         argv = without_sudo(argv)
         if argv[:3] == ["sh", "-c", WRITE_FILE_SCRIPT] and len(argv) == 6:
             # What a shell does with the transport's file-writing script.
-            self.write_file(argv[5], stdin)
+            self.files.write_file(argv[5], stdin)
             return Result()
         if argv[:3] == ["sh", "-c", WRITE_VALUE_SCRIPT] and len(argv) == 6:
-            return self.write_value(argv[5], argv[4])
+            return self.files.write_value(argv[5], argv[4])
         if argv[:4] == ["sh", "-c", BATCH_SCRIPT, "sh"]:
             return self._batch(argv[4:])
         if argv[:4] == ["sh", "-c", NVIDIA_SMI_SCRIPT, "sh"] and len(argv) >= 5:
             # What the script does: chroot into the driver container's root when it holds
             # nvidia-smi, else the host's PATH (wizard/driver_root.py).
-            if argv[4] == DRIVER_ROOT and self.gpu_driver and self.role == "gpu":
-                return self.nvidia_smi(argv[5:])
+            if argv[4] == DRIVER_ROOT and self.state.gpu_driver and self.state.role == "gpu":
+                return self.pci.nvidia_smi(argv[5:])
             return self.execute(shlex.join(["nvidia-smi", *argv[5:]]))
         if argv[:2] == ["sh", "-c"] and len(argv) >= 3:
             return self.execute(argv[2], stdin)
         if not argv:
             return Result()
-        handler = tool_for(self, argv[0])
+        handler = tool_for(self.state, self.answering, argv[0])
         if handler is None:
             return Result(stderr=f"bash: line 1: {argv[0]}: command not found\n", exit_status=127)
         return handler(argv[1:])
 
-    def _batch(self: LabHost, commands: list[str]) -> Result:
+    def _batch(self, commands: list[str]) -> Result:
         """What a shell does with the transport's batch script: each command in turn, its
         status and output framed by byte counts (wizard/transports/batch.py)."""
         parts = []

@@ -1,6 +1,8 @@
-"""``LabHost``: one simulated machine's state, set up as the wizard would find it (and as
+"""``HostState``: one simulated machine's state, set up as the wizard would find it (and as
 the lab's faults make it), and what follows from that state (its kernel, its RDMA devices,
-the GPUs it shows). The commands it answers are its mixins, one module a subject."""
+the GPUs it shows). ``LabHost``: the machine, that state with the collaborators that answer
+its commands, one module a subject, each given the state and only the collaborators it
+talks to."""
 
 from __future__ import annotations
 
@@ -8,8 +10,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from simulator.host.dispatch import CommandDispatchMixin
-from simulator.host.files import FilesMixin
+from simulator.host.dispatch import CommandDispatch
+from simulator.host.files import HostFiles
 from simulator.host.model import (
     LEFTOVER_KERNEL,
     RHEL_KERNEL,
@@ -18,28 +20,21 @@ from simulator.host.model import (
     UBUNTU_KERNEL,
     UBUNTU_NEXT_KERNEL,
     Port,
+    Result,
 )
-from simulator.host.nic import NicMixin
-from simulator.host.pci import PciMixin
-from simulator.host.rdma import RdmaMixin
-from simulator.host.system import SystemMixin
-from simulator.kmod import KernelModulesMixin
-from simulator.network import NetworkMixin
+from simulator.host.nic import HostNic
+from simulator.host.pci import HostPci
+from simulator.host.rdma import HostRdma
+from simulator.host.system import SystemInfo
+from simulator.kmod import KernelModules
+from simulator.network import HostNetwork
 from wizard.artifacts import render
 
 
 @dataclass
-class LabHost(
-    CommandDispatchMixin,
-    SystemMixin,
-    FilesMixin,
-    PciMixin,
-    NicMixin,
-    RdmaMixin,
-    NetworkMixin,
-    KernelModulesMixin,
-):
-    """One simulated machine. ``role`` is ``gpu`` (a B300 node) or ``peer`` (AIStor)."""
+class HostState:
+    """One simulated machine's state. ``role`` is ``gpu`` (a B300 node) or ``peer`` (AIStor).
+    A saved lab keeps it as it is (simulator/persist.py)."""
 
     name: str
     role: str
@@ -73,6 +68,8 @@ class LabHost(
     irdma_roce: bool = False
     initramfs_irdma_options: str = ""
     lag_rdma_ok: bool = True
+    # The standard input of the command being answered (tee reads it).
+    stdin: str = ""
 
     def __post_init__(self) -> None:
         if not self.ports:
@@ -115,6 +112,29 @@ class LabHost(
             self.packages = set()
 
     # -- derived state ---------------------------------------------------------------------
+
+    def port(self, name: str) -> Port | None:
+        return next((p for p in self.ports if p.name == name), None)
+
+    def lag_dcb_refusal(self) -> str:
+        """What Intel's ice logs when the bond's ports differ in DCB (src/ice_lag.c
+        ice_is_bond_rdma_cap): ``netdev_info(lag->netdev, "Found netdev %s with different
+        DCB config\\n", peer)`` on the bond's primary (the first port that joined), which
+        net/core/dev.c __netdev_printk prefixes with "<driver> <PCI address> <netdev>: "."""
+        first, second = self.ports[0], self.ports[1]
+        return (
+            f"ice {first.slot} {first.name}: Found netdev {second.name} with different DCB config"
+        )
+
+    @property
+    def ssh_over_bond1(self) -> bool:
+        """The SSH session runs over bond1: on its address, or on a VLAN stacked on it."""
+        return "ssh-over-bond1" in self.faults or "ssh-over-bond1-vlan" in self.faults
+
+    @property
+    def rdma_ip_interface(self) -> str:
+        """Which interface holds the bond's address: bond1, or its VLAN bond1.100."""
+        return f"{self.bond_name}.100" if "ssh-over-bond1-vlan" in self.faults else self.bond_name
 
     @property
     def kernel(self) -> str:
@@ -246,3 +266,104 @@ class LabHost(
             "configfs": dict(self.configfs),
             "enabled_units": sorted(self.enabled_units),
         }
+
+
+class LabHost:
+    """One simulated machine: its ``state`` and the collaborators that answer for it, each
+    with one subject (``system``, ``filesystem``, ``pci``, ``nic``, ``rdma``, ``network``,
+    ``kmod``), and ``dispatch``, which takes a command line to them as a shell would.
+
+    The state the lab, its tests and its tools read most (name, role, faults, ports, files,
+    configfs, ...) is shown here too, as the state's own objects; the rest is ``state``'s."""
+
+    # The collaborators with ``cmd_<program>`` handlers, in the order dispatch asks them
+    # (the lab shell puts their programs on its PATH, simulator/shell.py).
+    ANSWERING: tuple[type, ...] = (
+        SystemInfo,
+        HostFiles,
+        HostPci,
+        HostNic,
+        HostRdma,
+        HostNetwork,
+        KernelModules,
+    )
+
+    def __init__(self, name: str, role: str, mgmt_ip: str, rdma_ip: str, **fields: Any) -> None:
+        """A new machine: ``HostState``'s fields (os, gpu_count, faults, ...) as given."""
+        self._assemble(HostState(name, role, mgmt_ip, rdma_ip, **fields))
+
+    @classmethod
+    def from_state(cls, state: HostState) -> LabHost:
+        """The machine around a state kept before (a saved lab that comes back)."""
+        host = cls.__new__(cls)
+        host._assemble(state)
+        return host
+
+    def _assemble(self, state: HostState) -> None:
+        self.state = state
+        self.system = SystemInfo(state)
+        self.kmod = KernelModules(state)
+        self.network = HostNetwork(state)
+        self.nic = HostNic(state, self.network)
+        self.filesystem = HostFiles(state, self.nic, self.kmod)
+        self.pci = HostPci(state)
+        self.rdma = HostRdma(state)
+        # (in ANSWERING's order)
+        answering = (self.system, self.filesystem, self.pci, self.nic, self.rdma,
+                     self.network, self.kmod)  # fmt: skip
+        self.dispatch = CommandDispatch(state, answering, self.filesystem, self.pci)
+
+    def __repr__(self) -> str:
+        return f"LabHost({self.state!r})"
+
+    # -- the host-wide state, shown ------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self.state.name
+
+    @property
+    def role(self) -> str:
+        return self.state.role
+
+    @property
+    def faults(self) -> set[str]:
+        return self.state.faults
+
+    @property
+    def flags(self) -> dict[str, bool]:
+        return self.state.flags
+
+    @property
+    def commands(self) -> list[str]:
+        return self.state.commands
+
+    @property
+    def ports(self) -> list[Port]:
+        return self.state.ports
+
+    @property
+    def files(self) -> dict[str, str]:
+        return self.state.files
+
+    @property
+    def configfs(self) -> dict[str, str]:
+        return self.state.configfs
+
+    @property
+    def rdma_devices(self) -> list[tuple[str, Port]]:
+        return self.state.rdma_devices
+
+    # -- what is done to the whole machine -------------------------------------------------------
+
+    def execute(self, command: str, stdin: str = "") -> Result:
+        """One command line, as the wizard's transport sends it (``dispatch``)."""
+        return self.dispatch.execute(command, stdin)
+
+    def reboot(self) -> None:
+        """The machine reboots: what it keeps and loses (``filesystem``, then ``kmod``)."""
+        self.filesystem.reboot()
+
+    def reregister_rdma(self) -> None:
+        """ice unplugs and plugs the RDMA device again (``network``)."""
+        self.network.reregister_rdma()

@@ -1,5 +1,5 @@
 """What a lab host is made of: its E810 ports, the versions and packages it has, and the
-result of a command it runs (``LabHost`` in ``simulator/host/machine.py`` holds them)."""
+result of a command it runs (``HostState`` in ``simulator/host/machine.py`` holds them)."""
 
 from __future__ import annotations
 

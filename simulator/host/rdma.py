@@ -13,7 +13,7 @@ from simulator.host.model import OOT_ICE_VERSION, OOT_IRDMA_VERSION, Result
 IB_MTU_ENUM = {256: 1, 512: 2, 1024: 3, 2048: 4, 4096: 5}
 
 if TYPE_CHECKING:
-    from simulator.host.machine import LabHost
+    from simulator.host.machine import HostState
 
 
 def _json_or_lines(entries: list[dict[str, object]], json_out: bool, line: str) -> Result:
@@ -23,32 +23,35 @@ def _json_or_lines(entries: list[dict[str, object]], json_out: bool, line: str) 
     return Result("".join(line.format(**entry) + "\n" for entry in entries))
 
 
-class RdmaMixin:
-    """irdma's device, the modules under it and DCQCN's counters."""
+class HostRdma:
+    """irdma's device, the modules under it and DCQCN's counters, from the host's state."""
 
-    def cmd_grep(self: LabHost, args: list[str]) -> Result:
+    def __init__(self, state: HostState) -> None:
+        self.state = state
+
+    def cmd_grep(self, args: list[str]) -> Result:
         """``grep -H . FILE...`` over the RDMA device's hw_counters (each file's value with
         its name, as grep prints it); anything else is not simulated."""
         if args[:2] != ["-H", "."]:
             return Result(stderr="lab: only grep -H . FILE... is simulated\n", exit_status=2)
         out, errors = [], []
-        devices = {name for name, _ in self.rdma_devices}
+        devices = {name for name, _ in self.state.rdma_devices}
         for path in args[2:]:
             parts = path.split("/")
             if (len(parts) == 9 and parts[:4] == ["", "sys", "class", "infiniband"]
                     and parts[4] in devices and parts[7] == "hw_counters"):  # fmt: skip
-                out.append(f"{path}:{self.hw_counters.get(parts[8], 0)}\n")
+                out.append(f"{path}:{self.state.hw_counters.get(parts[8], 0)}\n")
             else:
                 errors.append(f"grep: {path}: No such file or directory\n")
         # GNU grep exits 2 when a file could not be read, even if others matched.
         return Result("".join(out), "".join(errors), 2 if errors else 0 if out else 1)
 
-    def ecn_enabled(self: LabHost) -> bool:
+    def ecn_enabled(self) -> bool:
         """DCQCN on for the host's RDMA device (irdma configfs roce_dcqcn_enable = 1)."""
         return any(k.endswith("roce_dcqcn_enable") and v.strip() == "1"
-                   for k, v in self.configfs.items())  # fmt: skip
+                   for k, v in self.state.configfs.items())  # fmt: skip
 
-    def cmd_lsmod(self: LabHost, args: list[str]) -> Result:
+    def cmd_lsmod(self, args: list[str]) -> Result:
         sizes = {"ice": 1421312, "irdma": 577536, "ib_uverbs": 221184, "ib_core": 569344,
                  "rdma_cm": 155648, "iw_cm": 69632, "ib_cm": 159744, "bonding": 294912,
                  "nvme": 65536}  # fmt: skip
@@ -60,25 +63,25 @@ class RdmaMixin:
             "ib_cm": ["rdma_cm"],
         }
         lines = ["Module                  Size  Used by"]
-        for name in sorted(self.modules):
-            used = [u for u in users.get(name, []) if u in self.modules]
+        for name in sorted(self.state.modules):
+            used = [u for u in users.get(name, []) if u in self.state.modules]
             lines.append(
                 f"{name:<24}{sizes.get(name, 40960):>7}  {len(used)} {','.join(used)}".rstrip()
             )
         return Result("\n".join(lines) + "\n")
 
-    def cmd_modinfo(self: LabHost, args: list[str]) -> Result:
+    def cmd_modinfo(self, args: list[str]) -> Result:
         if not args:
             return Result(stderr="modinfo: ERROR: missing module or filename.\n", exit_status=1)
         name = args[-1]
         # modinfo -k KERNEL: the module as modprobe would find it under that kernel.
-        kernel = args[args.index("-k") + 1] if "-k" in args[:-1] else self.kernel
+        kernel = args[args.index("-k") + 1] if "-k" in args[:-1] else self.state.kernel
         if name not in ("ice", "irdma"):
             return Result(stderr=f"modinfo: ERROR: Module {name} not found.\n", exit_status=1)
-        if kernel not in self.kernels:
+        if kernel not in self.state.kernels:
             return Result(stderr=f"modinfo: ERROR: Module {name} not found.\n", exit_status=1)
-        path = self.module_path(kernel, name)
-        in_tree = self.kernels[kernel] == "kernel"
+        path = self.state.module_path(kernel, name)
+        in_tree = self.state.kernels[kernel] == "kernel"
         version = "" if in_tree else OOT_ICE_VERSION if name == "ice" else OOT_IRDMA_VERSION
         lines = [f"filename:       {path}"]
         if version:
@@ -98,12 +101,12 @@ class RdmaMixin:
             )
         return Result("\n".join(lines) + "\n")
 
-    def cmd_rdma(self: LabHost, args: list[str]) -> Result:
+    def cmd_rdma(self, args: list[str]) -> Result:
         json_out = "-j" in args
         args = [a for a in args if a not in ("-j", "-d", "-p")]
         if not args or args[0] not in ("link", "dev"):
             return Result(stderr='Object "' + " ".join(args) + '" is unknown\n', exit_status=1)
-        devices = self.rdma_devices
+        devices = self.state.rdma_devices
         if args[0] == "link":
             entries = [
                 {"ifindex": i, "ifname": dev, "port": 1,
@@ -129,18 +132,18 @@ class RdmaMixin:
             "sys_image_guid {sys_image_guid}",
         )
 
-    def cmd_ibv_devices(self: LabHost, args: list[str]) -> Result:
+    def cmd_ibv_devices(self, args: list[str]) -> Result:
         lines = ["    device                 node GUID", "    ------              ----------------"]
-        lines += [f"    {dev:<20}b68351fffe027a30" for dev, _ in self.rdma_devices]
+        lines += [f"    {dev:<20}b68351fffe027a30" for dev, _ in self.state.rdma_devices]
         return Result("\n".join(lines) + "\n")
 
-    def cmd_ibv_devinfo(self: LabHost, args: list[str]) -> Result:
-        devices = self.rdma_devices
+    def cmd_ibv_devinfo(self, args: list[str]) -> Result:
+        devices = self.state.rdma_devices
         if not devices:
             return Result("No IB devices found\n", "", 255)
         blocks = []
         for dev, port in devices:
-            transport = "InfiniBand (0)" if self.roce else "iWARP (1)"
+            transport = "InfiniBand (0)" if self.state.roce else "iWARP (1)"
             block = [
                 f"hca_id:\t{dev}",
                 f"\ttransport:\t\t\t{transport}",
@@ -154,17 +157,17 @@ class RdmaMixin:
                 "\t\tport:\t1",
                 f"\t\t\tstate:\t\t\t{'PORT_ACTIVE (4)' if port.active else 'PORT_DOWN (1)'}",
                 "\t\t\tmax_mtu:\t\t4096 (5)",
-                f"\t\t\tactive_mtu:\t\t{self.active_mtu} ({IB_MTU_ENUM[self.active_mtu]})",
+                f"\t\t\tactive_mtu:\t\t{self.state.active_mtu} ({IB_MTU_ENUM[self.state.active_mtu]})",
                 "\t\t\tsm_lid:\t\t\t0",
                 "\t\t\tport_lid:\t\t1",
                 "\t\t\tport_lmc:\t\t0x00",
                 "\t\t\tlink_layer:\t\tEthernet",
             ]
             if "-v" in args:
-                rdma = ":".join(f"{int(x):02x}" for x in self.rdma_ip.split("."))
+                rdma = ":".join(f"{int(x):02x}" for x in self.state.rdma_ip.split("."))
                 a, b = rdma.split(":")[0:2], rdma.split(":")[2:4]
                 ipv4_gid = f"0000:0000:0000:0000:0000:ffff:{a[0]}{a[1]}:{b[0]}{b[1]}"
-                kind = "RoCE v2" if self.roce else "IB"
+                kind = "RoCE v2" if self.state.roce else "IB"
                 block += [
                     f"\t\t\tGID[  0]:\t\tfe80:0000:0000:0000:b683:51ff:fe02:7a30, {kind}",
                     f"\t\t\tGID[  1]:\t\t{ipv4_gid}, {kind}",
