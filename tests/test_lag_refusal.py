@@ -110,3 +110,26 @@ async def test_an_unreadable_log_before_the_rejoin_lets_no_refusal_end_the_wait(
     found = await qos_steps.ApplyQos()._device_on_bond(host.ctx(), None)
     assert found.device is None and found.refusals == ()
     assert host.now - started > LACP_WAIT_S and host.dmesg_reads == 0
+
+
+@pytest.mark.parametrize("polls", [3, 12])
+async def test_the_rollbacks_wait_outlasts_a_refusal_that_heals(monkeypatch, polls):
+    """The rollback turns the firmware LLDP agent back on last, so each port's DCB comes
+    from the switch on its own time and ice may refuse once, then plug RDMA at a later
+    bonding event (ice_lag.c ice_lag_process_event -> ice_lag_chk_rdma): the rollback's
+    wait goes on past the refusal and returns the device that came."""
+    host = Host(monkeypatch, devices=[None] * polls + ["irdma0"], logs=[BEFORE] + [AFTER] * 40)
+    step = qos_steps.ApplyQos()
+    mark = await step._log_mark(host.ctx())
+    found = await step._device_on_bond(host.ctx(), mark, refusal_ends_wait=False)
+    assert found.device == "irdma0" and found.refusals == ()
+
+
+async def test_the_rollbacks_wait_names_the_refusal_when_no_device_came(monkeypatch):
+    host = Host(monkeypatch, devices=[], logs=[BEFORE] + [AFTER] * 40)
+    step = qos_steps.ApplyQos()
+    started = host.now
+    mark = await step._log_mark(host.ctx())
+    found = await step._device_on_bond(host.ctx(), mark, refusal_ends_wait=False)
+    assert found.device is None and [line for line, _ in found.refusals] == [REFUSAL]
+    assert host.now - started > LACP_WAIT_S  # the full bound, then the cause named

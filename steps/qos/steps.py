@@ -551,10 +551,20 @@ class ApplyQos(Step):
         log = await ctx.run(DMESG)
         return newest_stamp(log.stdout) if log.ok else None
 
-    async def _device_on_bond(self, ctx: StepContext, mark: float | None) -> OnBond:
+    async def _device_on_bond(
+        self, ctx: StepContext, mark: float | None, *, refusal_ends_wait: bool = True
+    ) -> OnBond:
         """The RDMA device Intel's LAG registers again once the bond has formed (bounded),
         or, at once, the refusal ice logged after ``mark`` instead (ice_lag.c
-        ice_lag_chk_rdma unplugs the RDMA device then: no device is coming)."""
+        ice_lag_chk_rdma unplugs the RDMA device then: no device is coming).
+
+        Only after the apply, whose ports have their firmware LLDP agent off (software DCB,
+        set once), does a refusal end the wait. ice checks again on every bonding event and
+        plugs RDMA back when a later check passes (ice_lag.c ice_lag_process_event ->
+        ice_lag_chk_rdma), and a rollback turns the agent back on last: then each port's
+        DCB arrives from the switch on its own time (ice_dcb_lib.c, DCBX) and the two may
+        differ for a moment, so the rollback (``refusal_ends_wait=False``) waits its full
+        bound and names a refusal only if no device came."""
         assert ctx.node is not None
         deadline = time.monotonic() + LACP_WAIT_S
         told = False
@@ -567,10 +577,10 @@ class ApplyQos(Step):
                 log = await ctx.run(DMESG)
                 refusals = lag_refusals_after(log.stdout, mark) if log.ok else []
                 check_at, gap = now + gap, gap * 2
-            if device is not None or refusals or now > deadline:
+            if device is not None or (refusals and refusal_ends_wait) or now > deadline:
                 if told:
                     ctx.wait_ends()
-                return OnBond(device, tuple(refusals))
+                return OnBond(device, () if device is not None else tuple(refusals))
             if not told:
                 told = True
                 ctx.wait_begins(
@@ -753,7 +763,7 @@ class ApplyQos(Step):
         mark = await self._log_mark(ctx)  # the change's own refusal is history here
         for command in join_bond_commands(manager, node, profiles, missing):
             await ctx.run(command)
-        found = await self._device_on_bond(ctx, mark)
+        found = await self._device_on_bond(ctx, mark, refusal_ends_wait=False)
         device = found.device
         if device and capture.get("tos") is not None:
             for command in tos_commands(device, capture["tos"]):
