@@ -317,3 +317,34 @@ def test_the_exported_scripts_and_runbook_carry_the_rule(tmp_path):
     assert "spec.unschedulable=false" in script and CORDON_MARK in script
     play = (out / "ansible" / "site.yml").read_text()
     assert "spec.unschedulable" in play and CORDON_MARK in play
+
+
+async def test_a_cordon_set_while_the_gate_was_open_is_not_lifted(tmp_path, monkeypatch):
+    """The read before the gate found the node schedulable; while the window question was
+    open, someone else cordoned it (a GPU-fault remediation, another operator). A cordon
+    has no owner (kubectl cordon.go sets only spec.unschedulable), so the wizard reads the
+    node again right before its own cordon: the cordon is someone else's and stays."""
+    from wizard.engine import maintenance
+
+    state = tmp_path / "state"
+    async with Lab(tmp_path / "lab", persist=True) as lab:
+        await joined(lab, state)
+        site = load_site(lab.site_path)
+        real_read = maintenance.MaintenanceSequence._before_drain
+
+        async def read_then_cordoned_by_another(self, step, ctx):
+            found = await real_read(self, step, ctx)
+            await kube(lab).cordon(NODE)  # after the read, before the gate's answer
+            return found
+
+        monkeypatch.setattr(
+            maintenance.MaintenanceSequence, "_before_drain", read_then_cordoned_by_another
+        )
+        log = io.StringIO()
+        outcome = await qos(lab, state, log)
+        assert outcome.summary.results[("qos.apply", NODE)].value == "done", log.getvalue()
+        assert lab.cluster.node(NODE)["spec"].get("unschedulable") is True
+        said = log.getvalue()
+        assert "uncordoned by qos.apply" not in said
+        assert f"{NODE}: left cordoned: it was cordoned before the wizard's maintenance" in said
+        assert NODE not in load_run(site_state_dir(state, site)).cordons

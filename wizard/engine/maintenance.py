@@ -334,6 +334,10 @@ class MaintenanceSequence:
             return
         held = self.checkpoint.cordon_of(node)
         why = f"taken out of service for {step.id}; the change is in flight"
+        if held is None and await self._cordoned_since_the_read(step, ctx):
+            self._log(node, f"cordoned by someone else since the maintenance gate read it, "
+                            f"not by the wizard: it stays cordoned after {step.id}")  # fmt: skip
+            return
         if held is None:
             self.checkpoint.cordoning(node, step.id, why)
         with effects(ctx):
@@ -343,6 +347,24 @@ class MaintenanceSequence:
         # else: still the cordon another step left; this step's uncordon lifts it.
         command = shlex.join(cordon_command(node))
         self._log(node, f"cordoned for {step.id} (`{command}`): nothing new is scheduled")
+
+    async def _cordoned_since_the_read(self, step: Step, ctx: StepContext) -> bool:
+        """Whether the node became cordoned after the read before the gate (the gate may
+        stay open for long, a resume comes hours later): a cordon has no owner
+        (kubectl cordon.go sets only spec.unschedulable), so whose it is can be told only
+        right before the wizard's own patch. Such a cordon is recorded as someone else's
+        (durable, before anything else is done) and never lifted."""
+        live = await self.services.kube.node(ctx.target)
+        if not ((live or {}).get("spec") or {}).get("unschedulable"):
+            return False
+        record = self._maintenance(step, ctx)
+        self.checkpoint.annotate(
+            step.id,
+            ctx.target,
+            message="maintenance: cordoned by someone else before the wizard's cordon",
+            extra={**ctx.data, "maintenance": replace(record, cordoned_before=True).to_json()},
+        )
+        return True
 
     async def _uncordon(self, step: Step, ctx: StepContext) -> list[Finding]:
         """Uncordon the node and clear its mark, whichever step set it (the reboot's
