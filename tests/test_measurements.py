@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import itertools
 import json
@@ -138,55 +139,58 @@ def test_real_socket_log_fails_t11():
     assert {f.check: f.severity for f in report.findings}["T11.nccl-path"] is Severity.FAIL
 
 
-async def test_failed_client_leaves_no_server_behind(tmp_path):
-    async with Lab(tmp_path / "lab") as lab:
+@contextlib.asynccontextmanager
+async def step_in_lab(tmp_path, step_id: str, *faults: str):
+    """(lab, site, a runtime of ``step_id`` on the lab's GPU node) for a measurement run
+    by hand, the services closed after."""
+    async with Lab(tmp_path / "lab", faults=faults) as lab:
         site = load_site(lab.site_path)
         services = build_services(site)
-        with Checkpoint.open(tmp_path / "state", site) as checkpoint:
-            engine = Engine(
-                site, build_plan(), checkpoint, HeadlessFrontEnd(out=io.StringIO()), services
-            )
-            step = build_plan().step("host-rdma.perftest")
-            ctx = StepRuntime(site, step, "gpu-b300-01", site.nodes[0], services, engine)
-            client = Endpoint("gpu-b300-01", "no-such-dev", 1, site.nodes[0].rdma_ip)
-            server = Endpoint("aistor-01", "irdma0", 1, site.aistor.peers[0].rdma_ip)
-            _, problem = await perftest_pair(ctx, "ib_write_bw", client, server, qps=4)
-            assert "not found" in problem
-            await asyncio.sleep(0.1)
-            assert not lab.broker.listeners  # the server was killed, not left waiting
-            peer_commands = lab.hosts["aistor-01"].commands
-            assert any(c.startswith("timeout 120 ib_write_bw") for c in peer_commands)
-            assert any(c.startswith("pkill -f") for c in peer_commands)
-        await services.close()
+        try:
+            with Checkpoint.open(tmp_path / "state", site) as checkpoint:
+                engine = Engine(
+                    site, build_plan(), checkpoint, HeadlessFrontEnd(out=io.StringIO()), services
+                )
+
+                def runtime(step: str = step_id) -> StepRuntime:
+                    return StepRuntime(site, build_plan().step(step), "gpu-b300-01",
+                                       site.nodes[0], services, engine)  # fmt: skip
+
+                yield lab, site, runtime
+        finally:
+            await services.close()
+
+
+async def test_failed_client_leaves_no_server_behind(tmp_path):
+    async with step_in_lab(tmp_path, "host-rdma.perftest") as (lab, site, runtime):
+        client = Endpoint("gpu-b300-01", "no-such-dev", 1, site.nodes[0].rdma_ip)
+        server = Endpoint("aistor-01", "irdma0", 1, site.aistor.peers[0].rdma_ip)
+        _, problem = await perftest_pair(runtime(), "ib_write_bw", client, server, qps=4)
+        assert "not found" in problem
+        await asyncio.sleep(0.1)
+        assert not lab.broker.listeners  # the server was killed, not left waiting
+        peer_commands = lab.hosts["aistor-01"].commands
+        assert any(c.startswith("timeout 120 ib_write_bw") for c in peer_commands)
+        assert any(c.startswith("pkill -f") for c in peer_commands)
 
 
 async def test_a_client_started_before_its_server_listens_is_run_again(tmp_path):
     """The peer's SSH session starts the one-shot server a second late (peer-slow-ssh), so
     the client's first connect is refused, as perftest's and iperf3's are; the pair runs
     it again while the server waits, and measures, instead of failing the gate."""
-    async with Lab(tmp_path / "lab", faults=("peer-slow-ssh",)) as lab:
-        site = load_site(lab.site_path)
-        services = build_services(site)
-        with Checkpoint.open(tmp_path / "state", site) as checkpoint:
-            engine = Engine(
-                site, build_plan(), checkpoint, HeadlessFrontEnd(out=io.StringIO()), services
-            )
-            step = build_plan().step("host-rdma.perftest")
-            ctx = StepRuntime(site, step, "gpu-b300-01", site.nodes[0], services, engine)
-            client = Endpoint("gpu-b300-01", "irdma0", 1, site.nodes[0].rdma_ip)
-            server = Endpoint("aistor-01", "irdma0", 1, site.aistor.peers[0].rdma_ip)
-            fact, problem = await perftest_pair(ctx, "ib_write_bw", client, server, qps=4)
-            assert problem == "" and fact is not None and fact.best_bw_gbps
-            node_commands = lab.hosts["gpu-b300-01"].commands
-            clients = [c for c in node_commands if c.startswith("ib_write_bw")]
-            assert len(clients) >= 2  # refused first, then measured
-            ctx = StepRuntime(site, build_plan().step("baseline.tcp"), "gpu-b300-01",
-                              site.nodes[0], services, engine)  # fmt: skip
-            gbps, problem = await iperf3_pair(ctx)
-            assert problem == "" and gbps
-            await asyncio.sleep(0.1)
-            assert not lab.broker.listeners
-        await services.close()
+    async with step_in_lab(tmp_path, "host-rdma.perftest", "peer-slow-ssh") as (
+        lab, site, runtime,
+    ):  # fmt: skip
+        client = Endpoint("gpu-b300-01", "irdma0", 1, site.nodes[0].rdma_ip)
+        server = Endpoint("aistor-01", "irdma0", 1, site.aistor.peers[0].rdma_ip)
+        fact, problem = await perftest_pair(runtime(), "ib_write_bw", client, server, qps=4)
+        assert problem == "" and fact is not None and fact.best_bw_gbps
+        clients = [c for c in lab.hosts["gpu-b300-01"].commands if c.startswith("ib_write_bw")]
+        assert len(clients) >= 2  # refused first, then measured
+        gbps, problem = await iperf3_pair(runtime("baseline.tcp"))
+        assert problem == "" and gbps
+        await asyncio.sleep(0.1)
+        assert not lab.broker.listeners
 
 
 def test_compare_two_reports_side_by_side(tmp_path):

@@ -27,19 +27,25 @@ def test_wait_progress_reads_as_so_far_of_at_most():
     assert wait_progress(187, 900) == "3:07 of 15:00"
 
 
+def polled(main, now: list[float], rounds: int, commands: tuple[tuple[str, str], ...]) -> None:
+    """The main screen told of a 60 s wait for the RDMA device, then ``rounds`` rounds of
+    ``commands`` (command, its output line), 2 s apart on the screen's clock ``now``."""
+    main.clock = lambda: now[0]
+    main.engine_event(Waiting("qos.apply", "gpu-1", "waiting for the RDMA device on bond1", 60))
+    for _ in range(rounds):
+        for command, line in commands:
+            main.engine_event(CommandStarted("gpu-1", command))
+            main.engine_event(OutputLine("gpu-1", line))
+            main.engine_event(CommandFinished("gpu-1", command, 0, 0.1))
+        now[0] += 2
+
+
 async def test_the_wait_shows_its_progress_logs_its_poll_once_and_says_when_it_ended():
     app = IdleApp()
     async with app.run_test(size=SIZE) as pilot:
         await show(app, pilot, "main")
         main = app.main()
-        now = [1000.0]
-        main.clock = lambda: now[0]
-        main.engine_event(Waiting("qos.apply", "gpu-1", "waiting for the RDMA device on bond1", 60))
-        for _ in range(12):
-            main.engine_event(CommandStarted("gpu-1", POLL))
-            main.engine_event(OutputLine("gpu-1", "link irdma0/1 state DOWN"))
-            main.engine_event(CommandFinished("gpu-1", POLL, 0, 0.1))
-            now[0] += 2
+        polled(main, [1000.0], 12, ((POLL, "link irdma0/1 state DOWN"),))
         main._tick()
         label = str(main.query_one("#elapsed", Label).content)
         # The count first: an 80-column line is cut at the right (screen-r3 B7).
@@ -66,18 +72,9 @@ async def test_a_wait_that_polls_two_commands_in_turn_logs_each_once():
     async with app.run_test(size=SIZE) as pilot:
         await show(app, pilot, "main")
         main = app.main()
-        now = [1000.0]
-        main.clock = lambda: now[0]
-        main.engine_event(Waiting("qos.apply", "gpu-1", "waiting for the RDMA device on bond1", 60))
-        for _ in range(5):
-            for command, line in (
-                (POLL, "link irdma0/1 state DOWN"),
-                ("dmesg", "[ 9.1] bond1: up"),
-            ):
-                main.engine_event(CommandStarted("gpu-1", command))
-                main.engine_event(OutputLine("gpu-1", line))
-                main.engine_event(CommandFinished("gpu-1", command, 0, 0.1))
-            now[0] += 2
+        polled(
+            main, [1000.0], 5, ((POLL, "link irdma0/1 state DOWN"), ("dmesg", "[ 9.1] bond1: up"))
+        )
         main.engine_event(WaitEnded("qos.apply", "gpu-1"))
         main.engine_event(CommandStarted("gpu-1", "dmesg"))  # after the wait: shown again
         log = [line.split(" ", 1)[1] for line in main.transcript]
