@@ -32,6 +32,7 @@ from frontend.runner import run_engine
 from simulator.lab import Lab
 from steps import build_plan
 from tests.conftest import K8S_PHASES
+from tests.test_qos import steps_of
 from wizard.checkpoint import load_run, site_state_dir
 from wizard.drain import CORDON_MARK, back_in_service, bare_pods, out_of_service
 from wizard.engine import DecisionRequired
@@ -46,10 +47,6 @@ BARE = ("default", "scratch-notebook")
 
 class Killed(BaseException):
     """Stands for a kill -9 right after the drain returned: nothing after it runs."""
-
-
-def steps_of(plan, phases) -> list[str]:
-    return [s.id for p in plan.phases if p.id in phases for s in p.steps]
 
 
 async def joined(lab: Lab, state) -> None:

@@ -15,7 +15,7 @@ from frontend.headless import HeadlessFrontEnd
 from frontend.runner import EXIT_CODES, run_engine
 from simulator.lab import Lab
 from steps import build_plan
-from tests.test_qos import UP_TO_QOS
+from tests.test_qos import steps_of
 from wizard.checkpoint import Checkpoint, load_run, site_state_dir
 from wizard.events import Answer, DecisionKind, Reply
 from wizard.report import checkpoint_report, verdict_line
@@ -44,15 +44,11 @@ class WindowKeptShut(HeadlessFrontEnd):
         return await super().decide(decision)
 
 
-def up_to_qos(plan) -> list[str]:
-    return [s.id for p in plan.phases if p.id in UP_TO_QOS for s in p.steps]
-
-
 async def fail_qos(lab, plan, state, out=None):
     """pfc-not-applied: qos.apply fails to verify, is rolled back, the node stays cordoned."""
     site = load_site(lab.site_path)
     yes = HeadlessFrontEnd(yes=True, window_open=True, out=out or io.StringIO())
-    outcome = await run_engine(site, plan, state, yes, only=up_to_qos(plan))
+    outcome = await run_engine(site, plan, state, yes, only=steps_of(plan))
     assert outcome.summary.results[("qos.apply", NODE)].value == "failed"
     assert lab.cluster.node(NODE)["spec"]["unschedulable"] is True
     return site, outcome
@@ -108,7 +104,7 @@ async def test_a_kill_mid_change_leaves_the_node_named_cordoned(tmp_path):
         site = load_site(lab.site_path)
         killed = KilledAtRollback(yes=True, window_open=True, out=io.StringIO())
         with pytest.raises(Killed):
-            await run_engine(site, plan, state, killed, only=up_to_qos(plan))
+            await run_engine(site, plan, state, killed, only=steps_of(plan))
         assert lab.cluster.node(NODE)["spec"]["unschedulable"] is True
         status = load_status(state, site, plan)
         assert [c.node for c in status.cordoned] == [NODE]
@@ -135,7 +131,7 @@ async def test_status_report_and_exit_code_give_one_verdict_after_a_failure_unde
     async with Lab(tmp_path / "lab", faults=("pfc-not-applied",), persist=True) as lab:
         site, _ = await fail_qos(lab, plan, state)
         shut = WindowKeptShut(yes=True, window_open=True, out=io.StringIO())
-        outcome = await run_engine(site, plan, state, shut, only=up_to_qos(plan))
+        outcome = await run_engine(site, plan, state, shut, only=steps_of(plan))
         assert outcome.summary.results[("qos.apply", NODE)].value == "skipped"
         status = load_status(state, site, plan)
         report = checkpoint_report(state, site, plan)
@@ -159,7 +155,7 @@ async def test_the_resumed_screen_shows_the_settled_phases_and_the_cordon_at_onc
     try:
         killed = KilledAtRollback(yes=True, window_open=True, out=io.StringIO())
         with pytest.raises(Killed):
-            await run_engine(session.site, plan, state, killed, only=up_to_qos(plan))
+            await run_engine(session.site, plan, state, killed, only=steps_of(plan))
     finally:
         await session.close()
 

@@ -11,7 +11,7 @@ from frontend.headless import HeadlessFrontEnd
 from frontend.runner import run_engine
 from simulator.lab import Lab
 from steps import build_plan
-from tests.test_qos import UP_TO_QOS
+from tests.test_qos import steps_of
 from wizard.events import Answer, DecisionKind, Reply
 from wizard.report import checkpoint_report, markdown, verdict_line
 from wizard.site import load_site
@@ -31,7 +31,7 @@ async def test_a_failed_change_leaves_a_cordon_that_status_and_the_report_name_u
     tmp_path,
 ):
     plan = build_plan()
-    only = [s.id for p in plan.phases if p.id in UP_TO_QOS for s in p.steps]
+    only = steps_of(plan)
     state = tmp_path / "state"
     async with Lab(tmp_path / "lab", faults=("pfc-not-applied",), persist=True) as lab:
         site = load_site(lab.site_path)
@@ -79,7 +79,7 @@ async def test_the_tui_names_the_cordoned_node_on_the_start_screen_header_panel_
     from tests.test_tui import SIZE, screen_name, wait_for
 
     plan = build_plan()
-    only = [s.id for p in plan.phases if p.id in UP_TO_QOS for s in p.steps]
+    only = steps_of(plan)
     state = tmp_path / "state"
     session = await open_lab(("pfc-not-applied",), 1, state, keep=True)
     try:

@@ -254,6 +254,11 @@ def test_export_has_procedure_rollback_unit_and_switch_sheets(tmp_path):
 UP_TO_QOS = (*K8S_PHASES, "qos")
 
 
+def steps_of(plan, phases=UP_TO_QOS) -> list[str]:
+    """The ids of the steps of ``phases`` (default: every phase up to QoS), in plan order."""
+    return [s.id for p in plan.phases if p.id in phases for s in p.steps]
+
+
 async def run_lab(tmp_path: Path, frontend, *faults: str):
     return await run_in_lab(tmp_path, frontend, *faults, phases=UP_TO_QOS)
 
